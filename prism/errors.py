@@ -1,0 +1,46 @@
+"""Exceptions raised by Prism: every bad input ends in one of these, never a bare traceback."""
+
+from __future__ import annotations
+
+__all__ = [
+    "PrismError",
+    "GraphError",
+    "ShapeError",
+    "DTypeError",
+    "MappingError",
+    "InputError",
+    "SerializationError",
+    "VerificationError",
+]
+
+
+class PrismError(Exception):
+    """Base class: catch this to handle every error Prism raises on purpose."""
+
+
+class GraphError(PrismError):
+    """A graph is malformed: no output, a cycle, a tensor from another graph, a bad phase."""
+
+
+class ShapeError(GraphError):
+    """Operand shapes do not fit an op (inner dims of a matmul, broadcasting, ranks)."""
+
+
+class DTypeError(GraphError):
+    """An unknown dtype, or operands whose dtypes disagree."""
+
+
+class MappingError(GraphError):
+    """A block graph's imap/fmap/omap or grid/loop size is invalid for the tensors it maps."""
+
+
+class InputError(PrismError):
+    """Tensors handed to a graph at run time do not match its inputs (count, shape, dtype, device)."""
+
+
+class SerializationError(PrismError):
+    """A serialized graph is corrupt, of an unknown version, or inconsistent with itself."""
+
+
+class VerificationError(PrismError):
+    """The verifier was asked something it cannot answer (as opposed to answering 'not equal')."""

@@ -1,0 +1,234 @@
+"""The block graph: one fused kernel (a concrete µGraph) as a grid of blocks running one loop.
+
+Each block loads tiles of the kernel's inputs (`imap`: grid dim -> data dim it splits; `fmap`: the data
+dim the loop splits), runs block ops on them, sums tiles over the loop in accumulators, and after the
+loop writes tiles to the outputs (`omap`: grid dim -> data dim it concatenates along). A grid dim of
+size > 1 that an output leaves unmapped means the blocks along it are summed (a cross-block reduction).
+Every tensor is on one side of the loop: "loop" tensors change every iteration, "post" tensors exist
+once the accumulators are done; ops never mix the two, and outputs are always "post".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from prism.errors import GraphError, MappingError
+from prism.ir.graph import GraphBuilder, Node, Ref, Tensor
+from prism.ir.ops import OPS, TType, check_dtype
+
+__all__ = ["GRID_DIMS", "BlockGraph"]
+
+GRID_DIMS = ("x", "y", "z")
+LOOP, POST = "loop", "post"
+
+
+class BlockGraph(GraphBuilder):
+    """A fused kernel: `grid` gives the sizes of grid dims x[, y[, z]], `loop` the loop range."""
+
+    def __init__(self, grid: Sequence[int] = (1,), loop: int = 1) -> None:
+        super().__init__()
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        if not 1 <= len(grid) <= 3 or any(not _positive_int(g) for g in grid):
+            raise MappingError(f"BlockGraph: grid must be 1 to 3 positive ints (x, y, z), got {grid!r}")
+        if not _positive_int(loop):
+            raise MappingError(f"BlockGraph: loop must be a positive int, got {loop!r}")
+        self.grid: tuple[int, ...] = grid
+        self.loop: int = loop
+        self.input_types: list[TType] = []
+        self.savers: list[int] = []
+        self._phase: dict[Ref, str] = {}
+        self._frozen = False
+
+    @property
+    def grid_dims(self) -> tuple[str, ...]:
+        return GRID_DIMS[: len(self.grid)]
+
+    def grid_size(self, dim: str) -> int:
+        return self.grid[self.grid_dims.index(dim)]
+
+    # -- building ------------------------------------------------------------------------------
+
+    def input(self, tensor: Tensor | TType, imap: Mapping[str, int] | None = None,
+              fmap: int | None = None) -> Tensor:
+        """Load tiles of a kernel-level tensor (a Tensor of any KernelGraph, or its TType).
+
+        imap: {"x"|"y"|"z": data dim}; grid dims not named replicate the tensor across blocks.
+        fmap: the data dim the loop walks over, or None to load the same tile every iteration.
+        """
+        full = tensor.type if isinstance(tensor, Tensor) else tensor
+        if not isinstance(full, TType):
+            raise GraphError(f"input: expected a kernel-graph Tensor, got {type(tensor).__name__}")
+        check_dtype(full.dtype, "input")
+        where = f"input {len(self.input_types)} ({full})"
+        imap = self._check_map(imap, len(full.shape), where, "imap")
+        if fmap is not None:
+            fmap = self._data_dim(fmap, len(full.shape), f"{where}: fmap")
+        tile = []
+        for d, size in enumerate(full.shape):
+            parts = math.prod(self.grid_size(g) for g, dd in imap.items() if dd == d)
+            parts *= self.loop if fmap == d else 1
+            if size % parts:
+                raise MappingError(f"{where}: dim {d} of size {size} cannot be split into {parts} equal "
+                                   f"tiles (grid {self.grid}, loop {self.loop}, imap {imap}, fmap {fmap})")
+            tile.append(size // parts)
+        attrs = {"index": len(self.input_types), "imap": imap, "fmap": fmap}
+        t = self._append(Node("loader", (), attrs, (TType(tuple(tile), full.dtype),)))[0]
+        self.input_types.append(full)
+        self._phase[t.ref] = LOOP
+        return t
+
+    def accum(self, tensor: Tensor) -> Tensor:
+        """Sum a loop tensor over all loop iterations; the result exists after the loop."""
+        t = self._own(tensor, "accum")
+        if self._phase[t.ref] != LOOP:
+            raise GraphError(f"accum: {t.name} is already after the loop; accumulate loop tensors only")
+        out = self._append(Node("accum", (t.ref,), {}, (t.type,)))[0]
+        self._phase[out.ref] = POST
+        return out
+
+    def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None) -> Tensor:
+        """Write a tile to a kernel output; omap: {"x"|"y"|"z": data dim the blocks concatenate along}.
+
+        Grid dims not named in omap sum the tiles of their blocks. Returns the saver node's output
+        (the full output tensor, as seen from inside the block graph).
+        """
+        t = self._own(tensor, "output")
+        if self._phase[t.ref] != POST:
+            raise GraphError(f"output: {t.name} is computed inside the loop; outputs are saved after a "
+                             "loop accumulator (b.accum)")
+        omap = self._check_map(omap, len(t.shape), f"output {len(self.savers)} ({t!r})", "omap")
+        full = tuple(size * math.prod(self.grid_size(g) for g, d in omap.items() if d == dim)
+                     for dim, size in enumerate(t.shape))
+        node = Node("saver", (t.ref,), {"index": len(self.savers), "omap": omap}, (TType(full, t.dtype),))
+        out = self._append(node)[0]
+        self.savers.append(out.node)
+        self._phase[out.ref] = POST
+        return out
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def _check_map(self, mapping: Mapping[str, int] | None, rank: int, where: str, kind: str) -> dict[str, int]:
+        if mapping is None:
+            return {}
+        if not isinstance(mapping, Mapping):
+            raise MappingError(f"{where}: {kind} must be a dict like {{'x': 0}}, got {mapping!r}")
+        out: dict[str, int] = {}
+        for g, d in mapping.items():
+            if g not in self.grid_dims:
+                raise MappingError(f"{where}: {kind} names grid dim {g!r}, but this block graph has grid "
+                                   f"dims {', '.join(self.grid_dims)} (grid {self.grid})")
+            out[g] = self._data_dim(d, rank, f"{where}: {kind}[{g!r}]")
+        seen: dict[int, str] = {}
+        for g, d in out.items():
+            if d in seen:
+                raise MappingError(f"{where}: {kind} splits data dim {d} by two grid dims "
+                                   f"({seen[d]!r} and {g!r}); a data dim takes at most one grid dim")
+            seen[d] = g
+        return {g: out[g] for g in self.grid_dims if g in out}
+
+    @staticmethod
+    def _data_dim(d: Any, rank: int, where: str) -> int:
+        if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
+            raise MappingError(f"{where}: data dim {d!r} does not exist in a tensor of rank {rank}")
+        return d % rank
+
+    def _check_operands(self, name: str, tensors: Sequence[Tensor]) -> None:
+        phases = {self._phase[t.ref] for t in tensors}
+        if len(phases) > 1:
+            names = ", ".join(f"{t.name} ({'inside the loop' if self._phase[t.ref] == LOOP else 'after it'})"
+                              for t in tensors)
+            raise GraphError(f"{name}: operands {names} are on different sides of the loop accumulator")
+
+    def _append(self, node: Node) -> tuple[Tensor, ...]:
+        out = super()._append(node)
+        if node.op in OPS:  # registry ops stay on the side of the loop their operands are on
+            self._phase[out[0].ref] = self._phase[node.inputs[0]]
+        return out
+
+    def _before_append(self, node: Node) -> None:
+        if self._frozen:
+            raise GraphError("this block graph is already used by a kernel graph and can no longer change")
+
+    def freeze(self) -> None:
+        """Forbid further changes (called when a kernel graph starts using this block graph)."""
+        self._frozen = True
+
+    def check(self) -> BlockGraph:
+        """Raise GraphError unless the block graph loads at least one input and saves an output."""
+        if not self.input_types:
+            raise GraphError("the block graph loads no input: call b.input(tensor, imap, fmap)")
+        if not self.savers:
+            raise GraphError("the block graph saves no output: call b.output(tensor, omap)")
+        return self
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def phase(self, ref: Ref) -> str:
+        """"loop" or "post" (after the loop accumulators)."""
+        return self._phase[ref]
+
+    @property
+    def loaders(self) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.op == "loader"]
+
+    @property
+    def output_types(self) -> list[TType]:
+        return [self.nodes[i].outputs[0] for i in self.savers]
+
+    def with_sizes(self, grid: Sequence[int], loop: int) -> BlockGraph:
+        """The same structure and maps at other grid sizes and loop range (replayed, so re-checked)."""
+        if len(tuple(grid)) != len(self.grid):
+            raise MappingError(f"with_sizes: this block graph has {len(self.grid)} grid dim(s), got {grid!r}")
+        out = BlockGraph(grid, loop)
+        refs: dict[Ref, Tensor] = {}
+        for i, node in self.topo():
+            args = [refs[r] for r in node.inputs]
+            if node.op == "loader":
+                t = out.input(self.input_types[node.attrs["index"]], node.attrs["imap"], node.attrs["fmap"])
+            elif node.op == "accum":
+                t = out.accum(*args)
+            elif node.op == "saver":
+                t = out.output(*args, node.attrs["omap"])
+            else:
+                t = out.apply(node.op, args, node.attrs)
+            refs[(i, 0)] = t
+        return out
+
+    def __str__(self) -> str:
+        from prism.ir.printer import format_block
+
+        return format_block(self)
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+# ---- JSON and hashing: thin delegates to prism.ir.serialize (attached here, after the class) ----
+
+
+def _block_to_json(self: BlockGraph) -> dict[str, Any]:
+    """This block graph as plain JSON types; `BlockGraph.from_json` rebuilds it."""
+    from prism.ir import serialize
+
+    return serialize.to_json(self)
+
+
+def _block_from_json(cls: type[BlockGraph], data: Any) -> BlockGraph:
+    """Rebuild a block graph from `to_json`'s output, replaying every builder check."""
+    from prism.ir import serialize
+
+    return serialize.from_json(data, expect=BlockGraph)  # type: ignore[return-value]
+
+
+def _block_structural_hash(self: BlockGraph, shapes: bool = True) -> str:
+    """Hex sha256 of the structure; `shapes=False` leaves out tile shapes, grid sizes and the loop range."""
+    from prism.ir import serialize
+
+    return serialize.structural_hash(self, shapes=shapes)
+
+
+BlockGraph.to_json = _block_to_json  # type: ignore[attr-defined]
+BlockGraph.from_json = classmethod(_block_from_json)  # type: ignore[attr-defined]
+BlockGraph.structural_hash = _block_structural_hash  # type: ignore[attr-defined]

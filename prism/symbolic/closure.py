@@ -1,0 +1,174 @@
+"""The target's algebraic closure: the term set that expression-guided pruning (paper §3.3) tests against.
+
+The program's output term is rewritten, once, under a small list of sound algebraic rules until no new
+term appears (or a cap is hit); `roots` are all the whole-program forms reached, `subterms` every
+subterm of every root. With every d_p = 1 a candidate tensor's abstract term must be one of
+`subterms`, and a finished candidate's output one of `roots`. The rules only add forms, so a bigger
+rule list prunes less; it never prunes a candidate whose terms the rules can reach.
+
+Rules (r is a row-broadcast operand: its last dim is UNIT; c a column-broadcast one: dim -2 is UNIT):
+  rms_norm(x)          -> x / sqrt(sum(x², -1) · 1/N + eps)    (eps = 0 drops the add)
+  matmul(a / r, b)    <-> matmul(a, b) / r                      (same with a · r)
+  matmul(a, b / c)    <-> matmul(a, b) / c                      (same with b · c)
+  matmul(a·s, b)      <-> matmul(a, b)·s,  matmul(a, b·s) <-> matmul(a, b)·s   (s a scalar constant)
+  sum(a·s, d)         <-> sum(a, d)·s
+  sum(a / v, d)       <-> sum(a, d) / v                         (v's dim d is UNIT; same with a · v)
+  (a / r) · b         <-> (a · b) / r                           (elementwise, any broadcast)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from prism.ir.ops import OPS
+from prism.symbolic.dims import UNIT, AtomSpace, InvExtent
+from prism.symbolic.terms import Term, attrs_of, kids, mk, op_of, subterms, term_shape
+
+__all__ = ["RULES", "Target", "closure", "vocabulary_ops"]
+
+Rule = Callable[[Term, AtomSpace], Iterator[Term]]
+
+
+def _unit_at(t: Term, space: AtomSpace, pos: int) -> bool:
+    s = term_shape(t, space)
+    return s is not None and len(s) >= -pos and s[pos] == UNIT
+
+
+def _expand_rms(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """rms_norm(x) -> x / sqrt(sum(x², -1) · 1/N + eps)"""
+    if op_of(t) != "rms_norm":
+        return
+    (x,), (eps,) = kids(t), attrs_of(t)
+    shape = term_shape(x, space)
+    if shape is None:
+        return
+    last = shape[-1]
+    scale: float | InvExtent = 1.0 if last == UNIT else InvExtent(*space.owner(last))
+    ms = mk("mul_scalar", (scale,), mk("sum", (len(shape) - 1,), mk("square", (), x)))
+    den = mk("sqrt", (), mk("add_scalar", (eps,), ms) if eps else ms)
+    yield mk("div", (), x, den)
+
+
+def _matmul_scale(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """matmul(a ∘ r, b) <-> matmul(a, b) ∘ r and matmul(a, b ∘ c) <-> matmul(a, b) ∘ c for ∘ in (/, ·)"""
+    op = op_of(t)
+    if op == "matmul":
+        a, b = kids(t)
+        for side, inner in ((0, a), (1, b)):
+            if op_of(inner) not in ("div", "mul"):
+                continue
+            pos = -1 if side == 0 else -2
+            pairs = [kids(inner)] if op_of(inner) == "div" else [kids(inner), kids(inner)[::-1]]
+            for x, v in pairs:
+                if _unit_at(v, space, pos):
+                    mm = mk("matmul", (), x, b) if side == 0 else mk("matmul", (), a, x)
+                    yield mk(op_of(inner), (), mm, v)
+        for side, inner in ((0, a), (1, b)):
+            if op_of(inner) == "mul_scalar":
+                mm = mk("matmul", (), kids(inner)[0], b) if side == 0 else mk("matmul", (), a, kids(inner)[0])
+                yield mk("mul_scalar", attrs_of(inner), mm)
+    elif op in ("div", "mul"):
+        pairs = [kids(t)] if op == "div" else [kids(t), kids(t)[::-1]]
+        for mm, v in pairs:
+            if op_of(mm) != "matmul":
+                continue
+            a, b = kids(mm)
+            if _unit_at(v, space, -1):
+                yield mk("matmul", (), mk(op, (), a, v), b)
+            if _unit_at(v, space, -2):
+                yield mk("matmul", (), a, mk(op, (), b, v))
+    elif op == "mul_scalar" and op_of(kids(t)[0]) == "matmul":
+        a, b = kids(kids(t)[0])
+        yield mk("matmul", (), mk("mul_scalar", attrs_of(t), a), b)
+        yield mk("matmul", (), a, mk("mul_scalar", attrs_of(t), b))
+
+
+def _sum_scale(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """sum(a·s, d) <-> sum(a, d)·s and sum(a ∘ v, d) <-> sum(a, d) ∘ v when v's dim d is UNIT"""
+    op = op_of(t)
+    if op == "sum":
+        (inner,), (d,) = kids(t), attrs_of(t)
+        if op_of(inner) == "mul_scalar":
+            yield mk("mul_scalar", attrs_of(inner), mk("sum", (d,), kids(inner)[0]))
+        elif op_of(inner) in ("div", "mul"):
+            pairs = [kids(inner)] if op_of(inner) == "div" else [kids(inner), kids(inner)[::-1]]
+            for x, v in pairs:
+                if _unit_at(v, space, d):
+                    yield mk(op_of(inner), (), mk("sum", (d,), x), v)
+    elif op == "mul_scalar" and op_of(kids(t)[0]) == "sum":
+        s = kids(t)[0]
+        yield mk("sum", attrs_of(s), mk("mul_scalar", attrs_of(t), kids(s)[0]))
+    elif op in ("div", "mul"):
+        pairs = [kids(t)] if op == "div" else [kids(t), kids(t)[::-1]]
+        for s, v in pairs:
+            if op_of(s) == "sum" and _unit_at(v, space, attrs_of(s)[0]):
+                yield mk("sum", attrs_of(s), mk(op, (), kids(s)[0], v))
+
+
+def _div_mul(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """(a / r) · b <-> (a · b) / r"""
+    if op_of(t) == "mul":
+        for x, b in (kids(t), kids(t)[::-1]):
+            if op_of(x) == "div":
+                a, r = kids(x)
+                yield mk("div", (), mk("mul", (), a, b), r)
+    elif op_of(t) == "div" and op_of(kids(t)[0]) == "mul":
+        (m, r), (a, b) = kids(t), kids(kids(t)[0])
+        yield mk("mul", (), mk("div", (), a, r), b)
+        yield mk("mul", (), a, mk("div", (), b, r))
+
+
+RULES: tuple[Rule, ...] = (_expand_rms, _matmul_scale, _sum_scale, _div_mul)
+
+
+def _rewrites(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """Every term one rule application away from `t`, at any position."""
+    for rule in RULES:
+        yield from rule(t, space)
+    ch = kids(t)
+    for i, c in enumerate(ch):
+        for c2 in _rewrites(c, space):
+            yield mk(op_of(t), attrs_of(t), *ch[:i], c2, *ch[i + 1:])
+
+
+@dataclass(frozen=True)
+class Target:
+    """The closure of a program's output term: its whole forms and the subterms of all of them."""
+
+    space: AtomSpace
+    root: Term
+    roots: frozenset[Term]
+    subterms: frozenset[Term]
+    complete: bool
+    vocabulary: tuple[tuple[str, tuple], ...] = field(default=())
+
+    def shape(self) -> tuple[int, ...]:
+        return term_shape(self.root, self.space)  # type: ignore[return-value]
+
+
+def closure(root: Term, space: AtomSpace, cap: int = 20000) -> Target:
+    """Saturate `root` under RULES (whole-term worklist; `complete` is False if `cap` forms were hit)."""
+    seen = {root}
+    work = [root]
+    complete = True
+    while work:
+        t = work.pop()
+        for u in _rewrites(t, space):
+            if u not in seen and term_shape(u, space) == term_shape(root, space):
+                if len(seen) >= cap:
+                    complete = False
+                    break
+                seen.add(u)
+                work.append(u)
+    subs: set[Term] = set()
+    for t in seen:
+        subterms(t, subs)
+    vocab = sorted({(op_of(s), attrs_of(s)) for s in subs if op_of(s) != "in"}, key=repr)
+    return Target(space, root, frozenset(seen), frozenset(subs), complete, tuple(vocab))
+
+
+def vocabulary_ops(target: Target) -> list[tuple[str, tuple]]:
+    """(op, attrs) pairs the generator may use, in registry order."""
+    order = {name: k for k, name in enumerate(OPS)}
+    return sorted(target.vocabulary, key=lambda v: (order[v[0]], repr(v[1])))

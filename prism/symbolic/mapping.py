@@ -1,0 +1,220 @@
+"""Mapping instantiation: every assignment of the m[T,d,p] that satisfies eq. 1–2 and dim matching (§3.4).
+
+Dimension matching makes the m's of all atoms in one class equal, so a mapping is a choice, per
+grid dim, of the classes it partitions, plus the set of classes the loop partitions:
+  * eq. 1 (per tensor T and parallel dim p, at most one dim of T split by p): classes sharing a
+    loader or an output never share a grid dim; classes sharing a loader are not both in the loop;
+    a class holding two dims of one loader (or output) is never partitioned;
+  * eq. 2 (a dim is split by at most one grid dim): the grid dims' class sets are disjoint;
+  * output shapes must equal the program's for all d_p, which fixes the omap (grid dim p combs the
+    output dim whose class it partitions, and sums (red) the blocks when it partitions none of
+    them) and forbids the loop from partitioning a class an output keeps.
+Grid dims are interchangeable (symmetry) and one that partitions nothing only multiplies work: the
+canonical mapping lists its non-empty class sets sorted by smallest class (one idle dim if none).
+`brute_force` enumerates the raw m variables directly, for the tests to check the two agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from prism.ir.block import GRID_DIMS
+from prism.symbolic.dims import UNIT, MVar, UnionFind
+
+__all__ = ["Mapping", "MappingProblem", "RawMapping", "brute_force", "enumerate_mappings"]
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """Classes (by representative atom) partitioned by each grid dim x, y, z, and by the loop."""
+
+    grid: tuple[tuple[int, ...], ...]
+    loop: tuple[int, ...]
+
+    @property
+    def n_grid(self) -> int:
+        return max(1, len(self.grid))
+
+    def grid_of(self, cls: int) -> int | None:
+        for p, classes in enumerate(self.grid):
+            if cls in classes:
+                return p
+        return None
+
+    def to_json(self) -> dict:
+        return {"grid": [list(g) for g in self.grid], "loop": list(self.loop)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Mapping:
+        return cls(tuple(tuple(g) for g in data["grid"]), tuple(data["loop"]))
+
+
+@dataclass(frozen=True)
+class RawMapping:
+    """The paper's raw form: per loader an imap (data dim or None per grid dim) and fmap; per output an omap."""
+
+    k: int
+    imaps: tuple[tuple[int | None, ...], ...]
+    fmaps: tuple[int | None, ...]
+    omaps: tuple[tuple[int | None, ...], ...]
+
+
+@dataclass(frozen=True)
+class MappingProblem:
+    """What mapping instantiation needs from a structure: loader and output dims, and the classes."""
+
+    loaders: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    uf: UnionFind
+
+    def cls(self, atom: int) -> int:
+        return self.uf.find(atom)
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        return tuple(sorted({self.cls(a) for dims in self.loaders for a in dims if a != UNIT}))
+
+    def _groups(self, outputs: bool) -> list[list[int]]:
+        tensors = list(self.loaders) + (list(self.outputs) if outputs else [])
+        return [[self.cls(a) for a in dims if a != UNIT] for dims in tensors]
+
+    def grid_ok(self, c: int) -> bool:
+        return all(g.count(c) <= 1 for g in self._groups(True))
+
+    def loop_ok(self, c: int) -> bool:
+        return all(g.count(c) <= 1 for g in self._groups(False)) and \
+            all(c not in g for g in self._groups(True)[len(self.loaders):])
+
+    def conflicts(self, outputs: bool) -> set[frozenset[int]]:
+        """Pairs of classes that some loader (or output, if `outputs`) holds both of."""
+        out = set()
+        for g in self._groups(outputs):
+            out.update(frozenset(p) for p in itertools.combinations(sorted(set(g)), 2))
+        return out
+
+    # -- maps -----------------------------------------------------------------------------------
+
+    def maps(self, m: Mapping) -> tuple[list[tuple[dict[str, int], int | None]], list[dict[str, int]]]:
+        """(imap, fmap) per loader and omap per output, as BlockGraph takes them."""
+        def gmap(dims: Sequence[int]) -> dict[str, int]:
+            out = {}
+            for d, a in enumerate(dims):
+                p = None if a == UNIT else m.grid_of(self.cls(a))
+                if p is not None:
+                    out[GRID_DIMS[p]] = d
+            return dict(sorted(out.items()))
+        loaders = []
+        for dims in self.loaders:
+            f = [d for d, a in enumerate(dims) if a != UNIT and self.cls(a) in m.loop]
+            loaders.append((gmap(dims), f[0] if f else None))
+        return loaders, [gmap(dims) for dims in self.outputs]
+
+    def raw(self, m: Mapping) -> RawMapping:
+        loaders, omaps = self.maps(m)
+        dims = GRID_DIMS[: m.n_grid]
+        return RawMapping(m.n_grid, tuple(tuple(im.get(p) for p in dims) for im, _ in loaders),
+                          tuple(f for _, f in loaders), tuple(tuple(om.get(p) for p in dims) for om in omaps))
+
+    def m_values(self, m: Mapping, names: Sequence[str] | None = None) -> dict[MVar, int]:
+        """The paper's Boolean variables m[T,d,p] for loaders (grid dims and loop "i") and outputs."""
+        raw = self.raw(m)
+        out: dict[MVar, int] = {}
+        for t, dims in enumerate(self.loaders):
+            name = names[t] if names else f"in{t}"
+            for d in range(len(dims)):
+                for p, g in enumerate(GRID_DIMS[: raw.k]):
+                    out[MVar(name, d, g)] = int(raw.imaps[t][p] == d)
+                out[MVar(name, d, "i")] = int(raw.fmaps[t] == d)
+        for o, dims in enumerate(self.outputs):
+            for d in range(len(dims)):
+                for p, g in enumerate(GRID_DIMS[: raw.k]):
+                    out[MVar(f"out{o}", d, g)] = int(raw.omaps[o][p] == d)
+        return out
+
+    def canonical(self, raw: RawMapping) -> Mapping | None:
+        """The class-level mapping of a raw one, or None if the raw one breaks a constraint."""
+        grid_m: dict[int, set[int]] = {}
+        loop_m: dict[int, int] = {}
+        for t, dims in enumerate(self.loaders):
+            for d, a in enumerate(dims):
+                ps = {p for p in range(raw.k) if raw.imaps[t][p] == d}
+                f = int(raw.fmaps[t] == d)
+                if a == UNIT:
+                    if ps or f:
+                        return None
+                    continue
+                c = self.cls(a)
+                if grid_m.setdefault(c, ps) != ps or loop_m.setdefault(c, f) != f:
+                    return None  # dimension matching: one class, one partitioning
+        for o, dims in enumerate(self.outputs):
+            for d, a in enumerate(dims):
+                ps = {p for p in range(raw.k) if raw.omaps[o][p] == d}
+                if a == UNIT:
+                    if ps:
+                        return None
+                elif ps != grid_m[self.cls(a)] or loop_m[self.cls(a)]:
+                    return None  # full output extent must equal the program's for all d_p
+        by_dim = [tuple(sorted(c for c, ps in grid_m.items() if p in ps)) for p in range(raw.k)]
+        grid = tuple(sorted(g for g in by_dim if g))
+        return Mapping(grid, tuple(sorted(c for c, f in loop_m.items() if f)))
+
+
+def _independent_sets(items: Sequence[int], conflicts: set[frozenset[int]]) -> Iterator[tuple[int, ...]]:
+    def rec(k: int, chosen: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        if k == len(items):
+            yield chosen
+            return
+        yield from rec(k + 1, chosen)
+        if all(frozenset((c, items[k])) not in conflicts for c in chosen):
+            yield from rec(k + 1, chosen + (items[k],))
+    yield from rec(0, ())
+
+
+def _grid_partitions(items: Sequence[int], conflicts: set[frozenset[int]], max_grid: int
+                     ) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """Disjoint conflict-free class sets, at most `max_grid`, sorted by smallest member."""
+    def rec(k: int, blocks: tuple[tuple[int, ...], ...]) -> Iterator[tuple[tuple[int, ...], ...]]:
+        if k == len(items):
+            yield blocks
+            return
+        c = items[k]
+        yield from rec(k + 1, blocks)
+        for b, block in enumerate(blocks):
+            if all(frozenset((x, c)) not in conflicts for x in block):
+                yield from rec(k + 1, blocks[:b] + (block + (c,),) + blocks[b + 1:])
+        if len(blocks) < max_grid:
+            yield from rec(k + 1, blocks + ((c,),))
+    yield from rec(0, ())
+
+
+def enumerate_mappings(problem: MappingProblem, max_grid: int = 3) -> Iterator[Mapping]:
+    """Every canonical mapping satisfying the constraints, each once (grid dims modulo permutation)."""
+    classes = problem.classes
+    grid_classes = [c for c in classes if problem.grid_ok(c)]
+    loop_classes = [c for c in classes if problem.loop_ok(c)]
+    loops = list(_independent_sets(loop_classes, problem.conflicts(False)))
+    for grid in _grid_partitions(grid_classes, problem.conflicts(True), max_grid):
+        for loop in loops:
+            yield Mapping(grid, loop)
+
+
+def brute_force(problem: MappingProblem, max_grid: int = 3) -> set[Mapping]:
+    """All raw m assignments for k = 1..max_grid, filtered by the constraints, made canonical."""
+    out: set[Mapping] = set()
+    for k in range(1, max_grid + 1):
+        def maps(rank: int) -> list[tuple[int | None, ...]]:
+            rows = [None, *range(rank)]
+            return [r for r in itertools.product(rows, repeat=k)
+                    if len([d for d in r if d is not None]) == len({d for d in r if d is not None})]
+        imaps = [maps(len(d)) for d in problem.loaders]
+        fmaps = [[None, *range(len(d))] for d in problem.loaders]
+        omaps = [maps(len(d)) for d in problem.outputs]
+        for im in itertools.product(*imaps):
+            for fm in itertools.product(*fmaps):
+                for om in itertools.product(*omaps):
+                    m = problem.canonical(RawMapping(k, im, fm, om))
+                    if m is not None:
+                        out.add(m)
+    return out

@@ -1,0 +1,171 @@
+"""The sGraph: a block-graph structure whose maps and parallel sizes are symbolic (paper §2).
+
+An `SGraph` is immutable; `extend` returns a new one. Tensor k is the output of op k; ops 0..n-1 are
+the loaders of the kernel inputs in order. Each tensor dim is an atom (an input's data dim: its
+tile extent is D/σ(atom)) or UNIT. Adding an op matches dims by coefficient matching, which unions
+atoms (`dims.UnionFind`); dims of different full extent cannot match for all d_p, so the op is
+refused. `labels` optionally fixes, per atom, the grid dim and loop flag already chosen (the
+concrete ablation modes): matching then also requires the fixed choices to agree, as Mirage does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from prism.ir.ops import OPS
+from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
+from prism.symbolic.terms import Term, leaf, mk
+
+__all__ = ["LOADER", "ACCUM", "OP_IDS", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
+
+LOADER, ACCUM = "loader", "accum"
+OP_IDS = {name: k for k, name in enumerate([LOADER, ACCUM, *OPS])}
+
+Labels = tuple[tuple[int, int], ...]
+"""Per atom: (grid dim index, or -1 for none, or -2 for symbolic; loop flag 0/1, or -2 for symbolic)."""
+
+
+@dataclass(frozen=True)
+class BOp:
+    """One block op: `op` is a registry op, LOADER (attrs = (input index,)) or ACCUM."""
+
+    op: str
+    inputs: tuple[int, ...]
+    attrs: tuple = ()
+
+    def key(self) -> tuple:
+        """The canonical-order key: inputs (largest first), op id, attrs, inputs as given."""
+        return (tuple(sorted(self.inputs, reverse=True)), OP_IDS[self.op], repr(self.attrs), self.inputs)
+
+
+def _union(uf: UnionFind, a: int, b: int, space: AtomSpace, labels: Labels | None) -> UnionFind | None:
+    if space.extent(a) != space.extent(b):
+        return None
+    if labels is not None:
+        (ga, la), (gb, lb) = labels[a], labels[b]
+        if (ga != -2 and gb != -2 and ga != gb) or (la != -2 and lb != -2 and la != lb):
+            return None
+    return uf.union(a, b)
+
+
+def match_binary(a: tuple[int, ...], b: tuple[int, ...], uf: UnionFind, space: AtomSpace,
+                 labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
+    """Elementwise dims: class vs class unions, UNIT broadcasts; None if the ranks or extents clash."""
+    if len(a) != len(b):
+        return None
+    out = []
+    for x, y in zip(a, b):
+        if x != UNIT and y != UNIT:
+            uf2 = _union(uf, x, y, space, labels)
+            if uf2 is None:
+                return None
+            uf = uf2
+        out.append(y if x == UNIT else x)
+    return tuple(out), uf
+
+
+def match_matmul(a: tuple[int, ...], b: tuple[int, ...], uf: UnionFind, space: AtomSpace,
+                 labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
+    """Batch dims and a's columns with b's rows must match exactly (UNIT only with UNIT)."""
+    if len(a) < 2 or len(a) != len(b):
+        return None
+    for x, y in list(zip(a[:-2], b[:-2])) + [(a[-1], b[-2])]:
+        if (x == UNIT) != (y == UNIT):
+            return None
+        if x != UNIT:
+            uf2 = _union(uf, x, y, space, labels)
+            if uf2 is None:
+                return None
+            uf = uf2
+    return a[:-1] + b[-1:], uf
+
+
+def op_dims(op: str, attrs: tuple, shapes: list[tuple[int, ...]], uf: UnionFind, space: AtomSpace,
+            labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
+    """The result dims of a registry op or ACCUM, and the unions it implies (None: incompatible)."""
+    if op == ACCUM:
+        return shapes[0], uf
+    kind = OPS[op].kind
+    if kind in ("unary", "scalar", "norm"):
+        return shapes[0], uf
+    if kind == "binary":
+        return match_binary(shapes[0], shapes[1], uf, space, labels)
+    if kind == "reduce":
+        s = list(shapes[0])
+        if not 0 <= attrs[0] < len(s):
+            return None
+        s[attrs[0]] = UNIT
+        return tuple(s), uf
+    return match_matmul(shapes[0], shapes[1], uf, space, labels)
+
+
+@dataclass(frozen=True)
+class SGraph:
+    """A partial or finished block graph with symbolic maps: ops, per-tensor dims/phase/term, classes."""
+
+    space: AtomSpace
+    ops: tuple[BOp, ...]
+    dims: tuple[tuple[int, ...], ...]
+    post: tuple[bool, ...]
+    terms: tuple[Term, ...]
+    uses: tuple[int, ...]
+    uf: UnionFind
+    labels: Labels | None = None
+
+    @classmethod
+    def start(cls, space: AtomSpace, labels: Labels | None = None) -> SGraph:
+        """One loader per kernel input, nothing else."""
+        n = len(space.shapes)
+        return cls(space, tuple(BOp(LOADER, (), (i,)) for i in range(n)),
+                   tuple(space.input_dims(i) for i in range(n)), (False,) * n,
+                   tuple(leaf(i) for i in range(n)), (0,) * n, UnionFind.identity(len(space)), labels)
+
+    @property
+    def n_loaders(self) -> int:
+        return len(self.space.shapes)
+
+    @property
+    def n_accums(self) -> int:
+        return sum(1 for o in self.ops if o.op == ACCUM)
+
+    def term(self, bop: BOp) -> Term:
+        """The abstract term of `bop`'s result with every d_p = 1 (accum is then the identity)."""
+        if bop.op == ACCUM:
+            return self.terms[bop.inputs[0]]
+        return mk(bop.op, bop.attrs, *(self.terms[i] for i in bop.inputs))
+
+    def extend(self, bop: BOp, term: Term | None = None) -> SGraph | str:
+        """This graph plus `bop`, or the reason it cannot be added: "phase" or "dims"."""
+        phases = {self.post[i] for i in bop.inputs}
+        if len(phases) != 1 or (bop.op == ACCUM and True in phases):
+            return "phase"
+        matched = op_dims(bop.op, bop.attrs, [self.dims[i] for i in bop.inputs], self.uf, self.space,
+                          self.labels)
+        if matched is None:
+            return "dims"
+        dims, uf = matched
+        uses = list(self.uses)
+        for i in set(bop.inputs):
+            uses[i] += 1
+        return replace(self, ops=self.ops + (bop,), dims=self.dims + (dims,),
+                       post=self.post + (bop.op == ACCUM or phases == {True},),
+                       terms=self.terms + (self.term(bop) if term is None else term,),
+                       uses=tuple(uses) + (0,), uf=uf)
+
+    def classes(self) -> dict[int, tuple[int, ...]]:
+        """Representative atom -> member atoms, over the atoms that are not UNIT."""
+        live = [a for i in range(self.n_loaders) for a in self.space.input_dims(i) if a != UNIT]
+        return self.uf.classes(live)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]] for o in self.ops]}
+
+
+def attr_json(a: Any) -> Any:
+    """An op attribute as JSON (InvExtent becomes {"inv_extent": [input, dim]})."""
+    return {"inv_extent": [a.index, a.dim]} if isinstance(a, InvExtent) else a
+
+
+def attr_from_json(a: Any) -> Any:
+    return InvExtent(*a["inv_extent"]) if isinstance(a, dict) else a

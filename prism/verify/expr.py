@@ -1,0 +1,317 @@
+"""Verification expressions: immutable, hashable terms over tensors, with part/comb/red/repl."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from prism.errors import VerificationError
+
+__all__ = [
+    "Term", "Sym", "OpInfo", "OPS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "CONST_UNARY",
+    "PARALLEL",
+    "Var", "matmul", "exp", "silu", "gelu", "relu", "sqrt", "square", "neg", "add", "sub", "mul", "div",
+    "sum_", "scale", "shift", "bcast", "part", "comb", "red", "repl",
+    "Attr", "make", "parse", "pdims_of", "subterms",
+]
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A pattern variable standing for a data dim (kind "dim"), parallel dim ("pdim") or constant ("const")."""
+
+    name: str
+    kind: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Attr = Union[int, str, float, Sym]
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """Everything the expression layer knows about one op: arity, attribute kinds, egglog constructor."""
+
+    name: str
+    arity: int
+    attrs: tuple[str, ...]  # kinds of the attributes after the tensor operands: "dim", "pdim", "const", "name"
+    egg: str  # egglog constructor name
+
+
+# One table: every term constructor appears here once; rules and passes refer to the op-family sets below.
+OPS: dict[str, OpInfo] = {o.name: o for o in [
+    OpInfo("var", 0, ("name",), "Var"),
+    OpInfo("matmul", 2, (), "MatMul"),
+    *(OpInfo(n, 1, (), n.capitalize()) for n in ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")),
+    *(OpInfo(n, 2, (), n.capitalize()) for n in ("add", "sub", "mul", "div")),
+    OpInfo("sum", 1, ("dim",), "Sum"),
+    OpInfo("scale", 1, ("const",), "Scale"),
+    OpInfo("shift", 1, ("const",), "Shift"),
+    OpInfo("bcast", 1, ("dim",), "Bcast"),
+    OpInfo("part", 1, ("dim", "pdim"), "Part"),
+    OpInfo("comb", 1, ("dim", "pdim"), "Comb"),
+    OpInfo("red", 1, ("pdim",), "Red"),
+    OpInfo("repl", 1, ("pdim",), "Repl"),
+]}
+_BY_EGG = {o.egg: o for o in OPS.values()}
+
+UNARY = ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")  # element-wise, no attributes
+CONST_UNARY = ("scale", "shift")  # element-wise with a constant
+LINEAR_UNARY = ("neg", "scale")  # f(a + b) = f(a) + f(b): commute with red and sum
+BINARY = ("add", "sub", "mul", "div")  # element-wise, same rank; broadcasting only through bcast
+COMMUTATIVE = ("add", "mul")  # operands sorted in Python instead of a commutativity blow-up in the e-graph
+PARALLEL = ("part", "comb", "red", "repl")
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One node: op name, tensor operands, attributes (dims, parallel dims, constants, input name).
+
+    Equality and hash are structural; the hash and the egglog text are computed once, since terms are
+    shared DAGs that the checker hashes and prints many times.
+    """
+
+    op: str
+    args: tuple[Term, ...] = ()
+    attrs: tuple[Attr, ...] = ()
+    _hash: int = field(init=False, repr=False, compare=False)
+    _text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        info = OPS.get(self.op)
+        if info is None:
+            raise VerificationError(f"unknown op {self.op!r}")
+        if len(self.args) != info.arity or len(self.attrs) != len(info.attrs):
+            raise VerificationError(f"{self.op} takes {info.arity} operands and attributes {info.attrs}")
+        for a in self.args:
+            if not isinstance(a, Term):
+                raise VerificationError(f"{self.op}: operand {a!r} is not a Term")
+        for kind, a in zip(info.attrs, self.attrs):
+            _check_attr(self.op, kind, a)
+        object.__setattr__(self, "_text", _egg_text(self))
+        object.__setattr__(self, "_hash", hash(self._text))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Term) and self._hash == other._hash and self._text == other._text)
+
+    def __lt__(self, other: Term) -> bool:
+        return self._text < other._text
+
+    @property
+    def text(self) -> str:
+        """Canonical egglog text; a tensor variable of a rule pattern prints as a bare identifier."""
+        return self._text
+
+    def __str__(self) -> str:
+        if self.op == "var":
+            return str(self.attrs[0]).lstrip("?")
+        parts = [str(a) for a in self.args] + [_attr_str(a) for a in self.attrs]
+        return f"{'sum' if self.op == 'sum' else self.op}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return f"Term<{self}>"
+
+
+def _check_attr(op: str, kind: str, a: Attr) -> None:
+    if isinstance(a, Sym):
+        if a.kind != kind:
+            raise VerificationError(f"{op}: pattern variable {a.name} is a {a.kind}, expected a {kind}")
+        return
+    ok = {
+        "dim": isinstance(a, int) and not isinstance(a, bool) and a >= 0,
+        "pdim": isinstance(a, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a) is not None,
+        "const": isinstance(a, float) and math.isfinite(a),
+        "name": isinstance(a, str) and re.fullmatch(r"\??[A-Za-z_][A-Za-z0-9_]*", a) is not None,
+    }[kind]
+    if not ok:
+        raise VerificationError(f"{op}: bad {kind} attribute {a!r}")
+
+
+def _attr_str(a: Attr) -> str:
+    return repr(a) if isinstance(a, float) else str(a)
+
+
+def _attr_egg(kind: str, a: Attr) -> str:
+    if isinstance(a, Sym):
+        return a.name
+    if kind in ("pdim", "name"):
+        return f'"{a}"'
+    return repr(a)  # ints; floats print with '.' or 'e', which egglog reads as f64
+
+
+def _egg_text(t: Term) -> str:
+    info = OPS[t.op]
+    if t.op == "var" and isinstance(t.attrs[0], str) and t.attrs[0].startswith("?"):
+        return t.attrs[0][1:]  # a pattern variable (see Var)
+    parts = [info.egg] + [a._text for a in t.args] + [_attr_egg(k, a) for k, a in zip(info.attrs, t.attrs)]
+    return "(" + " ".join(parts) + ")"
+
+
+# ---------------------------------------------------------------- constructors (the term language)
+
+def make(op: str, *args: Term, attrs: tuple[Attr, ...] = ()) -> Term:
+    """Build any term by op name; commutative operands are put in canonical (sorted) order."""
+    if op in COMMUTATIVE and args[1] < args[0]:
+        args = (args[1], args[0])
+    kinds = OPS[op].attrs if op in OPS else ()
+    attrs = tuple(float(a) if k == "const" and isinstance(a, int) and not isinstance(a, bool) else a
+                  for k, a in zip(kinds, attrs)) if len(kinds) == len(attrs) else attrs
+    return Term(op, tuple(args), attrs)
+
+
+def Var(name: str) -> Term:  # noqa: N802 - reads as the math
+    """An input tensor. In a rule pattern, Var("?t") is the pattern variable t."""
+    return Term("var", (), (name,))
+
+
+def matmul(a: Term, b: Term) -> Term:
+    """Batched matmul: contracts a's data dim 0 with b's data dim 1; dims >= 2 are batch dims."""
+    return make("matmul", a, b)
+
+
+def _unary(op: str):
+    def f(a: Term) -> Term:
+        return make(op, a)
+    f.__name__ = op
+    f.__doc__ = f"Element-wise {op}."
+    return f
+
+
+exp, silu, gelu, relu, sqrt, square, neg = (_unary(n) for n in UNARY)
+
+
+def add(a: Term, b: Term) -> Term:
+    """Element-wise a + b (operands sorted)."""
+    return make("add", a, b)
+
+
+def sub(a: Term, b: Term) -> Term:
+    """Element-wise a - b."""
+    return make("sub", a, b)
+
+
+def mul(a: Term, b: Term) -> Term:
+    """Element-wise a * b (operands sorted)."""
+    return make("mul", a, b)
+
+
+def div(a: Term, b: Term) -> Term:
+    """Element-wise a / b."""
+    return make("div", a, b)
+
+
+def sum_(a: Term, d: int | Sym) -> Term:
+    """Sum over data dim d (counted from the last axis), keeping it with extent 1."""
+    return make("sum", a, attrs=(d,))
+
+
+def scale(a: Term, c: float | Sym) -> Term:
+    """a * c for a constant c."""
+    return make("scale", a, attrs=(float(c) if not isinstance(c, Sym) else c,))
+
+
+def shift(a: Term, c: float | Sym) -> Term:
+    """a + c for a constant c."""
+    return make("shift", a, attrs=(float(c) if not isinstance(c, Sym) else c,))
+
+
+def bcast(a: Term, d: int | Sym) -> Term:
+    """a has extent 1 along d; stretch it along d to whatever extent the other operand has."""
+    return make("bcast", a, attrs=(d,))
+
+
+def part(a: Term, d: int | Sym, p: str | Sym) -> Term:
+    """Split data dim d into equal chunks; chunk k goes to member k of the new family axis p."""
+    return make("part", a, attrs=(d, p))
+
+
+def comb(a: Term, d: int | Sym, p: str | Sym) -> Term:
+    """Concatenate the p-family along data dim d (inverse of part)."""
+    return make("comb", a, attrs=(d, p))
+
+
+def red(a: Term, p: str | Sym) -> Term:
+    """Element-wise sum of the p-family."""
+    return make("red", a, attrs=(p,))
+
+
+def repl(a: Term, p: str | Sym) -> Term:
+    """A p-family of identical copies of a."""
+    return make("repl", a, attrs=(p,))
+
+
+# ---------------------------------------------------------------- utilities
+
+def subterms(t: Term) -> Iterator[Term]:
+    """Every distinct node of t, operands before users."""
+    seen: set[Term] = set()
+    stack: list[tuple[Term, bool]] = [(t, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            yield node
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        stack.extend((a, False) for a in reversed(node.args))
+
+
+def pdims_of(t: Term) -> set[str]:
+    """All parallel dims named anywhere in t (the depth the axioms must be instantiated to)."""
+    out: set[str] = set()
+    for n in subterms(t):
+        for kind, a in zip(OPS[n.op].attrs, n.attrs):
+            if kind == "pdim" and isinstance(a, str):
+                out.add(a)
+    return out
+
+
+_TOKEN = re.compile(r'\s*(?:(\()|(\))|("[^"]*")|([^\s()"]+))')
+
+
+def parse(text: str) -> Term:
+    """Read a ground term back from its egglog text (expressions travel to worker processes as text)."""
+    tokens = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise VerificationError(f"cannot parse term at {text[pos:pos + 20]!r}")
+        tokens.append(m.group(0).strip())
+        pos = m.end()
+    tokens = [t for t in tokens if t]
+
+    def go(i: int) -> tuple[Term, int]:
+        if tokens[i] != "(":
+            raise VerificationError(f"expected '(' at token {i}: {tokens[i]!r}")
+        info = _BY_EGG.get(tokens[i + 1])
+        if info is None:
+            raise VerificationError(f"unknown constructor {tokens[i + 1]!r}")
+        i += 2
+        args = []
+        for _ in range(info.arity):
+            a, i = go(i)
+            args.append(a)
+        attrs: list[Attr] = []
+        for kind in info.attrs:
+            tok = tokens[i]
+            i += 1
+            attrs.append(tok[1:-1] if kind in ("pdim", "name") else int(tok) if kind == "dim" else float(tok))
+        if tokens[i] != ")":
+            raise VerificationError(f"expected ')' at token {i}: {tokens[i]!r}")
+        return make(info.name, *args, attrs=tuple(attrs)), i + 1
+
+    term, end = go(0)
+    if end != len(tokens):
+        raise VerificationError("trailing text after term")
+    return term

@@ -1,0 +1,90 @@
+"""RMSNorm, RMSNorm-MLP and SwiGLU: X [n,d] times one or two [d,d] weights, one shared fused pattern.
+
+All three are `combine(norm(X) @ W1, norm(X) @ W2, ...)`, so one builder makes each kernel graph and
+one makes each fused kernel: a grid over the weights' columns and a loop over d that accumulates every
+X @ W tile (and, with the norm, sum(X²)), then an epilogue after the loop. The fused kernel divides by
+the norm after the matmul, which is what lets rms_norm fuse at all: rms_norm(X) @ W = (X @ W) / r.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from prism.ir import BlockGraph, KernelGraph, Tensor
+from prism.ir.graph import GraphBuilder
+from prism.workloads.base import EPS, Config, Workload, default_tile, rms_norm
+
+__all__ = ["RMSNORM", "RMSNORM_MLP", "SWIGLU"]
+
+Combine = Callable[[GraphBuilder, Sequence[Tensor]], Tensor]
+"""Joins the projections into the output; written over graph op methods, so kernel and block graphs share it."""
+
+
+def _declare(g: KernelGraph, cfg: Config, dtype: str, weights: Sequence[str]) -> tuple[Tensor, list[Tensor]]:
+    n, d = cfg["n"], cfg["d"]
+    return g.input((n, d), dtype, "X"), [g.input((d, d), dtype, w) for w in weights]
+
+
+def _graph(cfg: Config, dtype: str, *, weights: Sequence[str], norm: bool, combine: Combine) -> KernelGraph:
+    g = KernelGraph()
+    x, ws = _declare(g, cfg, dtype, weights)
+    h = g.rms_norm(x, EPS) if norm else x
+    g.output(combine(g, [g.matmul(h, w) for w in ws]))
+    return g
+
+
+def _fused(cfg: Config, dtype: str, *, weights: Sequence[str], norm: bool, combine: Combine,
+           grid: int | None = None, loop: int | None = None) -> KernelGraph:
+    """One kernel: block x owns a column tile of every weight; iteration i a row tile (X: column tile)."""
+    d = cfg["d"]
+    g = KernelGraph()
+    x, ws = _declare(g, cfg, dtype, weights)
+    b = BlockGraph(grid=(d // default_tile(d) if grid is None else grid,),
+                   loop=d // default_tile(d) if loop is None else loop)
+    bx = b.input(x, imap={}, fmap=1)                                  # X tile [n, d/loop]
+    bws = [b.input(w, imap={"x": 1}, fmap=0) for w in ws]             # W tile [d/loop, d/grid]
+    outs = [b.accum(b.matmul(bx, bw)) for bw in bws]                  # X @ W tile [n, d/grid]
+    if norm:
+        ss = b.accum(b.sum(b.square(bx), 1))                          # sum(X²) [n, 1]
+        r = b.sqrt(b.add_scalar(b.mul_scalar(ss, 1 / d), EPS))        # sqrt(mean(X²) + eps)
+        outs = [b.div(o, r) for o in outs]
+    b.output(combine(b, outs), omap={"x": 1})
+    (o,) = g.custom(b, [x, *ws])
+    g.output(o)
+    return g
+
+
+def _scales(cfg: Config, weights: Sequence[str]) -> dict[str, float]:
+    """X is O(1); weights are 1/sqrt(d) so every X @ W entry stays O(1)."""
+    return {"X": 1.0, **{w: cfg["d"] ** -0.5 for w in weights}}
+
+
+def _workload(name: str, program: str, configs: Sequence[Config], weights: Sequence[str], norm: bool,
+              combine: Combine, reference: Callable[..., torch.Tensor]) -> Workload:
+    family = dict(weights=tuple(weights), norm=norm, combine=combine)
+    return Workload(
+        name=name, program=program, dims=("n", "d"), real_configs=tuple(configs),
+        fused_params=("grid", "loop"),
+        graph_fn=partial(_graph, **family), reference_fn=reference,
+        scales_fn=partial(_scales, weights=weights), fused_fn=partial(_fused, **family))
+
+
+RMSNORM = _workload(
+    "rmsnorm", "O = rms_norm(X) @ W", [{"n": 8, "d": 4096}, {"n": 8, "d": 1024}],
+    weights=["W"], norm=True, combine=lambda g, p: p[0],
+    reference=lambda x, w: rms_norm(x) @ w)
+
+RMSNORM_MLP = _workload(
+    "rmsnorm_mlp", "O = (rms_norm(X) @ Wup) * (rms_norm(X) @ Wgate)",
+    [{"n": 8, "d": 1024}, {"n": 16, "d": 1024}],
+    weights=["Wup", "Wgate"], norm=True, combine=lambda g, p: g.mul(p[0], p[1]),
+    reference=lambda x, wup, wgate: (rms_norm(x) @ wup) * (rms_norm(x) @ wgate))
+
+SWIGLU = _workload(
+    "swiglu", "O = silu(X @ Wgate) * (X @ Wup)", [{"n": 8, "d": 1024}, {"n": 8, "d": 4096}],
+    weights=["Wgate", "Wup"], norm=False, combine=lambda g, p: g.mul(g.silu(p[0]), p[1]),
+    reference=lambda x, wgate, wup: F.silu(x @ wgate) * (x @ wup))
