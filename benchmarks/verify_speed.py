@@ -1,6 +1,10 @@
 """Time e-graph checks on workload-sized expressions: median and worst ms per check, equal and not.
 
 Run: python benchmarks/verify_speed.py [--n 200]
+
+A single check pays fixed costs (egglog push/pop, inserting the terms, one pass over every rule per
+iteration) that dominate at these sizes; check_all shares them across candidates of one reference, so
+the batched line is what verifying many candidates of a search costs per candidate.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from prism.verify.egraph import check
+from prism.verify.egraph import check, check_all
 from prism.verify.expr import Term, Var, bcast, comb, div, exp, matmul, mul, part, red, repl, scale, silu, sqrt, square, sum_
 
 
@@ -42,13 +46,42 @@ def attention() -> tuple[Term, Term]:
 
 
 def time_pair(name: str, lhs: Term, rhs: Term, n: int) -> None:
-    times, res = [], None
+    """Wall and CPU time per check (CPU time is what a busy shared machine distorts least)."""
+    wall, cpu, res = [], [], None
+    for _ in range(n):
+        t, c = time.perf_counter(), time.process_time()
+        res = check(lhs, rhs)
+        wall.append((time.perf_counter() - t) * 1e3)
+        cpu.append((time.process_time() - c) * 1e3)
+    print(f"{name:34s} equal={res.equal!s:5s} wall median {statistics.median(wall):6.2f} ms"
+          f" (min {min(wall):6.2f}, max {max(wall):6.2f})  cpu median {statistics.median(cpu):6.2f} ms"
+          f"  iters {res.stats['iterations']:3d}  nodes {res.stats['nodes']:5d}  {res.reason}")
+
+
+def variants(cand: Term) -> list[Term]:
+    """Wrong candidates near a right one: each comb dim and each div swapped, as a search produces."""
+    out = []
+    for dim in (0, 1, 2):
+        if dim != cand.attrs[0]:
+            out.append(Term(cand.op, cand.args, (dim,) + cand.attrs[1:]))
+    body = cand.args[0]
+    if body.op == "div":
+        out.append(Term(cand.op, (Term("div", body.args[::-1]),), cand.attrs))
+    return out
+
+
+def time_batch(name: str, cand: Term, ref: Term, n: int, size: int = 16) -> None:
+    """Per-candidate time when `size` candidates (a quarter right) are checked against one reference."""
+    wrong = variants(cand)
+    cands = [cand if i % 4 == 0 else wrong[i % len(wrong)] for i in range(size)]
+    per = []
     for _ in range(n):
         t = time.perf_counter()
-        res = check(lhs, rhs)
-        times.append((time.perf_counter() - t) * 1e3)
-    print(f"{name:28s} equal={res.equal!s:5s} median {statistics.median(times):6.2f} ms  max {max(times):6.2f} ms"
-          f"  iters {res.stats['iterations']:3d}  nodes {res.stats['nodes']:5d}  ({res.reason})")
+        res = check_all(ref, cands)
+        per.append((time.perf_counter() - t) * 1e3 / size)
+    assert [r.equal for r in res] == [i % 4 == 0 for i in range(size)]
+    print(f"{name + f' (batch of {size})':34s} per candidate: wall median {statistics.median(per):6.2f} ms"
+          f" (min {min(per):6.2f})")
 
 
 def main() -> None:
@@ -57,8 +90,8 @@ def main() -> None:
     n = ap.parse_args().n
     for name, (cand, ref) in [("rmsnorm", rmsnorm()), ("swiglu", swiglu()), ("attention", attention())]:
         time_pair(name, cand, ref, n)
-        wrong = Term(cand.op, cand.args, (cand.attrs[0] ^ 1,) + cand.attrs[1:]) if cand.op == "comb" else cand
-        time_pair(name + " (wrong comb dim)", wrong, ref, max(1, n // 4))
+        time_pair(name + " (wrong comb dim)", variants(cand)[0], ref, max(1, n // 4))
+        time_batch(name, cand, ref, max(1, n // 10))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,10 @@
-"""Hypothesis strategies that build random valid Prism graphs: kernel graphs, block graphs, custom ops.
+"""Hypothesis strategies that build random valid Prism graphs: kernel graphs, block graphs, custom ops."""
 
-Every graph is built through the public builders, so whatever they draw is a graph the IR accepts;
-the strategies only steer toward calls that will succeed (operands whose shapes fit, maps whose
-splits divide). Ops come from the registry by kind, so a new op of a known kind is drawn with no
-change here, and an op of a new kind fails loudly until a case is added to `_OPERANDS`.
-
-    from tests.strategies import kernel_graphs, block_graphs
-    @given(kernel_graphs(max_customs=2))
-    def test_something(g): ...
-"""
+# Every graph is built through the public builders, so whatever is drawn is a graph the IR accepts;
+# the strategies only steer toward calls that succeed (operands whose shapes fit, maps whose splits
+# divide). Ops come from the registry by kind: a new op of a known kind is drawn with no change here,
+# and an op of a new kind fails loudly until a case is added to `_OPERANDS`. Use with
+# `python -m pytest` (the repository root must be importable): `from tests.strategies import graphs`.
 
 from __future__ import annotations
 

@@ -14,13 +14,13 @@ import math
 from typing import Any, Mapping, Sequence
 
 from prism.errors import GraphError, MappingError
-from prism.ir.graph import GraphBuilder, Node, Ref, Tensor
+from prism.ir.graph import GraphBuilder, Node, Ref, Tensor, check_shape
 from prism.ir.ops import OPS, TType, check_dtype
 
 __all__ = ["GRID_DIMS", "BlockGraph"]
 
 GRID_DIMS = ("x", "y", "z")
-LOOP, POST = "loop", "post"
+LOOP, POST, SAVED = "loop", "post", "saved"
 
 
 class BlockGraph(GraphBuilder):
@@ -59,7 +59,7 @@ class BlockGraph(GraphBuilder):
         full = tensor.type if isinstance(tensor, Tensor) else tensor
         if not isinstance(full, TType):
             raise GraphError(f"input: expected a kernel-graph Tensor, got {type(tensor).__name__}")
-        check_dtype(full.dtype, "input")
+        full = TType(check_shape(full.shape, "input"), check_dtype(full.dtype, "input"))
         where = f"input {len(self.input_types)} ({full})"
         imap = self._check_map(imap, len(full.shape), where, "imap")
         if fmap is not None:
@@ -103,7 +103,7 @@ class BlockGraph(GraphBuilder):
         node = Node("saver", (t.ref,), {"index": len(self.savers), "omap": omap}, (TType(full, t.dtype),))
         out = self._append(node)[0]
         self.savers.append(out.node)
-        self._phase[out.ref] = POST
+        self._phase[out.ref] = SAVED
         return out
 
     # -- checks --------------------------------------------------------------------------------
@@ -132,6 +132,12 @@ class BlockGraph(GraphBuilder):
         if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
             raise MappingError(f"{where}: data dim {d!r} does not exist in a tensor of rank {rank}")
         return d % rank
+
+    def _own(self, t: Any, where: str) -> Tensor:
+        t = super()._own(t, where)
+        if self._phase[t.ref] == SAVED:
+            raise GraphError(f"{where}: {t.name} is a saved output (a full tensor in global memory), not a tile")
+        return t
 
     def _check_operands(self, name: str, tensors: Sequence[Tensor]) -> None:
         phases = {self._phase[t.ref] for t in tensors}
@@ -203,32 +209,3 @@ class BlockGraph(GraphBuilder):
 
 def _positive_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-# ---- JSON and hashing: thin delegates to prism.ir.serialize (attached here, after the class) ----
-
-
-def _block_to_json(self: BlockGraph) -> dict[str, Any]:
-    """This block graph as plain JSON types; `BlockGraph.from_json` rebuilds it."""
-    from prism.ir import serialize
-
-    return serialize.to_json(self)
-
-
-def _block_from_json(cls: type[BlockGraph], data: Any) -> BlockGraph:
-    """Rebuild a block graph from `to_json`'s output, replaying every builder check."""
-    from prism.ir import serialize
-
-    return serialize.from_json(data, expect=BlockGraph)  # type: ignore[return-value]
-
-
-def _block_structural_hash(self: BlockGraph, shapes: bool = True) -> str:
-    """Hex sha256 of the structure; `shapes=False` leaves out tile shapes, grid sizes and the loop range."""
-    from prism.ir import serialize
-
-    return serialize.structural_hash(self, shapes=shapes)
-
-
-BlockGraph.to_json = _block_to_json  # type: ignore[attr-defined]
-BlockGraph.from_json = classmethod(_block_from_json)  # type: ignore[attr-defined]
-BlockGraph.structural_hash = _block_structural_hash  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ are generated from the op registry, so the builders never list ops by hand.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -16,7 +17,7 @@ from prism.ir.ops import OPS, OpDef, TType, check_dtype, op
 if TYPE_CHECKING:
     from prism.ir.block import BlockGraph
 
-__all__ = ["Ref", "Node", "Tensor", "GraphBuilder", "KernelGraph"]
+__all__ = ["Ref", "Node", "Tensor", "GraphBuilder", "KernelGraph", "check_shape"]
 
 Ref = tuple[int, int]
 """A tensor inside a graph: (node index, output index)."""
@@ -133,6 +134,27 @@ class GraphBuilder:
         """Nodes in a topological order (the order they were added)."""
         return enumerate(self.nodes)
 
+    # -- JSON and hashing (prism.ir.serialize) -------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """This graph as plain JSON types; `from_json` rebuilds it."""
+        from prism.ir import serialize
+
+        return serialize.to_json(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> GraphBuilder:
+        """Rebuild a graph from `to_json`'s output, replaying (so re-running) every builder check."""
+        from prism.ir import serialize
+
+        return serialize.from_json(data, expect=cls)
+
+    def structural_hash(self, shapes: bool = True) -> str:
+        """Hex sha256 of the structure; input names never count, `shapes=False` ignores all sizes."""
+        from prism.ir import serialize
+
+        return serialize.structural_hash(self, shapes=shapes)
+
     def consumers(self) -> dict[Ref, list[int]]:
         uses: dict[Ref, list[int]] = {}
         for i, node in self.topo():
@@ -176,9 +198,11 @@ class KernelGraph(GraphBuilder):
         name = name if name is not None else f"in{len(self.input_refs)}"
         if not isinstance(name, str) or not name.isidentifier():
             raise GraphError(f"input: name {name!r} must be an identifier")
+        if re.fullmatch(r"t\d+", name):
+            raise GraphError(f"input: name {name!r} is reserved for computed tensors (t<node>)")
         if any(self.nodes[r[0]].attrs["name"] == name for r in self.input_refs):
             raise GraphError(f"input: a tensor named {name!r} already exists")
-        shape = _check_shape(shape, f"input {name}")
+        shape = check_shape(shape, f"input {name}")
         t = TType(shape, check_dtype(dtype, f"input {name}"))
         return self._append(Node("input", (), {"name": name}, (t,)))[0]
 
@@ -240,7 +264,7 @@ class KernelGraph(GraphBuilder):
         return format_graph(self)
 
 
-def _check_shape(shape: Any, where: str) -> tuple[int, ...]:
+def check_shape(shape: Any, where: str) -> tuple[int, ...]:
     try:
         dims = tuple(shape)
     except TypeError:
@@ -248,32 +272,3 @@ def _check_shape(shape: Any, where: str) -> tuple[int, ...]:
     if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
         raise ShapeError(f"{where}: shape must be a non-empty sequence of positive ints, got {shape!r}")
     return dims
-
-
-# ---- JSON and hashing: thin delegates to prism.ir.serialize (attached here, after the class) ----
-
-
-def _kernel_to_json(self: KernelGraph) -> dict[str, Any]:
-    """This graph as plain JSON types; `KernelGraph.from_json` rebuilds it."""
-    from prism.ir import serialize
-
-    return serialize.to_json(self)
-
-
-def _kernel_from_json(cls: type[KernelGraph], data: Any) -> KernelGraph:
-    """Rebuild a kernel graph from `to_json`'s output, replaying every builder check."""
-    from prism.ir import serialize
-
-    return serialize.from_json(data, expect=KernelGraph)  # type: ignore[return-value]
-
-
-def _kernel_structural_hash(self: KernelGraph, shapes: bool = True) -> str:
-    """Hex sha256 of the structure (input names ignored; `shapes=False` also ignores sizes)."""
-    from prism.ir import serialize
-
-    return serialize.structural_hash(self, shapes=shapes)
-
-
-KernelGraph.to_json = _kernel_to_json  # type: ignore[attr-defined]
-KernelGraph.from_json = classmethod(_kernel_from_json)  # type: ignore[attr-defined]
-KernelGraph.structural_hash = _kernel_structural_hash  # type: ignore[attr-defined]

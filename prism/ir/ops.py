@@ -63,6 +63,9 @@ class OpDef:
     ones. `torch_fn(*tensors, **attrs)` is the reference meaning the executor and the tests rely on.
     `term` names the verification-term constructor (prism.verify.expr) the op is encoded with; ops of
     kind "norm" are encoded by expanding them into other terms.
+    `triton` is the op's Triton lowering (prism.codegen): a `str.format` template over operand
+    names `{0}`, `{1}`, the attributes by name, `{last}` (the last axis) and `{n}` (its size), and
+    for matmul `{extra}` (the accumulator and precision arguments the code generator adds).
     """
 
     name: str
@@ -73,6 +76,7 @@ class OpDef:
     term: str
     attrs: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    triton: str = ""
 
     def normalize_attrs(self, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> dict[str, Any]:
         """Check and canonicalise attributes (e.g. a negative `dim` becomes non-negative)."""
@@ -190,27 +194,30 @@ def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 _DEFS = [
-    OpDef("matmul", 2, "matmul", torch.matmul, "batched matmul: a's last dim times b's second-last", "matmul"),
-    OpDef("exp", 1, "unary", torch.exp, "e**x", "exp"),
-    OpDef("silu", 1, "unary", F.silu, "x * sigmoid(x)", "silu"),
-    OpDef("gelu", 1, "unary", F.gelu, "x * Phi(x), the exact (erf) form", "gelu"),
-    OpDef("relu", 1, "unary", torch.relu, "max(x, 0)", "relu"),
-    OpDef("sqrt", 1, "unary", torch.sqrt, "square root", "sqrt"),
-    OpDef("square", 1, "unary", torch.square, "x * x", "square"),
-    OpDef("neg", 1, "unary", torch.neg, "-x", "neg"),
-    OpDef("add", 2, "binary", torch.add, "a + b, broadcasting size-1 dims", "add"),
-    OpDef("sub", 2, "binary", torch.sub, "a - b, broadcasting size-1 dims", "sub"),
-    OpDef("mul", 2, "binary", torch.mul, "a * b, broadcasting size-1 dims", "mul"),
-    OpDef("div", 2, "binary", torch.div, "a / b, broadcasting size-1 dims", "div"),
+    OpDef("matmul", 2, "matmul", torch.matmul, "batched matmul: a's last dim times b's second-last", "matmul",
+          triton="tl.dot({0}, {1}{extra})"),
+    OpDef("exp", 1, "unary", torch.exp, "e**x", "exp", triton="tl.exp({0})"),
+    OpDef("silu", 1, "unary", F.silu, "x * sigmoid(x)", "silu", triton="{0} * tl.sigmoid({0})"),
+    OpDef("gelu", 1, "unary", F.gelu, "x * Phi(x), the exact (erf) form", "gelu",
+          triton="0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))"),
+    OpDef("relu", 1, "unary", torch.relu, "max(x, 0)", "relu", triton="tl.maximum({0}, 0.0)"),
+    OpDef("sqrt", 1, "unary", torch.sqrt, "square root", "sqrt", triton="tl.sqrt({0})"),
+    OpDef("square", 1, "unary", torch.square, "x * x", "square", triton="{0} * {0}"),
+    OpDef("neg", 1, "unary", torch.neg, "-x", "neg", triton="-{0}"),
+    OpDef("add", 2, "binary", torch.add, "a + b, broadcasting size-1 dims", "add", triton="{0} + {1}"),
+    OpDef("sub", 2, "binary", torch.sub, "a - b, broadcasting size-1 dims", "sub", triton="{0} - {1}"),
+    OpDef("mul", 2, "binary", torch.mul, "a * b, broadcasting size-1 dims", "mul", triton="{0} * {1}"),
+    OpDef("div", 2, "binary", torch.div, "a / b, broadcasting size-1 dims", "div", triton="{0} / {1}"),
     OpDef("sum", 1, "reduce", lambda x, dim: x.sum(dim=dim, keepdim=True), "sum over dim, kept as size 1",
           "sum",
-          attrs=("dim",)),
+          attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)"),
     OpDef("rms_norm", 1, "norm", _rms_norm, "x / sqrt(mean(x**2 over the last dim) + eps)", "div",
-          attrs=("eps",), defaults={"eps": 0.0}),
+          attrs=("eps",), defaults={"eps": 0.0},
+          triton="{0} / tl.sqrt(tl.sum({0} * {0}, axis={last}, keep_dims=True) / {n} + {eps})"),
     OpDef("mul_scalar", 1, "scalar", lambda x, value: x * value, "x * value for a constant", "scale",
-          attrs=("value",)),
+          attrs=("value",), triton="{0} * {value}"),
     OpDef("add_scalar", 1, "scalar", lambda x, value: x + value, "x + value for a constant", "shift",
-          attrs=("value",)),
+          attrs=("value",), triton="{0} + {value}"),
 ]
 
 OPS: dict[str, OpDef] = {d.name: d for d in _DEFS}

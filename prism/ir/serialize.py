@@ -1,14 +1,4 @@
-"""JSON round-trip and structural hashing for kernel graphs and block graphs.
-
-A document lists a graph's nodes in the order they were added; each node is
-`{"op", "inputs": [[node, output], ...], "attrs", "outputs": [{"shape", "dtype"}, ...]}` (a block
-loader adds `"source"`, the full type of the tensor it loads; a custom node's `attrs.block` is a
-whole block-graph document). Loading *replays* the builder calls, so every check the builders make
-runs again, and then compares each rebuilt node with the stored one: a file can never smuggle in a
-graph the builders would have refused, and a file that disagrees with itself is reported, not fixed.
-
-Sharing is not kept: a block graph used by two custom nodes is written twice and loads as two copies.
-"""
+"""JSON round-trip and structural hashing for kernel graphs and block graphs."""
 
 from __future__ import annotations
 
@@ -53,7 +43,13 @@ Doc = dict[str, Any]
 
 
 def to_json(graph: KernelGraph | BlockGraph) -> Doc:
-    """The graph as a dict of plain JSON types (see the module docstring for the layout)."""
+    """The graph as a dict of plain JSON types.
+
+    Nodes are listed in the order they were added, each as `{"op", "inputs": [[node, output], ...],
+    "attrs", "outputs": [{"shape", "dtype"}, ...]}`; a block loader adds `"source"` (the full type of
+    the tensor it loads) and a custom node's `attrs.block` is a whole block-graph document. Sharing
+    is not kept: a block graph used by two custom nodes is written twice and loads as two copies.
+    """
     if isinstance(graph, KernelGraph):
         return {"format": KERNEL_FORMAT, "version": VERSION,
                 "nodes": [_node_json(graph, i) for i in range(len(graph.nodes))],
@@ -117,7 +113,10 @@ def _refuse_constant(name: str) -> None:
 def from_json(data: Any, expect: type[GraphBuilder] | None = None) -> KernelGraph | BlockGraph:
     """Rebuild a graph from `to_json`'s output; `expect` (KernelGraph or BlockGraph) pins the kind.
 
-    Raises SerializationError naming the node (and field) at fault.
+    Loading replays the builder calls, so every check the builders make runs again, then compares
+    each rebuilt node with the stored one: a file cannot smuggle in a graph the builders would refuse,
+    and a file that disagrees with itself is reported, not silently fixed. Anything wrong raises
+    SerializationError naming the node (and field) at fault.
     """
     try:
         _check_plain(data, "document")

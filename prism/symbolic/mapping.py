@@ -201,20 +201,31 @@ def enumerate_mappings(problem: MappingProblem, max_grid: int = 3) -> Iterator[M
 
 
 def brute_force(problem: MappingProblem, max_grid: int = 3) -> set[Mapping]:
-    """All raw m assignments for k = 1..max_grid, filtered by the constraints, made canonical."""
+    """All raw m assignments for k = 1..max_grid that satisfy the constraints, made canonical.
+
+    Tensor by tensor over the raw imap/fmap/omap rows, dropping a partial assignment as soon as
+    `canonical` would (the same constraints, checked early so the tests stay fast).
+    """
     out: set[Mapping] = set()
+    n_in = len(problem.loaders)
     for k in range(1, max_grid + 1):
-        def maps(rank: int) -> list[tuple[int | None, ...]]:
-            rows = [None, *range(rank)]
-            return [r for r in itertools.product(rows, repeat=k)
+        def rows(rank: int) -> list[tuple[int | None, ...]]:
+            return [r for r in itertools.product([None, *range(rank)], repeat=k)
                     if len([d for d in r if d is not None]) == len({d for d in r if d is not None})]
-        imaps = [maps(len(d)) for d in problem.loaders]
-        fmaps = [[None, *range(len(d))] for d in problem.loaders]
-        omaps = [maps(len(d)) for d in problem.outputs]
-        for im in itertools.product(*imaps):
-            for fm in itertools.product(*fmaps):
-                for om in itertools.product(*omaps):
-                    m = problem.canonical(RawMapping(k, im, fm, om))
-                    if m is not None:
-                        out.add(m)
+
+        def rec(t: int, im: tuple, fm: tuple, om: tuple) -> None:
+            loaders = problem.loaders[:min(t, n_in)]
+            partial = MappingProblem(loaders, problem.outputs[:max(0, t - n_in)], problem.uf)
+            if t and partial.canonical(RawMapping(k, im, fm, om)) is None:
+                return
+            if t == n_in + len(problem.outputs):
+                out.add(problem.canonical(RawMapping(k, im, fm, om)))  # type: ignore[arg-type]
+            elif t < n_in:
+                for r in rows(len(problem.loaders[t])):
+                    for f in [None, *range(len(problem.loaders[t]))]:
+                        rec(t + 1, im + (r,), fm + (f,), om)
+            else:
+                for r in rows(len(problem.outputs[t - n_in])):
+                    rec(t + 1, im, fm, om + (r,))
+        rec(0, (), (), ())
     return out

@@ -4,11 +4,13 @@ Rule sets are functions that yield rules, one rule per line, the line being the 
 variables are the tensors a, b, c, t, v, the data dims d, e, the parallel dims p, q and the constant k.
 Families of rules come from the op-family sets of `prism.verify.expr` (UNARY, BINARY, ...).
 
-Direction. `->` rules are loaded into the e-graph left to right, `=` rules both ways. The normal form the
-rules drive towards is: part and repl move outwards (towards the root) past compute ops; comb and red stay
-at the root where they cancel with part (`comb(part(t,d,p),d,p) = t`, split-K, partial sums). Both sides
-of a check are seeded, and the §6 "inverse" rules (`matmul(part(a,1,p), repl(b,p)) -> part(matmul(a,b),1,p)`)
-replace the paper's variable-introducing directions.
+Direction. `->` rules are loaded into the e-graph left to right, `=` rules both ways (fewer directions
+mean fewer egglog rules, and egglog's cost per iteration grows with them). The forms the rules drive
+towards: part, repl, comb move outwards (towards the root) past compute ops, where comb cancels part
+(`comb(part(t,d,p),d,p) = t`); red moves inwards onto the split-K and partial-sum patterns where it
+cancels; constant factors, signs and broadcasts move outwards past contractions and sums. Both sides of
+a check are seeded. The §6 "inverse" rules (`matmul(part(a,1,p), repl(b,p)) -> part(matmul(a,b),1,p)`)
+replace the directions of the paper's axioms that would invent variables.
 
 Soundness. Broadcasting is explicit (`bcast`), so every rule about a broadcast operand names it and can
 only fire on one. `red(repl(t,p),p)` is (size of p) * t and no rule touches it. Rules marked `derived`
@@ -46,6 +48,13 @@ class Rule:
     when: tuple[Cond, ...] = ()
     both: bool = False
     derived: bool = False
+    op: str | None = None  # the element-wise op this instance of a family rule is about
+
+    def family_key(self) -> str:
+        """The egglog text with the op name made a variable: equal for all instances of one family rule."""
+        if self.op is None:
+            return ""
+        return self.egglog().replace(f'"{self.op}"', "fam")
 
     def __str__(self) -> str:
         cond = "".join(f", {x} {op} {y}" for op, x, y in self.when)
@@ -72,14 +81,14 @@ def ge(x: Attr, y: Attr) -> Cond:
     return (">=", x, y)
 
 
-def R(name: str, lhs: Term, rhs: Term, *when: Cond) -> Rule:  # noqa: N802
-    """A rule loaded left to right."""
-    return Rule(name, lhs, rhs, tuple(when))
+def R(name: str, lhs: Term, rhs: Term, *when: Cond, of: str | None = None) -> Rule:  # noqa: N802
+    """A rule loaded left to right (`of`: the family op it is an instance for)."""
+    return Rule(name, lhs, rhs, tuple(when), op=of)
 
 
-def E(name: str, lhs: Term, rhs: Term, *when: Cond) -> Rule:  # noqa: N802
+def E(name: str, lhs: Term, rhs: Term, *when: Cond, of: str | None = None) -> Rule:  # noqa: N802
     """An equation loaded both ways."""
-    return Rule(name, lhs, rhs, tuple(when), both=True)
+    return Rule(name, lhs, rhs, tuple(when), both=True, op=of)
 
 
 def D(name: str, lhs: Term, rhs: Term, *when: Cond) -> Rule:  # noqa: N802
@@ -110,16 +119,18 @@ def algebra() -> Iterator[Rule]:
     yield R("add-comm", raw("add", a, b), raw("add", b, a))
     yield R("mul-comm", raw("mul", a, b), raw("mul", b, a))
     yield E("matmul-assoc", matmul(a, matmul(b, c)), matmul(matmul(a, b), c))
-    for f in ("add", "sub"):  # not factored back: A@C + B@C is well formed for A, B of different widths
-        yield R(f"matmul-{f}-left", matmul(op(f, a, b), c), op(f, matmul(a, c), matmul(b, c)))  # if C's rows are broadcast
+    # Distributivity is not loaded right to left: A@C + B@C is well formed for A, B of different widths
+    # when C's rows are broadcast, and A + B is not.
+    for f in ("add", "sub"):
+        yield R(f"matmul-{f}-left", matmul(op(f, a, b), c), op(f, matmul(a, c), matmul(b, c)))
         yield R(f"matmul-{f}-right", matmul(a, op(f, b, c)), op(f, matmul(a, b), matmul(a, c)))
     for f in ("mul", "div"):  # a per-row scale commutes with the contraction, so does a per-column one
-        yield E(f"matmul-{f}-rows", matmul(op(f, a, bcast(v, 0)), b), op(f, matmul(a, b), bcast(v, 0)))
-        yield E(f"matmul-{f}-cols", matmul(a, op(f, b, bcast(v, 1))), op(f, matmul(a, b), bcast(v, 1)))
-    for f in LINEAR_UNARY:
-        yield E(f"matmul-{f}-left", matmul(op(f, a), b), op(f, matmul(a, b)))
-        yield E(f"matmul-{f}-right", matmul(a, op(f, b)), op(f, matmul(a, b)))
-        yield E(f"sum-{f}", sum_(op(f, t), d), op(f, sum_(t, d)))
+        yield R(f"matmul-{f}-rows", matmul(op(f, a, bcast(v, 0)), b), op(f, matmul(a, b), bcast(v, 0)))
+        yield R(f"matmul-{f}-cols", matmul(a, op(f, b, bcast(v, 1))), op(f, matmul(a, b), bcast(v, 1)))
+    for f in LINEAR_UNARY:  # constant factors and signs move out of contractions and sums
+        yield R(f"matmul-{f}-left", matmul(op(f, a), b), op(f, matmul(a, b)))
+        yield R(f"matmul-{f}-right", matmul(a, op(f, b)), op(f, matmul(a, b)))
+        yield R(f"sum-{f}", sum_(op(f, t), d), op(f, sum_(t, d)))
     yield R("sum-sum", sum_(sum_(t, d), d), sum_(t, d))  # summing an extent-1 dim changes nothing
     yield R("sum-sum-comm", sum_(sum_(t, d), e), sum_(sum_(t, e), d), ne(d, e))
 
@@ -131,7 +142,7 @@ def commute() -> Iterator[Rule]:
     yield E("red-part", red(part(t, d, q), p), part(red(t, p), d, q), ne(p, q))
     yield E("comb-red", comb(red(t, p), d, q), red(comb(t, d, q), p), ne(p, q))
     yield E("red-repl", red(repl(t, q), p), repl(red(t, p), q), ne(p, q))
-    yield E("comb-part", comb(part(t, e, q), d, p), part(comb(t, d, p), e, q), ne(d, e), ne(p, q))
+    yield R("comb-part", comb(part(t, e, q), d, p), part(comb(t, d, p), e, q), ne(d, e), ne(p, q))
     yield R("part-part", part(part(t, d, p), e, q), part(part(t, e, q), d, p), ne(d, e), ne(p, q))
     yield R("comb-comb", comb(comb(t, d, p), e, q), comb(comb(t, e, q), d, p), ne(d, e), ne(p, q))
     yield R("repl-repl", repl(repl(t, p), q), repl(repl(t, q), p), ne(p, q))
@@ -147,8 +158,8 @@ def parallel_matmul() -> Iterator[Rule]:
     yield R("matmul-cols", matmul(repl(a, p), part(b, 0, p)), part(matmul(a, b), 0, p))
     yield R("matmul-batch", matmul(part(a, d, p), part(b, d, p)), part(matmul(a, b), d, p), ge(d, 2))
     yield R("matmul-repl", matmul(repl(a, p), repl(b, p)), repl(matmul(a, b), p))
-    yield E("red-matmul-left", red(matmul(a, repl(b, p)), p), matmul(red(a, p), b))
-    yield E("red-matmul-right", red(matmul(repl(a, p), b), p), matmul(a, red(b, p)))
+    yield R("red-matmul-left", red(matmul(a, repl(b, p)), p), matmul(red(a, p), b))
+    yield R("red-matmul-right", red(matmul(repl(a, p), b), p), matmul(a, red(b, p)))
     # the paper's forms, each one inverse rule followed by comb-part-cancel
     yield D("paper-matmul-rows", comb(matmul(part(a, 1, p), repl(b, p)), 1, p), matmul(a, b))
     yield D("paper-matmul-cols", comb(matmul(repl(a, p), part(b, 0, p)), 0, p), matmul(a, b))
@@ -158,9 +169,9 @@ def parallel_matmul() -> Iterator[Rule]:
 def parallel_sum() -> Iterator[Rule]:
     """Sums over data dims against parallel ops; the compound forms follow (see sum_forms)."""
     yield R("sum-part", sum_(part(t, d, p), e), part(sum_(t, e), d, p), ne(d, e))
-    yield E("sum-comb", sum_(comb(t, d, p), e), comb(sum_(t, e), d, p), ne(d, e))
+    yield R("sum-comb", sum_(comb(t, d, p), e), comb(sum_(t, e), d, p), ne(d, e))
     yield R("sum-repl", sum_(repl(t, p), d), repl(sum_(t, d), p))
-    yield E("sum-red", sum_(red(t, p), d), red(sum_(t, d), p))
+    yield R("sum-red", sum_(red(t, p), d), red(sum_(t, d), p))
     yield R("red-sum-part", red(sum_(part(t, d, p), d), p), sum_(t, d))  # partial sums of the chunks
     yield R("sum-comb-same", sum_(comb(t, d, p), d), red(sum_(t, d), p))  # a sum over a concatenation
 
@@ -168,32 +179,32 @@ def parallel_sum() -> Iterator[Rule]:
 def elementwise() -> Iterator[Rule]:
     """Element-wise ops commute with part, repl and comb; linear ones also with red."""
     for f in UNARY + CONST_UNARY:
-        yield R(f"{f}-part", op(f, part(t, d, p)), part(op(f, t), d, p))
-        yield R(f"{f}-repl", op(f, repl(t, p)), repl(op(f, t), p))
-        yield E(f"{f}-comb", comb(op(f, t), d, p), op(f, comb(t, d, p)))
-        yield E(f"{f}-bcast", op(f, bcast(t, d)), bcast(op(f, t), d))
+        yield R(f"{f}-part", op(f, part(t, d, p)), part(op(f, t), d, p), of=f)
+        yield R(f"{f}-repl", op(f, repl(t, p)), repl(op(f, t), p), of=f)
+        yield R(f"{f}-comb", op(f, comb(t, d, p)), comb(op(f, t), d, p), of=f)
+        yield R(f"{f}-bcast", op(f, bcast(t, d)), bcast(op(f, t), d), of=f)
     for f in LINEAR_UNARY:
-        yield E(f"{f}-red", red(op(f, t), p), op(f, red(t, p)))
+        yield R(f"{f}-red", red(op(f, t), p), op(f, red(t, p)), of=f)
     for f in BINARY:
-        yield R(f"{f}-part", op(f, part(a, d, p), part(b, d, p)), part(op(f, a, b), d, p))
-        yield R(f"{f}-repl", op(f, repl(a, p), repl(b, p)), repl(op(f, a, b), p))
+        yield R(f"{f}-part", op(f, part(a, d, p), part(b, d, p)), part(op(f, a, b), d, p), of=f)
+        yield R(f"{f}-repl", op(f, repl(a, p), repl(b, p)), repl(op(f, a, b), p), of=f)
         # only this way: comb(f(a, b)) -> f(comb(a), comb(b)) would comb a broadcast operand that varies
-        yield R(f"{f}-comb", op(f, comb(a, d, p), comb(b, d, p)), comb(op(f, a, b), d, p))
-        yield R(f"{f}-bcast", op(f, bcast(a, d), bcast(b, d)), bcast(op(f, a, b), d))
+        yield R(f"{f}-comb", op(f, comb(a, d, p), comb(b, d, p)), comb(op(f, a, b), d, p), of=f)
+        yield R(f"{f}-bcast", op(f, bcast(a, d), bcast(b, d)), bcast(op(f, a, b), d), of=f)
     for f in ("add", "sub"):
-        yield E(f"red-{f}", red(op(f, a, b), p), op(f, red(a, p), red(b, p)))
+        yield R(f"red-{f}", red(op(f, a, b), p), op(f, red(a, p), red(b, p)), of=f)
     for f in ("mul", "div"):  # a factor that is the same in every member comes out of the sum
-        yield E(f"red-{f}-repl", red(op(f, a, repl(v, p)), p), op(f, red(a, p), v))
+        yield R(f"red-{f}-repl", red(op(f, a, repl(v, p)), p), op(f, red(a, p), v), of=f)
 
 
 def broadcast() -> Iterator[Rule]:
     """A broadcast operand against parallel ops and sums."""
     yield E("part-bcast-same", part(bcast(v, d), d, p), repl(bcast(v, d), p))  # every chunk is the same
-    yield E("part-bcast", part(bcast(v, d), e, p), bcast(part(v, e, p), d), ne(d, e))
-    yield E("repl-bcast", repl(bcast(v, d), p), bcast(repl(v, p), d))
-    yield E("comb-bcast", comb(bcast(v, d), e, p), bcast(comb(v, e, p), d), ne(d, e))
-    yield E("red-bcast", red(bcast(v, d), p), bcast(red(v, p), d))
-    yield E("sum-bcast", sum_(bcast(v, d), e), bcast(sum_(v, e), d), ne(d, e))
+    yield R("part-bcast", bcast(part(v, e, p), d), part(bcast(v, d), e, p), ne(d, e))
+    yield R("repl-bcast", bcast(repl(v, p), d), repl(bcast(v, d), p))
+    yield R("comb-bcast", bcast(comb(v, e, p), d), comb(bcast(v, d), e, p), ne(d, e))
+    yield R("red-bcast", bcast(red(v, p), d), red(bcast(v, d), p))
+    yield R("sum-bcast", sum_(bcast(v, d), e), bcast(sum_(v, e), d), ne(d, e))
 
 
 def patterns() -> Iterator[Rule]:

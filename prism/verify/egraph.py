@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 from egglog import bindings
 
@@ -20,7 +20,7 @@ from prism.errors import VerificationError
 from prism.verify.axioms import Rule, rules
 from prism.verify.expr import OPS, Term, pdims_of
 
-__all__ = ["CheckResult", "check", "program", "RECREATE_EVERY"]
+__all__ = ["CheckResult", "check", "check_all", "program", "egglog_rules", "RECREATE_EVERY"]
 
 RECREATE_EVERY = 100
 _SORTS = {"dim": "i64", "pdim": "String", "const": "f64", "name": "String"}
@@ -36,9 +36,32 @@ class CheckResult(NamedTuple):
 
 def program(rule_list: list[Rule]) -> str:
     """The egglog program declaring the term sort (from the op table) and the rules."""
-    ctors = " ".join(
-        f"({o.egg} {' '.join(['Term'] * o.arity + [_SORTS[k] for k in o.attrs])})" for o in OPS.values())
-    return f"(datatype Term {ctors})\n" + "\n".join(r.egglog() for r in rule_list)
+    ctors = dict.fromkeys(
+        f"({o.egg} {' '.join(['String'] * o.family + ['Term'] * o.arity + [_SORTS[k] for k in o.attrs])})"
+        for o in OPS.values())
+    return f"(datatype Term {' '.join(ctors)})\n" + "\n".join(dict.fromkeys(egglog_rules(rule_list)))
+
+
+def egglog_rules(rule_list: list[Rule]) -> Iterator[str]:
+    """Rules as egglog text; a rule stated for every op of a family becomes one rule over the family.
+
+    Rules with the same `family_key` whose ops cover a whole egglog family constructor are emitted once,
+    with the op name a pattern variable; a rule about some of a family's ops keeps its literal.
+    """
+    groups: dict[str, list[Rule]] = {}
+    for r in rule_list:
+        groups.setdefault(r.family_key(), []).append(r)
+    for key, members in groups.items():
+        if key and len(members) > 1 and {m.op for m in members} == _FAMILY_OPS[OPS[members[0].op].egg]:
+            yield key
+        else:
+            yield from (m.egglog() for m in members)
+
+
+_FAMILY_OPS = {}
+for _o in OPS.values():
+    if _o.family:
+        _FAMILY_OPS.setdefault(_o.egg, set()).add(_o.name)
 
 
 class _EGraph:
@@ -51,13 +74,24 @@ class _EGraph:
         self.checks = 0
         self.push = self.eg.parse_program("(push)")
         self.pop = self.eg.parse_program("(pop)")
-        self.run1 = self.eg.parse_program("(run 1)")
-        self.same = self.eg.parse_program("(check (= $l $r))")
+        self._cmds: dict[tuple, list] = {}
         self.size = self.eg.parse_program("(print-size)")
 
-    def equal(self) -> bool:
+    def runs(self, n: int, until: bool) -> list:
+        """Parsed `(run n)`, stopping early once $l = $r if `until`."""
+        cmd = self._cmds.get((n, until))
+        if cmd is None:
+            text = f"(run {n} :until (= $l $r))" if until else f"(run {n})"
+            cmd = self._cmds[(n, until)] = self.eg.parse_program(text)
+        return cmd
+
+    def equal(self, x: str, y: str) -> bool:
+        """Are the globals x and y in one e-class?"""
+        cmd = self._cmds.get((x, y))
+        if cmd is None:
+            cmd = self._cmds[(x, y)] = self.eg.parse_program(f"(check (= {x} {y}))")
         try:
-            self.eg.run_program(*self.same)
+            self.eg.run_program(*cmd)
             return True
         except bindings.EggSmolError:
             return False
@@ -82,25 +116,47 @@ def _egraph(max_pdims: int, shortcuts: bool) -> _EGraph:
 
 
 def check(lhs: Term, rhs: Term, *, max_iters: int = 40, max_nodes: int = 50_000, timeout: float = 2.0,
-          max_pdims: int | None = None, shortcuts: bool = False) -> CheckResult:
+          max_pdims: int | None = None, shortcuts: bool = False, step: int = 8) -> CheckResult:
     """Is lhs = rhs derivable from the axioms? Never a false yes; a no may just mean "not found".
 
-    The rules are instantiated for `max_pdims` parallel dims (default: those in the two terms).
+    The rules are instantiated for `max_pdims` parallel dims (default: those in the two terms). Caps
+    are checked every `step` iterations (egglog stops a step early once the sides are equal), so a
+    check may run up to step - 1 iterations past a node or time cap.
     """
-    if not isinstance(lhs, Term) or not isinstance(rhs, Term):
-        raise VerificationError("check takes two expr.Term values")
+    return check_all(lhs, [rhs], max_iters=max_iters, max_nodes=max_nodes, timeout=timeout,
+                     max_pdims=max_pdims, shortcuts=shortcuts, step=step)[0]
+
+
+def check_all(reference: Term, candidates: Sequence[Term], *, max_iters: int = 40, max_nodes: int = 50_000,
+              timeout: float = 2.0, max_pdims: int | None = None, shortcuts: bool = False,
+              step: int = 8) -> list[CheckResult]:
+    """Check many candidates against one reference in one e-graph run.
+
+    Rewriting is sound, so candidates in one e-graph cannot make each other falsely equal; sharing it
+    shares the fixed costs (push/pop, one iteration over all rules) that dominate a single small check.
+    The caps are for the whole batch: a candidate that blows up the e-graph stops the others too.
+    """
+    terms = [reference, *candidates]
+    if not all(isinstance(t, Term) for t in terms):
+        raise VerificationError("check takes expr.Term values")
     if max_pdims is None:
-        max_pdims = len(pdims_of(lhs) | pdims_of(rhs))
+        max_pdims = len(set().union(*(pdims_of(t) for t in terms)))
     start = time.perf_counter()
     eg = _egraph(max_pdims, shortcuts)
     eg.checks += 1
     eg.eg.run_program(*eg.push)
+    names = ["$l"] + (["$r"] if len(candidates) == 1 else [f"$c{i}" for i in range(len(candidates))])
+    open_ = list(range(len(candidates)))
+    done: dict[int, int] = {}  # candidate -> iterations it took
+    iters, nodes, reason = 0, 0, ""
     try:
-        eg.eg.run_program(*eg.eg.parse_program(f"(let $l {lhs.text})\n(let $r {rhs.text})"))
-        iters, reason, nodes = 0, "", 0
+        eg.eg.run_program(*eg.eg.parse_program("\n".join(f"(let {n} {t.text})" for n, t in zip(names, terms))))
         while True:
-            if eg.equal():
-                reason = "equal"
+            for i in list(open_):
+                if eg.equal(names[0], names[i + 1]):
+                    done[i] = iters
+                    open_.remove(i)
+            if not open_:
                 break
             if iters >= max_iters:
                 reason = f"not proven: iteration cap {max_iters}"
@@ -108,17 +164,20 @@ def check(lhs: Term, rhs: Term, *, max_iters: int = 40, max_nodes: int = 50_000,
             if time.perf_counter() - start > timeout:
                 reason = f"not proven: time cap {timeout}s"
                 break
-            (out,) = eg.eg.run_program(*eg.run1)
-            iters += 1
+            (out,) = eg.eg.run_program(*eg.runs(min(step, max_iters - iters), until=len(candidates) == 1))
+            iters += len(out.report.iterations)
             nodes = eg.nodes()
             if not out.report.updated:
-                reason = "equal" if eg.equal() else "not equal under the axioms: saturated"
-                break
-            if nodes > max_nodes:
-                reason = "equal" if eg.equal() else f"not proven: node cap {max_nodes} ({nodes} nodes)"
+                reason = "not equal under the axioms: saturated"
+            elif nodes > max_nodes:
+                reason = f"not proven: node cap {max_nodes} ({nodes} nodes)"
+            if reason:
+                done.update({i: iters for i in open_ if eg.equal(names[0], names[i + 1])})
                 break
     finally:
         eg.eg.run_program(*eg.pop)
-    stats = {"iterations": iters, "nodes": nodes, "ms": (time.perf_counter() - start) * 1e3,
-             "rules": eg.n_rules}
-    return CheckResult(reason == "equal", reason, stats)
+    ms = (time.perf_counter() - start) * 1e3
+    return [CheckResult(i in done, "equal" if i in done else reason,
+                        {"iterations": done.get(i, iters), "nodes": nodes, "ms": ms, "rules": eg.n_rules,
+                         "batch": len(candidates)})
+            for i in range(len(candidates))]

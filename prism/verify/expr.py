@@ -40,24 +40,27 @@ class OpInfo:
     arity: int
     attrs: tuple[str, ...]  # kinds of the attributes after the tensor operands: "dim", "pdim", "const", "name"
     egg: str  # egglog constructor name
+    family: bool = False  # egglog constructor shared by a family, the op name its first argument
 
 
 # One table: every term constructor appears here once; rules and passes refer to the op-family sets below.
+# Element-wise families share one egglog constructor (`(Unary "exp" t)`), so that a rule about the whole
+# family is one egglog rule instead of one per op: egglog's cost per iteration grows with the rule count.
 OPS: dict[str, OpInfo] = {o.name: o for o in [
     OpInfo("var", 0, ("name",), "Var"),
     OpInfo("matmul", 2, (), "MatMul"),
-    *(OpInfo(n, 1, (), n.capitalize()) for n in ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")),
-    *(OpInfo(n, 2, (), n.capitalize()) for n in ("add", "sub", "mul", "div")),
+    *(OpInfo(n, 1, (), "Unary", True) for n in ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")),
+    *(OpInfo(n, 2, (), "Binary", True) for n in ("add", "sub", "mul", "div")),
     OpInfo("sum", 1, ("dim",), "Sum"),
-    OpInfo("scale", 1, ("const",), "Scale"),
-    OpInfo("shift", 1, ("const",), "Shift"),
+    OpInfo("scale", 1, ("const",), "ConstOp", True),
+    OpInfo("shift", 1, ("const",), "ConstOp", True),
     OpInfo("bcast", 1, ("dim",), "Bcast"),
     OpInfo("part", 1, ("dim", "pdim"), "Part"),
     OpInfo("comb", 1, ("dim", "pdim"), "Comb"),
     OpInfo("red", 1, ("pdim",), "Red"),
     OpInfo("repl", 1, ("pdim",), "Repl"),
 ]}
-_BY_EGG = {o.egg: o for o in OPS.values()}
+_BY_EGG = {(o.egg, o.name if o.family else None): o for o in OPS.values()}
 
 UNARY = ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")  # element-wise, no attributes
 CONST_UNARY = ("scale", "shift")  # element-wise with a constant
@@ -150,7 +153,8 @@ def _egg_text(t: Term) -> str:
     info = OPS[t.op]
     if t.op == "var" and isinstance(t.attrs[0], str) and t.attrs[0].startswith("?"):
         return t.attrs[0][1:]  # a pattern variable (see Var)
-    parts = [info.egg] + [a._text for a in t.args] + [_attr_egg(k, a) for k, a in zip(info.attrs, t.attrs)]
+    parts = [info.egg] + ([f'"{t.op}"'] if info.family else []) + [a._text for a in t.args]
+    parts += [_attr_egg(k, a) for k, a in zip(info.attrs, t.attrs)]
     return "(" + " ".join(parts) + ")"
 
 
@@ -294,9 +298,13 @@ def parse(text: str) -> Term:
     def go(i: int) -> tuple[Term, int]:
         if tokens[i] != "(":
             raise VerificationError(f"expected '(' at token {i}: {tokens[i]!r}")
-        info = _BY_EGG.get(tokens[i + 1])
+        ctor = tokens[i + 1]
+        info = _BY_EGG.get((ctor, None))
         if info is None:
-            raise VerificationError(f"unknown constructor {tokens[i + 1]!r}")
+            info = _BY_EGG.get((ctor, tokens[i + 2].strip('"')))
+            i += 1
+        if info is None:
+            raise VerificationError(f"unknown constructor {ctor!r}")
         i += 2
         args = []
         for _ in range(info.arity):

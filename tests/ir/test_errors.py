@@ -214,3 +214,26 @@ def test_bad_input_declarations():
 def test_every_error_is_a_prism_error():
     for exc in (DTypeError, GraphError, InputError, MappingError, ShapeError):
         assert issubclass(exc, PrismError)
+
+
+def test_saved_output_is_not_a_tile():
+    g, x, w = _graph()
+    b = prism.BlockGraph(grid=(1,), loop=1)
+    o = b.output(b.accum(b.input(x)))
+    with pytest.raises(GraphError, match="exp: t2 is a saved output"):
+        b.exp(o)
+    with pytest.raises(GraphError, match="output: t2 is a saved output"):
+        b.output(o)
+
+
+def test_block_input_types_are_checked_and_normalized():
+    b = prism.BlockGraph(grid=(1,), loop=1)
+    with pytest.raises(ShapeError, match="shape must be a non-empty sequence of positive ints"):
+        b.input(TType((0, -3), "float16"))
+    t = b.input(TType((4, 4), torch.float16))
+    assert t.dtype == "float16" and b.input_types[0].dtype == "float16"
+
+
+def test_input_names_reserved_for_computed_tensors():
+    with pytest.raises(GraphError, match="name 't1' is reserved"):
+        prism.KernelGraph().input((2,), name="t1")

@@ -20,16 +20,16 @@ def tensor_vars(rule: Rule) -> list[str]:
     return sorted(names)
 
 
-def check_rule(rule: Rule) -> int:
+def check_rule(rule: Rule, rank: int = 3) -> int:
     """Evaluate both sides at every instance; return how many instances had finite values to compare."""
     informative = 0
     directions = [(rule.lhs, rule.rhs)] + ([(rule.rhs, rule.lhs)] if rule.both else [])
-    for i, b in enumerate(bindings(rule)):
+    for i, b in enumerate(bindings(rule, rank)):
         for src_pat, dst_pat in directions:
-            for wname, leaf in wrappers(ground(src_pat, b, lambda n: Var(n.upper()))):
+            for wname, leaf in wrappers(ground(src_pat, b, lambda n: Var(n.upper())), rank):
                 src, dst = ground(src_pat, b, lambda n: leaf(n.upper())), ground(dst_pat, b, lambda n: leaf(n.upper()))
                 try:
-                    shapes = infer_shapes(src)
+                    shapes = infer_shapes(src, rank)
                 except NotGeneric:
                     continue  # the rewrite can never match a well-formed term here
                 for j, sizes in enumerate(SIZES):
@@ -53,6 +53,18 @@ def check_rule(rule: Rule) -> int:
 @pytest.mark.parametrize("rule", ALL, ids=[r.name for r in ALL])
 def test_axiom_holds_numerically(rule: Rule) -> None:
     assert check_rule(rule) > 0, f"{rule} has no well-formed instance: it is untested"
+
+
+LOADED = rules(3)
+
+
+@pytest.mark.parametrize("rank", [2, 4])
+@pytest.mark.parametrize("rule", LOADED, ids=[r.name for r in LOADED])
+def test_loaded_axiom_holds_at_other_ranks(rule: Rule, rank: int) -> None:
+    """Matrices (rank 2) and rank-4 tensors, where a data dim >= 2 can be more than one batch dim."""
+    if rank == 2 and any(op == ">=" for op, _, _ in rule.when):
+        pytest.skip("needs a batch dim, which rank 2 does not have")
+    assert check_rule(rule, rank) > 0, f"{rule} has no well-formed instance at rank {rank}"
 
 
 def test_rule_names_unique() -> None:

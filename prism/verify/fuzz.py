@@ -1,0 +1,129 @@
+"""Mutants and random maps of a µGraph: the adversarial inputs that keep the verifier honest.
+
+`mutants(graph)` yields small, named edits of a correct fused graph (a wrong imap, fmap or omap,
+swapped operands, another unary op, a changed constant or sum dim); `random_maps(graph, rng)` keeps a
+graph's structure and draws fresh imaps/fmaps/omaps. Both rebuild through the IR builders, so every
+graph they yield is well-formed; whether it is *correct* is what the checker and the numeric test decide.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Iterator
+
+from prism.errors import GraphError
+from prism.ir.block import BlockGraph
+from prism.ir.graph import KernelGraph, Node
+from prism.ir.ops import OPS, UNARY
+
+__all__ = ["Edit", "rebuild", "mutants", "random_maps"]
+
+Edit = Callable[[int, int, Node], Node]
+"""(kernel index, node index, node) -> the node to build instead (return it unchanged to keep it)."""
+
+
+def rebuild(graph: KernelGraph, edit: Edit, grid_loop: Callable[[int, BlockGraph], tuple] | None = None) -> KernelGraph:
+    """Replay `graph`, letting `edit` replace block-graph nodes; raises GraphError if the result is invalid."""
+    out = KernelGraph()
+    refs = {}
+    kernel = 0
+    for i, node in graph.topo():
+        args = [out.tensor(refs[r]) for r in node.inputs]
+        if node.op == "input":
+            refs[(i, 0)] = out.input(node.outputs[0].shape, node.outputs[0].dtype, node.attrs["name"]).ref
+        elif node.op == "custom":
+            block = node.attrs["block"]
+            grid, loop = grid_loop(kernel, block) if grid_loop else (block.grid, block.loop)
+            new = _rebuild_block(block, lambda j, n, k=kernel: edit(k, j, n), grid, loop)
+            kernel += 1
+            refs.update(((i, k), t.ref) for k, t in enumerate(out.custom(new, args)))
+        else:
+            refs[(i, 0)] = out.apply(node.op, args, node.attrs).ref
+    out.output(*(out.tensor(refs[r]) for r in graph.outputs))
+    return out
+
+
+def _rebuild_block(block: BlockGraph, edit: Callable[[int, Node], Node], grid: tuple, loop: int) -> BlockGraph:
+    out = BlockGraph(grid, loop)
+    refs = {}
+    for i, node in block.topo():
+        node = edit(i, node)
+        args = [refs[r] for r in node.inputs]
+        if node.op == "loader":
+            t = out.input(block.input_types[node.attrs["index"]], node.attrs["imap"], node.attrs["fmap"])
+        elif node.op == "accum":
+            t = out.accum(*args)
+        elif node.op == "saver":
+            t = out.output(*args, node.attrs["omap"])
+        else:
+            t = out.apply(node.op, args, node.attrs)
+        refs[(i, 0)] = t
+    return out
+
+
+def _with(node: Node, **changes) -> Node:
+    from dataclasses import replace
+
+    if "attrs" in changes:
+        changes["attrs"] = {**node.attrs, **changes["attrs"]}
+    return replace(node, **changes)
+
+
+def _edits(block: BlockGraph) -> Iterator[tuple[str, int, Node]]:
+    """Every single-node edit of one block graph, named."""
+    rank = lambda n: len(block.input_types[n.attrs["index"]].shape) if n.op == "loader" else len(n.outputs[0].shape)
+    for i, node in block.topo():
+        if node.op in ("loader", "saver"):
+            key = "imap" if node.op == "loader" else "omap"
+            m = node.attrs[key]
+            for g in block.grid_dims:
+                for d in [None, *range(rank(node))]:
+                    if m.get(g) != d:
+                        new = {k: v for k, v in m.items() if k != g} | ({} if d is None else {g: d})
+                        yield f"{key}[{g}] {m.get(g)}->{d} at node {i}", i, _with(node, attrs={key: new})
+        if node.op == "loader":
+            for d in [None, *range(rank(node))]:
+                if node.attrs["fmap"] != d:
+                    yield f"fmap {node.attrs['fmap']}->{d} at node {i}", i, _with(node, attrs={"fmap": d})
+        elif node.op in ("div", "sub", "matmul") and node.inputs[0] != node.inputs[1]:
+            yield f"swap {node.op} operands at node {i}", i, _with(node, inputs=node.inputs[::-1])
+        elif node.op in UNARY:
+            other = sorted(UNARY - {node.op})[0]
+            yield f"{node.op}->{other} at node {i}", i, _with(node, op=other)
+        elif node.op == "sum":
+            for d in range(len(node.outputs[0].shape)):
+                if d != node.attrs["dim"]:
+                    yield f"sum dim {node.attrs['dim']}->{d} at node {i}", i, _with(node, attrs={"dim": d})
+        elif OPS.get(node.op) and OPS[node.op].kind == "scalar":
+            yield f"{node.op} value x2 at node {i}", i, _with(node, attrs={"value": 2 * node.attrs["value"]})
+
+
+def mutants(graph: KernelGraph) -> Iterator[tuple[str, KernelGraph]]:
+    """Each well-formed single-node edit of each custom op of `graph`, with a name saying what changed."""
+    blocks = [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
+    for k, block in enumerate(blocks):
+        for name, i, new in _edits(block):
+            edit = lambda kk, j, n, k=k, i=i, new=new: new if (kk, j) == (k, i) else n
+            try:
+                yield f"kernel {k}: {name}", rebuild(graph, edit)
+            except GraphError:
+                continue
+
+
+def random_maps(graph: KernelGraph, rng: random.Random) -> KernelGraph:
+    """`graph` with every imap, fmap and omap redrawn at random (grid sizes and loop set to 1, which
+    always divide; sizes do not matter to the checker, and the numeric test picks its own)."""
+    def draw(kernel: int, i: int, node: Node) -> Node:
+        if node.op not in ("loader", "saver"):
+            return node
+        block = blocks[kernel]
+        rank = len(block.input_types[node.attrs["index"]].shape) if node.op == "loader" else len(node.outputs[0].shape)
+        dims = list(range(rank))
+        rng.shuffle(dims)
+        m = {g: d for g, d in zip(block.grid_dims, dims) if rng.random() < 0.6}
+        if node.op == "saver":
+            return _with(node, attrs={"omap": m})
+        return _with(node, attrs={"imap": m, "fmap": rng.choice([None, *range(rank)])})
+
+    blocks = [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
+    return rebuild(graph, draw, grid_loop=lambda k, b: ((1,) * len(b.grid), 1))
