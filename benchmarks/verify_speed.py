@@ -14,7 +14,9 @@ import statistics
 import time
 
 from prism.verify.egraph import check, check_all
-from prism.verify.expr import Term, Var, bcast, comb, div, exp, matmul, mul, part, red, repl, scale, silu, sqrt, square, sum_
+from prism.verify.expr import (
+    Term, Var, bcast, comb, div, exp, matmul, mul, part, red, repl, scale, silu, sqrt, square, sum_,
+)
 
 
 def rmsnorm() -> tuple[Term, Term]:

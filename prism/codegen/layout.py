@@ -122,7 +122,8 @@ class Layout:
                     block_size = next_pow2(size)
                     if root in bumped:
                         block_size = max(block_size, MIN_DOT)
-                    roots[root] = TileDim(_unique(f"{base.upper()}{dim}", used), size, block_size)
+                    sep = "_" if base[-1].isdigit() else ""
+                    roots[root] = TileDim(_unique(f"{base.upper()}{sep}{dim}", used), size, block_size)
                 tdim = roots[root]
                 assert tdim.tile == size, f"tile dim {tdim.name} has sizes {tdim.tile} and {size}"
                 out.append(tdim)

@@ -22,9 +22,11 @@ from prism.ir.ops import OPS
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import ACCUM, BOp, Labels, SGraph, match_binary
+from prism.search.concrete import Modes, omap_choices
+from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
-__all__ = ["Generator", "Limits", "Structure", "default_max_ops", "split"]
+__all__ = ["Generator", "Limits", "Modes", "Structure", "default_max_ops", "split"]
 
 
 @dataclass(frozen=True)
@@ -39,32 +41,14 @@ class Limits:
     time_limit: float = 3600.0
 
 
-@dataclass(frozen=True)
-class Structure:
-    """An emitted sGraph: the block graph, the tensors it saves, and the kernel-level ops after it.
-
-    Kernel op inputs index the kernel values: the saved outputs 0..m-1, then the kernel ops in order;
-    the program's output is the last value. `omaps` fixes output maps in the concrete-omap ablation.
-    """
-
-    graph: SGraph
-    outputs: tuple[int, ...]
-    kernel_ops: tuple[BOp, ...] = ()
-    omaps: tuple[tuple[int | None, ...], ...] | None = None
-
-    def key(self) -> tuple:
-        """A canonical sort key (op lists, outputs, kernel ops)."""
-        return (len(self.graph.ops), [o.key() for o in self.graph.ops], self.outputs,
-                [o.key() for o in self.kernel_ops], self.omaps or ())
-
-
 def default_max_ops(target: Target, max_accums: int = 3, floor: int = 11) -> int:
-    """Enough block ops for the smallest whole form of the target that needs no rms_norm op (an
-    rms_norm over a loop-split dim cannot be fused), plus the accumulators; at least `floor`."""
+    """Room for the smallest whole form of the target that needs no rms_norm op (an rms_norm over a
+    loop-split dim cannot fuse), its accumulators, and one more op (fused forms often duplicate one,
+    like a normalisation applied to each of two accumulated products); at least `floor`."""
     n_in = len(target.space.shapes)
     sizes = [len({s for s in subterms(r) if op_of(s) != "in"}) for r in target.roots
              if not any(op_of(s) == "rms_norm" for s in subterms(r))]
-    return max(floor, n_in + (min(sizes) if sizes else 0) + max_accums)
+    return max(floor, n_in + (min(sizes) if sizes else 0) + max_accums + 1)
 
 
 @dataclass
@@ -75,12 +59,39 @@ class Generator:
     limits: Limits
     deadline: float = float("inf")
     stats: Counter = field(default_factory=Counter)
+    modes: Modes | None = None
 
     def __post_init__(self) -> None:
         self.vocab = vocabulary_ops(self.target)
         self.max_ops = self.limits.max_block_ops or default_max_ops(self.target, self.limits.max_accums)
         self.max_outputs = min(self.limits.max_outputs, self.limits.max_kernel_ops + 1)
         self.kernel_vocab = [(o, a) for o, a in self.vocab if OPS[o].kind in ("unary", "binary", "scalar")]
+        self.parents: dict[Term, list[Term]] = {}
+        for t in sorted(self.target.subterms, key=repr):
+            for c in set(t[2:]):
+                self.parents.setdefault(c, []).append(t)
+        self.distance = self._distances()
+
+    def _distances(self) -> dict[Term, int]:
+        """Fewest ops from each subterm up to a term a block output may have (roots, and the operands
+        of up to `max_kernel_ops` kernel-level elementwise ops above a root)."""
+        outputable = set(self.target.roots)
+        frontier = set(outputable)
+        kernel_ops = {o for o, _ in self.kernel_vocab}
+        for _ in range(self.limits.max_kernel_ops):
+            frontier = {c for t in frontier if t[0] in kernel_ops for c in t[2:]}
+            outputable |= frontier
+        dist = {t: 0 for t in outputable}
+        order = sorted(self.target.subterms, key=lambda t: -len(repr(t)))
+        changed = True
+        while changed:
+            changed = False
+            for t in order:
+                best = min((dist[p] + 1 for p in self.parents.get(t, ()) if p in dist), default=None)
+                if best is not None and best < dist.get(t, best + 1):
+                    dist[t] = best
+                    changed = True
+        return dist
 
     def start(self, labels: Labels | None = None) -> SGraph:
         return SGraph.start(self.target.space, labels)
@@ -89,15 +100,25 @@ class Generator:
 
     def run(self, state: SGraph) -> Iterator[Structure]:
         """Every structure reachable from `state` (depth first, canonical order)."""
-        stack = [state]
-        while stack:
-            if time.monotonic() > self.deadline:
+        found, _ = self.explore([state])
+        yield from found
+
+    def explore(self, stack: list[SGraph], budget: float = float("inf")) -> tuple[list[Structure], list[SGraph]]:
+        """Depth first from `stack` (its last state first) for at most `budget` states; returns what
+        was emitted and the states left unexplored (empty when done or past the deadline)."""
+        stack = list(stack)
+        found: list[Structure] = []
+        done = 0
+        while stack and done < budget:
+            if time.time() > self.deadline:
                 self.stats["timed_out"] = 1
-                return
+                return found, []
             s = stack.pop()
-            found, children = self.expand(s)
-            yield from found
+            f, children = self.expand(s)
+            found.extend(f)
             stack.extend(reversed(children))
+            done += 1
+        return found, stack
 
     def expand(self, state: SGraph) -> tuple[list[Structure], list[SGraph]]:
         """The structures `state` emits, and its children (the states one op further)."""
@@ -107,11 +128,7 @@ class Generator:
         if len(state.ops) >= self.max_ops:
             return found, []
         children = []
-        for bop in self.candidates(state):
-            term = state.term(bop)
-            if term not in self.target.subterms:
-                self.stats["pruned_expr"] += 1
-                continue
+        for bop, term in self.candidates(state):
             child = state.extend(bop, term)
             if isinstance(child, str):
                 self.stats[f"pruned_{child}"] += 1
@@ -123,33 +140,86 @@ class Generator:
         return found, children
 
     def _hopeless(self, s: SGraph) -> bool:
-        """No way to finish: every op lowers the consumer-less count by at most one."""
-        unused = sum(1 for u in s.uses if u == 0)
-        return unused - (self.max_ops - len(s.ops)) > self.max_outputs
+        """No way to finish within the op budget. Every op lowers the consumer-less count by at most
+        one; and a consumer-less tensor needs a fresh chain of ops up to an output-able term (one
+        more, an accum, if it is inside the loop), since outputs are post-loop and nothing is dead."""
+        left = self.max_ops - len(s.ops)
+        unused = [i for i, u in enumerate(s.uses) if u == 0]
+        if len(unused) - left > self.max_outputs:
+            return True
+        need = max((self.distance.get(s.terms[i], left + 1) + (not s.post[i]) for i in unused), default=0)
+        return need > left
 
-    def candidates(self, s: SGraph) -> Iterator[BOp]:
-        """Ops that may follow `s` in canonical order."""
+    def candidates(self, s: SGraph) -> Iterator[tuple[BOp, Term]]:
+        """Ops that may follow `s` in canonical order and pass the expression check, with their terms.
+
+        Only ops whose newest input is at or after the previous op's newest input `lo` can follow it
+        in canonical order; the rest are counted as `pruned_order` without being built. Among those,
+        ops are built from the closure's parent index (only the ones whose term is a subterm), and the
+        others are counted as `pruned_expr`.
+        """
         n = len(s.ops)
         last = s.ops[-1].key() if n > s.n_loaders else None
-        accums = s.n_accums
-        out: list[BOp] = []
-        for op, attrs in self.vocab:
+        lo = last[0][0] if last is not None else 0
+        window = self._window_size(s, n, lo)
+        self.stats["pruned_order"] += self._total_size(s, n) - window
+        built = 0
+        by_term: dict[Term, list[int]] = {}
+        for i, t in enumerate(s.terms):
+            by_term.setdefault(t, []).append(i)
+        accum_ok = s.n_accums < self.limits.max_accums
+        for i in range(lo, n):
+            ops: list[tuple[BOp, Term]] = []
+            if accum_ok and not s.post[i]:
+                ops.append((BOp(ACCUM, (i,), ()), s.terms[i]))
+            for parent in self.parents.get(s.terms[i], ()):
+                ops.extend(self._instances(parent, i, by_term))
+            for bop, term in ops:
+                built += 1
+                if last is not None and bop.key() <= last:
+                    self.stats["pruned_order"] += 1
+                    continue
+                yield bop, term
+        self.stats["pruned_expr"] += window - built
+
+    def _instances(self, parent: Term, i: int, by_term: dict[Term, list[int]]) -> Iterator[tuple[BOp, Term]]:
+        """BOps computing `parent` whose newest input is tensor i (each exactly once)."""
+        op, attrs, ch = parent[0], parent[1], parent[2:]
+        if len(ch) == 1:
+            yield BOp(op, (i,), attrs), parent
+            return
+        a, b = ch
+        options_a = [j for j in by_term.get(a, ()) if j <= i]
+        options_b = [j for j in by_term.get(b, ()) if j <= i]
+        seen = set()
+        for x in options_a:
+            for y in options_b:
+                if max(x, y) != i or (x == y and OPS[op].kind != "matmul"):
+                    continue
+                ins = (min(x, y), max(x, y)) if op in ("add", "mul") else (x, y)
+                if ins not in seen:
+                    seen.add(ins)
+                    yield BOp(op, ins, attrs), parent
+
+    def _total_size(self, s: SGraph, n: int) -> int:
+        return self._window_size(s, n, 0)
+
+    def _window_size(self, s: SGraph, n: int, lo: int) -> int:
+        """How many syntactically possible ops have their newest input at index >= lo."""
+        def pairs(k: int) -> int:
+            return k * (k - 1) // 2
+        total = 0
+        for op, _ in self.vocab:
             kind = OPS[op].kind
-            if kind in ("binary", "matmul"):
-                commutative = op in ("add", "mul")
-                for i in range(n):
-                    for j in range(i if commutative else 0, n):
-                        if i != j or kind == "matmul":
-                            out.append(BOp(op, (i, j), attrs))
+            if kind == "matmul":
+                total += n * n - lo * lo
+            elif kind == "binary":
+                total += (pairs(n) - pairs(lo)) * (1 if op in ("add", "mul") else 2)
             else:
-                out.extend(BOp(op, (i,), attrs) for i in range(n))
-        if accums < self.limits.max_accums:
-            out.extend(BOp(ACCUM, (i,), ()) for i in range(n) if not s.post[i])
-        for bop in out:
-            if last is None or bop.key() > last:
-                yield bop
-            else:
-                self.stats["pruned_order"] += 1
+                total += n - lo
+        if s.n_accums < self.limits.max_accums:
+            total += sum(1 for i in range(lo, n) if not s.post[i])
+        return total
 
     # -- emission ------------------------------------------------------------------------------
 
@@ -163,7 +233,11 @@ class Generator:
         terms = [s.terms[i] for i in outs]
         dims = [s.dims[i] for i in outs]
         for kops in self._combine(s, terms, dims, [0] * len(outs), (), len(outs)):
-            yield Structure(s, outs, kops)
+            if self.modes is None or self.modes.omap:
+                yield Structure(s, outs, kops)
+            else:
+                for rows in omap_choices(s, outs, self.limits.max_grid):
+                    yield Structure(s, outs, kops, rows)
 
     def _combine(self, s: SGraph, terms: list[Term], dims: list[tuple[int, ...]], uses: list[int],
                  kops: tuple[BOp, ...], m: int) -> Iterator[tuple[BOp, ...]]:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 from prism.ir.ops import COMMUTATIVE, OPS
 from prism.symbolic.dims import UNIT, AtomSpace
 
-__all__ = ["Term", "attrs_of", "broadcast_dims", "flatten", "from_graph", "kids", "leaf", "mk", "op_of", "render",
+__all__ = ["Term", "attrs_of", "broadcast_dims", "evaluate", "flatten", "from_graph", "kids", "leaf", "mk", "op_of", "render",
            "subterms", "term_shape"]
 
 Term = tuple
@@ -120,6 +120,24 @@ def from_graph(graph: Any) -> list[Term]:
         attrs = tuple(node.attrs[a] for a in OPS[node.op].attrs)
         values[(i, 0)] = mk(node.op, attrs, *args)
     return [values[r] for r in graph.outputs]
+
+
+def evaluate(t: Term, tensors: Sequence[Any]) -> Any:
+    """The value of a term on concrete input tensors (InvExtent scalars take the inputs' extents)."""
+    from prism.symbolic.dims import InvExtent
+
+    shapes = [tuple(x.shape) for x in tensors]
+    memo: dict[Term, Any] = {}
+
+    def ev(u: Term) -> Any:
+        if u not in memo:
+            if u[0] == "in":
+                memo[u] = tensors[u[1][0]]
+            else:
+                attrs = [a.value(shapes) if isinstance(a, InvExtent) else a for a in u[1]]
+                memo[u] = OPS[u[0]].torch_fn(*(ev(c) for c in kids(u)), **dict(zip(OPS[u[0]].attrs, attrs)))
+        return memo[u]
+    return ev(t)
 
 
 def flatten(terms: Iterable[Term]) -> set[Term]:

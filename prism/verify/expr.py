@@ -14,7 +14,7 @@ __all__ = [
     "PARALLEL",
     "Var", "matmul", "exp", "silu", "gelu", "relu", "sqrt", "square", "neg", "add", "sub", "mul", "div",
     "sum_", "scale", "shift", "bcast", "part", "comb", "red", "repl",
-    "Attr", "make", "parse", "pdims_of", "subterms",
+    "Attr", "make", "parse", "pdims_of", "subterms", "is_ground",
 ]
 
 
@@ -43,17 +43,23 @@ class OpInfo:
     family: bool = False  # egglog constructor shared by a family, the op name its first argument
 
 
-# One table: every term constructor appears here once; rules and passes refer to the op-family sets below.
+UNARY = ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")  # element-wise, no attributes
+CONST_UNARY = ("scale", "shift")  # element-wise with a constant
+LINEAR_UNARY = ("neg", "scale")  # f(a + b) = f(a) + f(b): commute with red and sum
+BINARY = ("add", "sub", "mul", "div")  # element-wise, same rank; broadcasting only through bcast
+COMMUTATIVE = ("add", "mul")  # operands sorted in Python; the e-graph has commutativity, no associativity
+PARALLEL = ("part", "comb", "red", "repl")
+
+# One table: every term constructor appears here once; rules and passes refer to the op-family sets above.
 # Element-wise families share one egglog constructor (`(Unary "exp" t)`), so that a rule about the whole
 # family is one egglog rule instead of one per op: egglog's cost per iteration grows with the rule count.
 OPS: dict[str, OpInfo] = {o.name: o for o in [
     OpInfo("var", 0, ("name",), "Var"),
     OpInfo("matmul", 2, (), "MatMul"),
-    *(OpInfo(n, 1, (), "Unary", True) for n in ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")),
-    *(OpInfo(n, 2, (), "Binary", True) for n in ("add", "sub", "mul", "div")),
+    *(OpInfo(n, 1, (), "Unary", True) for n in UNARY),
+    *(OpInfo(n, 2, (), "Binary", True) for n in BINARY),
     OpInfo("sum", 1, ("dim",), "Sum"),
-    OpInfo("scale", 1, ("const",), "ConstOp", True),
-    OpInfo("shift", 1, ("const",), "ConstOp", True),
+    *(OpInfo(n, 1, ("const",), "ConstOp", True) for n in CONST_UNARY),
     OpInfo("bcast", 1, ("dim",), "Bcast"),
     OpInfo("part", 1, ("dim", "pdim"), "Part"),
     OpInfo("comb", 1, ("dim", "pdim"), "Comb"),
@@ -61,13 +67,6 @@ OPS: dict[str, OpInfo] = {o.name: o for o in [
     OpInfo("repl", 1, ("pdim",), "Repl"),
 ]}
 _BY_EGG = {(o.egg, o.name if o.family else None): o for o in OPS.values()}
-
-UNARY = ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")  # element-wise, no attributes
-CONST_UNARY = ("scale", "shift")  # element-wise with a constant
-LINEAR_UNARY = ("neg", "scale")  # f(a + b) = f(a) + f(b): commute with red and sum
-BINARY = ("add", "sub", "mul", "div")  # element-wise, same rank; broadcasting only through bcast
-COMMUTATIVE = ("add", "mul")  # operands sorted in Python instead of a commutativity blow-up in the e-graph
-PARALLEL = ("part", "comb", "red", "repl")
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +115,7 @@ class Term:
         if self.op == "var":
             return str(self.attrs[0]).lstrip("?")
         parts = [str(a) for a in self.args] + [_attr_str(a) for a in self.attrs]
-        return f"{'sum' if self.op == 'sum' else self.op}({', '.join(parts)})"
+        return f"{self.op}({', '.join(parts)})"
 
     def __repr__(self) -> str:
         return f"Term<{self}>"
@@ -162,7 +161,7 @@ def _egg_text(t: Term) -> str:
 
 def make(op: str, *args: Term, attrs: tuple[Attr, ...] = ()) -> Term:
     """Build any term by op name; commutative operands are put in canonical (sorted) order."""
-    if op in COMMUTATIVE and args[1] < args[0]:
+    if op in COMMUTATIVE and len(args) == 2 and args[1] < args[0]:
         args = (args[1], args[0])
     kinds = OPS[op].attrs if op in OPS else ()
     attrs = tuple(float(a) if k == "const" and isinstance(a, int) and not isinstance(a, bool) else a
@@ -188,7 +187,8 @@ def _unary(op: str):
     return f
 
 
-exp, silu, gelu, relu, sqrt, square, neg = (_unary(n) for n in UNARY)
+exp, silu, gelu, relu = _unary("exp"), _unary("silu"), _unary("gelu"), _unary("relu")
+sqrt, square, neg = _unary("sqrt"), _unary("square"), _unary("neg")
 
 
 def add(a: Term, b: Term) -> Term:
@@ -269,6 +269,12 @@ def subterms(t: Term) -> Iterator[Term]:
         stack.extend((a, False) for a in reversed(node.args))
 
 
+def is_ground(t: Term) -> bool:
+    """True iff t has no pattern variables (it can be evaluated or checked, not only matched)."""
+    return not any((n.op == "var" and n.attrs[0].startswith("?")) or any(isinstance(a, Sym) for a in n.attrs)
+                   for n in subterms(t))
+
+
 def pdims_of(t: Term) -> set[str]:
     """All parallel dims named anywhere in t (the depth the axioms must be instantiated to)."""
     out: set[str] = set()
@@ -319,7 +325,10 @@ def parse(text: str) -> Term:
             raise VerificationError(f"expected ')' at token {i}: {tokens[i]!r}")
         return make(info.name, *args, attrs=tuple(attrs)), i + 1
 
-    term, end = go(0)
+    try:
+        term, end = go(0)
+    except (IndexError, ValueError) as err:
+        raise VerificationError(f"cannot parse term {text[:60]!r}: {err}") from None
     if end != len(tokens):
         raise VerificationError("trailing text after term")
     return term

@@ -110,20 +110,26 @@ def mutants(graph: KernelGraph) -> Iterator[tuple[str, KernelGraph]]:
                 continue
 
 
-def random_maps(graph: KernelGraph, rng: random.Random) -> KernelGraph:
-    """`graph` with every imap, fmap and omap redrawn at random (grid sizes and loop set to 1, which
-    always divide; sizes do not matter to the checker, and the numeric test picks its own)."""
+def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0) -> KernelGraph:
+    """`graph` with its imaps, fmaps and omaps redrawn at random; each grid dim's entry (and each fmap)
+    keeps its current value with probability `keep`, so keep > 0 samples near a known-good graph.
+    Grid sizes and the loop become 1, which always divide: the checker ignores sizes and the numeric
+    test picks its own."""
     def draw(kernel: int, i: int, node: Node) -> Node:
         if node.op not in ("loader", "saver"):
             return node
         block = blocks[kernel]
+        key = "imap" if node.op == "loader" else "omap"
         rank = len(block.input_types[node.attrs["index"]].shape) if node.op == "loader" else len(node.outputs[0].shape)
-        dims = list(range(rank))
-        rng.shuffle(dims)
-        m = {g: d for g, d in zip(block.grid_dims, dims) if rng.random() < 0.6}
+        m = {}
+        for g in block.grid_dims:
+            d = node.attrs[key].get(g) if rng.random() < keep else rng.choice([None, *range(rank)])
+            if d is not None and d not in m.values():
+                m[g] = d
         if node.op == "saver":
             return _with(node, attrs={"omap": m})
-        return _with(node, attrs={"imap": m, "fmap": rng.choice([None, *range(rank)])})
+        fmap = node.attrs["fmap"] if rng.random() < keep else rng.choice([None, *range(rank)])
+        return _with(node, attrs={"imap": m, "fmap": fmap})
 
     blocks = [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
     return rebuild(graph, draw, grid_loop=lambda k, b: ((1,) * len(b.grid), 1))

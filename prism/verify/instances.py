@@ -20,7 +20,9 @@ import torch
 from prism.verify.axioms import Rule
 from prism.verify.expr import OPS, Sym, Term, Var, bcast, part, repl, subterms
 
-__all__ = ["Binding", "NotGeneric", "Shapes", "bindings", "families", "ground", "infer_shapes", "wrappers", "random_env"]
+__all__ = [
+    "Binding", "NotGeneric", "Shapes", "bindings", "families", "ground", "infer_shapes", "wrappers", "random_env",
+]
 
 Binding = dict[str, object]  # pattern-variable name -> data dim, parallel dim name or constant
 Mono = tuple[tuple[str, int], ...]  # product of parallel sizes with integer exponents, sorted
@@ -221,8 +223,12 @@ class Shapes:
         else:  # rx = ry * my / mx
             self.parent[rx] = (ry, _times(my, mx, -1))
 
-    def extents(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-        """Concrete input shapes (first axis first) for these parallel sizes."""
+    def extents(self, sizes: Mapping[str, int], salt: int = 0) -> dict[str, tuple[int, ...]]:
+        """Concrete input shapes (first axis first) for these parallel sizes.
+
+        Unrelated extents get different base numbers (rotated by `salt`, so that a coincidence at one
+        call is not repeated at the next), lest two extents agree by accident and hide a bad rule.
+        """
         need: dict[int, Counter] = {}
         for x in self.used:
             r, m = self.resolve(x)
@@ -235,7 +241,7 @@ class Shapes:
         for s in sorted(self.parent):
             r, _ = self.find(s)
             if r not in base:
-                value = 1 if r == self.ONE else 2 + len(base) % 5
+                value = 1 if r == self.ONE else 2 + (len(base) + salt) % 9
                 for pd, ex in need.get(r, {}).items():
                     value *= sizes[pd] ** ex
                 base[r] = value

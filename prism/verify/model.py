@@ -1,4 +1,10 @@
-"""Executable meaning of verification expressions: families of float64 tensors at concrete parallel sizes."""
+"""Executable meaning of verification expressions: families of float64 tensors at concrete parallel sizes.
+
+A broadcast value (made by `bcast(t, d)`) keeps extent 1 along d and a mark saying "any extent": a binary
+op stretches it to the other operand, matmul stretches a broadcast contraction dim, part along it hands
+every member the same value (as repl), comb along it needs members that are all equal, and a sum over it
+has no meaning (its extent is unknown). This is what lets a rule about broadcast operands be tested.
+"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 
 from prism import interp
-from prism.errors import GraphError, MappingError
+from prism.errors import GraphError
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
 
@@ -34,6 +34,9 @@ class NumericVerdict:
     reason: str
     max_error: float
     choices: list = field(default_factory=list)
+    all_varied: bool = False
+    """Every parallel size was > 1 in every choice tried: equality then says something about the maps,
+    not only about a degenerate size-1 instance."""
 
 
 def with_sizes(graph: KernelGraph, sizes: Sequence[tuple[tuple[int, ...], int]]) -> KernelGraph:
@@ -63,7 +66,7 @@ def size_choices(graph: KernelGraph, count: int = 2) -> list[list[tuple[tuple[in
     Each custom op's choices are checked alone first, then each combination as a whole graph (a later
     kernel's input shapes depend on an earlier kernel's sizes when its outputs concatenate blocks).
     """
-    per_kernel = [_block_choices(n.attrs["block"]) for _, n in graph.topo() if n.op == "custom"]
+    per_kernel = [_block_choices(b) for b in _blocks(graph)]
     combos = [list(c) for c in itertools.islice(itertools.product(*per_kernel), 256)]
     combos.sort(key=lambda c: -sum(s > 1 for grid, loop in c for s in (*grid, loop)))
     valid = []
@@ -79,11 +82,13 @@ def size_choices(graph: KernelGraph, count: int = 2) -> list[list[tuple[tuple[in
 
 
 def _block_choices(block: BlockGraph) -> list[tuple[tuple[int, ...], int]]:
+    # a loop that splits nothing is no parallel dim (the encoder leaves it out): it stays 1
+    loops = _CANDIDATE_SIZES if any(block.nodes[i].attrs["fmap"] is not None for i in block.loaders) else (1,)
     found = []
-    for sizes in itertools.product(_CANDIDATE_SIZES, repeat=len(block.grid) + 1):
+    for sizes in itertools.product(*[_CANDIDATE_SIZES] * len(block.grid), loops):
         try:
             block.with_sizes(sizes[:-1], sizes[-1])
-        except MappingError:
+        except GraphError:  # sizes that do not divide, or tiles that match only at other sizes
             continue
         found.append((tuple(sizes[:-1]), sizes[-1]))
     found.sort(key=lambda gl: (-sum(s > 1 for s in (*gl[0], gl[1])), math.prod(gl[0]) * gl[1]))
@@ -114,7 +119,19 @@ def random_test(reference: KernelGraph, candidate: KernelGraph, *, seed: int = 0
             if not torch.allclose(g, w, rtol=rtol, atol=atol):
                 return NumericVerdict(False, f"output {k} differs by up to {err:.3g} at sizes {sizes}",
                                       worst, picked)
-    return NumericVerdict(True, f"equal at {len(picked)} size choice(s) {picked}", worst, picked)
+    varied = bool(picked) and all(_varied(graph_block, sizes_k) for sizes in picked
+                                  for graph_block, sizes_k in zip(_blocks(candidate), sizes))
+    return NumericVerdict(True, f"equal at {len(picked)} size choice(s) {picked}", worst, picked, varied)
+
+
+def _blocks(graph: KernelGraph) -> list[BlockGraph]:
+    return [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
+
+
+def _varied(block: BlockGraph, sizes: tuple[tuple[int, ...], int]) -> bool:
+    grid, loop = sizes
+    has_loop = any(block.nodes[i].attrs["fmap"] is not None for i in block.loaders)
+    return all(g > 1 for g in grid) and (loop > 1 or not has_loop)
 
 
 def _inputs(graph: KernelGraph, seed: int, positive: bool = False) -> list[torch.Tensor]:

@@ -1,0 +1,511 @@
+"""One block graph (a concrete µGraph) → one `@triton.jit` kernel and its host launcher, as source text.
+
+The kernel reads like the Triton tutorials: program ids, then pointers to each input's first tile, then
+the loop (loads, block ops, accumulators, pointer advances), then the ops after the loop, then the
+write-back. Ops render through the op table (`OpDef.triton`); this module adds only what Triton needs
+around them: padding masks, dtype conversions, and matmul shapes.
+
+Numerics: loads keep their storage dtype; every op computes in float32 (float64 for float64 graphs);
+`tl.dot` gets operands in the matmul's declared dtype (fp16 tensor cores for fp16 graphs; "ieee"
+precision for float32) and accumulates in float32. Padded lanes hold garbage after most ops (exp(0)
+is 1, 0/0 is NaN), so a reduction over a padded dim (sum, rms_norm, a matmul's K) first zeroes them.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from dataclasses import dataclass, field
+
+from prism.codegen.errors import CodegenError
+from prism.codegen.layout import Layout, TileDim
+from prism.ir.block import BlockGraph
+from prism.ir.ops import OPS
+from prism.ir.printer import format_block
+
+__all__ = ["KernelSpec", "default_warps", "emit_kernel", "base_name", "TL_DTYPES", "SIGNATURE_DTYPES"]
+
+TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
+             "float64": "tl.float64"}
+SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64"}
+_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+MAX_NUMEL = 1 << 20
+"""Triton's largest block (elements)."""
+_RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A generated kernel: its source (kernel + launcher) and everything needed to launch or AOT-compile it.
+
+    `inputs`/`outputs` are the storage dtypes of the buffers it reads and writes (in launcher order);
+    `summed[k]` says output k is summed across blocks with atomic adds, so its buffer must be zeroed.
+    """
+
+    name: str
+    launcher: str
+    source: str
+    grid: tuple[int, ...]
+    signature: dict[str, str]
+    constexprs: dict[str, int]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    summed: tuple[bool, ...]
+    num_warps: int = 4
+
+
+def base_name(label: str, fallback: str, used: set[str]) -> str:
+    """A short lowercase identifier for a tensor called `label` (`Wup` -> `wup`), unique within `used`."""
+    base = re.sub(r"[^a-z0-9]", "", label.lower())
+    if not base or not base[0].isalpha() or keyword.iskeyword(base) or base in _RESERVED \
+            or re.fullmatch(r"(t|acc|out|in)\d+", base):
+        base = fallback
+    out, k = base, 1
+    while out in used:
+        k += 1
+        out = f"{base}v{k}"
+    used.add(out)
+    return out
+
+
+@dataclass
+class _Val:
+    name: str
+    dtype: str
+    scope: str
+    clean: bool   # padded lanes are known to be zero
+
+
+@dataclass
+class _Scopes:
+    top: list[str] = field(default_factory=list)
+    pre: list[str] = field(default_factory=list)
+    init: list[str] = field(default_factory=list)
+    loop: list[str] = field(default_factory=list)
+    advance: list[str] = field(default_factory=list)
+    post: list[str] = field(default_factory=list)
+    store: list[str] = field(default_factory=list)
+
+
+def _at(d: int, rank: int) -> str:
+    """Index that puts a 1-D range along dim d of a rank-`rank` block: `[:, None]` etc."""
+    return "" if rank == 1 else "[" + ", ".join(":" if j == d else "None" for j in range(rank)) + "]"
+
+
+def _lit(v: float) -> str:
+    r = repr(float(v))
+    return f"({r})" if r.startswith("-") else r
+
+
+class _Emitter:
+    def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
+                 out_dtypes: list[str], num_warps: int | None) -> None:
+        self.b, self.name = block, name
+        self.in_dtypes, self.out_dtypes = in_dtypes, out_dtypes
+        used: set[str] = set()
+        self.bases = [base_name(lbl, f"in{k}", used) for k, lbl in enumerate(labels)]
+        self.labels = labels
+        self.outs = [base_name(f"out{k}", f"out{k}", used) for k in range(len(block.savers))]
+        self.layout = Layout(block, self.bases)
+        self.num_warps = default_warps(block, self.layout) if num_warps is None else num_warps
+        types = {t.dtype for n in block.nodes for t in n.outputs} | set(in_dtypes) | set(out_dtypes)
+        self.compute = "float64" if "float64" in types else "float32"
+        self.looped = block.loop > 1
+        self.uses = block.consumers()
+        self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z", "LOOP"} | _RESERVED
+        self.vals: dict[int, _Val] = {}
+        self.cache: dict[tuple, str] = {}
+        self.lane_masks: dict[str, str] = {}
+        self.s = _Scopes()
+        self.pids: set[str] = set()
+        self.strides: dict[str, list[str]] = {}
+
+    # -- names -----------------------------------------------------------------------------------
+
+    def fresh(self, want: str) -> str:
+        out, k = want, 1
+        while out in self.idents:
+            k += 1
+            out = f"{want}_{k}"
+        self.idents.add(out)
+        return out
+
+    def lane_mask(self, t: TileDim) -> str:
+        """`mask_x0`: which lanes of a padded tile dim are real (defined once, at the top)."""
+        if t.name not in self.lane_masks:
+            self.lane_masks[t.name] = self.fresh(f"mask_{t.name.lower()}")
+        return self.lane_masks[t.name]
+
+    def full_mask(self, dims: tuple[TileDim, ...]) -> str | None:
+        rank = len(dims)
+        parts = [f"{self.lane_mask(t)}{_at(d, rank)}" for d, t in enumerate(dims) if t.padded]
+        return " & ".join(parts) if parts else None
+
+    def pid(self, g: str) -> str:
+        self.pids.add(g)
+        return f"pid_{g}"
+
+    def stride_names(self, base: str, rank: int) -> list[str]:
+        if base not in self.strides:
+            sep = "_" if base[-1].isdigit() else ""
+            self.strides[base] = [self.fresh(f"stride_{base}{sep}{d}") for d in range(rank)]
+        return self.strides[base]
+
+    # -- values ------------------------------------------------------------------------------------
+
+    def scope_of(self, i: int) -> str:
+        node = self.b.nodes[i]
+        if self.b.phase((i, 0)) != "loop" or node.op == "accum":
+            return "post"
+        if not self.looped:
+            return "pre"
+        if node.op == "loader":
+            return "pre" if node.attrs["fmap"] is None else "loop"
+        return "loop" if any(self.scope_of(r[0]) == "loop" for r in node.inputs) else "pre"
+
+    def lines(self, scope: str) -> list[str]:
+        return getattr(self.s, scope)
+
+    def operand(self, i: int, dtype: str, clean: bool = False) -> str:
+        """Node i's value in `dtype`, with padded lanes zeroed if `clean`; helper lines go in its scope."""
+        v = self.vals[i]
+        clean = clean and not v.clean and any(t.padded for t in self.layout.dims[i])
+        if clean:
+            key = (i, v.dtype, True)
+            if key not in self.cache:
+                self.cache[key] = self.fresh(f"{v.name}_z")
+                mask = self.full_mask(self.layout.dims[i])
+                self.lines(v.scope).append(f"{self.cache[key]} = tl.where({mask}, {v.name}, 0.0)")
+            v = _Val(self.cache[key], v.dtype, v.scope, True)
+        if v.dtype == dtype:
+            return v.name
+        key = (i, dtype, clean)
+        if key not in self.cache:
+            self.cache[key] = self.fresh(f"{v.name}_{_SHORT[dtype]}")
+            self.lines(v.scope).append(f"{self.cache[key]} = {v.name}.to({TL_DTYPES[dtype]})")
+        return self.cache[key]
+
+    def squeeze(self, i: int, dims: list[int], dtype: str) -> str:
+        """Node i's value with padded size-1 dims `dims` cut back to one lane (lane 0), to broadcast."""
+        name = self.operand(i, dtype)
+        key = (i, dtype, "squeeze", tuple(dims))
+        if key not in self.cache:
+            rank = len(self.layout.dims[i])
+            for d in dims:
+                block = self.layout.dims[i][d].block
+                lane0 = f"tl.arange(0, {block}){_at(d, rank)} == 0"
+                new = self.fresh(f"{self.vals[i].name}_s{d}")
+                self.lines(self.vals[i].scope).append(
+                    f"{new} = tl.sum(tl.where({lane0}, {name}, 0.0), axis={d}, keep_dims=True)")
+                name = new
+            self.cache[key] = name
+        return self.cache[key]
+
+    def shape_comment(self, i: int) -> str:
+        dims = self.layout.dims[i]
+        real = [t.tile for t in dims]
+        block = [t.block for t in dims]
+        return f"  # {real}" if real == block else f"  # {real} padded to {block}"
+
+    # -- loaders -----------------------------------------------------------------------------------
+
+    def load_dtype(self, i: int) -> str:
+        """Fold a conversion into the load when every consumer wants the same other dtype."""
+        storage = self.in_dtypes[self.b.nodes[i].attrs["index"]]
+        wants = {self.wanted(c, i) for c in self.uses.get((i, 0), [])}
+        return wants.pop() if len(wants) == 1 else storage
+
+    def wanted(self, consumer: int, operand: int) -> str:
+        node = self.b.nodes[consumer]
+        return node.outputs[0].dtype if node.op == "matmul" else self.compute
+
+    def loader(self, i: int) -> None:
+        node = self.b.nodes[i]
+        k, imap, fmap = node.attrs["index"], node.attrs["imap"], node.attrs["fmap"]
+        base, dims = self.bases[k], self.layout.dims[i]
+        rank = len(dims)
+        by_grid = {d: g for g, d in imap.items() if self.b.grid_size(g) > 1}
+        strides = self.stride_names(base, rank)
+        offs = []
+        for d, t in enumerate(dims):
+            name = self.fresh(f"offs_{base}{'_' if base[-1].isdigit() else ''}{d}")
+            start = ""
+            if d in by_grid:
+                # a dim split by the grid and the loop: block stride is tile * LOOP, not tile
+                step = t.tile_expr if fmap != d or not self.looped else (
+                    "LOOP" if t.tile_expr == "1" else f"{t.tile_expr} * LOOP")
+                start = f"{self.pid(by_grid[d])}{'' if step == '1' else ' * ' + step} + "
+            self.s.top.append(f"{name} = {start}tl.arange(0, {t.block_expr})")
+            offs.append(name)
+        ptrs = self.fresh(f"{base}_ptrs")
+        self.s.top.append(_pointers(ptrs, base, offs, strides))
+        mask = self.full_mask(dims)
+        args = ""
+        if mask:
+            mname = self.fresh(f"mask_{base}")
+            self.s.top.append(f"{mname} = {mask}")
+            args = f", mask={mname}, other=0.0"
+        dtype = self.load_dtype(i)
+        conv = "" if dtype == self.in_dtypes[k] else f".to({TL_DTYPES[dtype]})"
+        scope = self.scope_of(i)
+        self.vals[i] = _Val(self.fresh(base), dtype, scope, True)
+        self.lines(scope).append(f"{self.vals[i].name} = tl.load({ptrs}{args}){conv}{self.shape_comment(i)}")
+        if fmap is not None and self.looped:
+            self.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
+
+    # -- ops ---------------------------------------------------------------------------------------
+
+    def dot(self, i: int, acc: str | None = None) -> str:
+        node = self.b.nodes[i]
+        a, b = (r[0] for r in node.inputs)
+        dims, rank = self.layout.dims[i], len(node.outputs[0].shape)
+        dtype = node.outputs[0].dtype
+        k_padded = self.layout.dims[a][rank - 1].padded
+        av, bv = self.operand(a, dtype, clean=k_padded), self.operand(b, dtype, clean=k_padded)
+        extra = f", {acc}" if acc else ""
+        if dtype in ("float32", "float64"):
+            extra += ', input_precision="ieee"'
+        if self.compute == "float64":
+            extra += ", out_dtype=tl.float64"
+        if rank <= 3:
+            return OPS["matmul"].triton.format(av, bv, extra=extra)
+        lead = math.prod(t.block for t in dims[:-2])
+        da, db = self.layout.dims[a], self.layout.dims[b]
+        ar = f"tl.reshape({av}, ({lead}, {da[-2].block_expr}, {da[-1].block_expr}))"
+        br = f"tl.reshape({bv}, ({lead}, {db[-2].block_expr}, {db[-1].block_expr}))"
+        return f"tl.reshape({OPS['matmul'].triton.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
+
+    def op(self, i: int) -> None:
+        node = self.b.nodes[i]
+        opdef = OPS[node.op]
+        dims = self.layout.dims[i]
+        rank = len(dims)
+        if opdef.kind == "matmul":
+            expr = self.dot(i)
+        else:
+            args = []
+            for r in node.inputs:
+                s = r[0]
+                sdims = self.layout.dims[s]
+                if opdef.kind == "reduce":
+                    args.append(self.operand(s, self.compute, clean=sdims[node.attrs["dim"]].padded))
+                elif opdef.kind == "norm":
+                    args.append(self.operand(s, self.compute, clean=sdims[-1].padded))
+                else:
+                    cut = [d for d in range(rank) if sdims[d].tile == 1 < dims[d].tile and sdims[d].block > 1]
+                    args.append(self.squeeze(s, cut, self.compute) if cut else self.operand(s, self.compute))
+            fields = {k: (_lit(v) if isinstance(v, float) else v) for k, v in node.attrs.items()}
+            expr = opdef.triton.format(*args, last=rank - 1, n=_lit(dims[-1].tile), **fields)
+            if opdef.kind == "reduce" and dims[node.attrs["dim"]].block > 1:
+                d = node.attrs["dim"]   # the reduced dim is padded for a later matmul: value in lane 0
+                expr = f"tl.where(tl.arange(0, {dims[d].block_expr}){_at(d, rank)} == 0, {expr}, 0.0)"
+        scope = self.scope_of(i)
+        self.vals[i] = _Val(self.fresh(f"t{i}"), self.compute, scope, False)
+        self.lines(scope).append(f"{self.vals[i].name} = {expr}{self.shape_comment(i)}")
+
+    def fusable(self, i: int) -> bool:
+        """accum(matmul) where the matmul is computed every iteration for this accumulator only."""
+        src = self.b.nodes[i].inputs[0][0]
+        return (self.looped and self.b.nodes[src].op == "matmul" and self.scope_of(src) == "loop"
+                and self.uses[(src, 0)] == [i] and len(self.layout.dims[i]) <= 3)
+
+    def accum(self, i: int) -> None:
+        src = self.b.nodes[i].inputs[0][0]
+        if not self.looped:
+            name = self.operand(src, self.compute)
+            self.vals[i] = _Val(name, self.compute, self.vals[src].scope, self.vals[src].clean)
+            return
+        name = self.fresh(f"acc{i}")
+        self.vals[i] = _Val(name, self.compute, "post", False)
+        self.s.init.append(f"{name} = tl.zeros({self.layout.shape_expr(i)}, dtype={TL_DTYPES[self.compute]})"
+                          f"{self.shape_comment(i)}")
+        if self.fusable(i):
+            self.s.loop.append(f"{name} = {self.dot(src, acc=name)}")
+        else:
+            self.s.loop.append(f"{name} += {self.operand(src, self.compute)}")
+
+    def saver(self, i: int) -> None:
+        node = self.b.nodes[i]
+        k, omap = node.attrs["index"], node.attrs["omap"]
+        base, dims = self.outs[k], self.layout.dims[i]
+        rank = len(dims)
+        by_grid = {d: g for g, d in omap.items() if self.b.grid_size(g) > 1}
+        strides = self.stride_names(base, rank)
+        offs = []
+        for d, t in enumerate(dims):
+            name = self.fresh(f"offs_{base}_{d}")
+            start = ""
+            if d in by_grid:
+                start = f"{self.pid(by_grid[d])}{'' if t.tile_expr == '1' else ' * ' + t.tile_expr} + "
+            self.s.store.append(f"{name} = {start}tl.arange(0, {t.block_expr})")
+            offs.append(name)
+        ptrs = self.fresh(f"{base}_ptrs")
+        self.s.store.append(_pointers(ptrs, base, offs, strides))
+        mask = self.full_mask(dims)
+        margs = ""
+        if mask:
+            mname = self.fresh(f"mask_{base}")
+            self.s.store.append(f"{mname} = {mask}")
+            margs = f", mask={mname}"
+        value = f"{self.operand(node.inputs[0][0], self.compute)}.to({base}_ptr.dtype.element_ty)"
+        if self.summed(k):
+            self.s.store.append(f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")")
+        else:
+            self.s.store.append(f"tl.store({ptrs}, {value}{margs})")
+
+    def summed(self, k: int) -> bool:
+        omap = self.b.nodes[self.b.savers[k]].attrs["omap"]
+        return any(size > 1 and g not in omap for g, size in zip(self.b.grid_dims, self.b.grid))
+
+    # -- the kernel --------------------------------------------------------------------------------
+
+    def run(self) -> KernelSpec:
+        b = self.b
+        if len(b.grid) > 1 and max(b.grid[1:]) > 65535:
+            raise CodegenError(f"{self.name}: grid {b.grid}: CUDA allows at most 65535 blocks along y and z")
+        for i, node in b.topo():
+            if math.prod(self.layout.shape(i)) > MAX_NUMEL:
+                raise CodegenError(f"{self.name}: tile of {b.label((i, 0))} is padded to "
+                                   f"{list(self.layout.shape(i))}, more than Triton's {MAX_NUMEL} elements")
+        skip = {b.nodes[i].inputs[0][0] for i, n in b.topo() if n.op == "accum" and self.fusable(i)}
+        for i, node in b.topo():
+            if node.op == "loader":
+                self.loader(i)
+            elif node.op == "accum":
+                self.accum(i)
+            elif node.op == "saver":
+                pass
+            elif i not in skip:
+                self.op(i)
+        for i in b.savers:
+            self.saver(i)
+        body = self.body()
+        return self.spec(body)
+
+    def body(self) -> list[str]:
+        s = self.s
+        out = [_phase("program ids")]
+        out += [f"pid_{g} = tl.program_id(axis={self.b.grid_dims.index(g)})" for g in self.b.grid_dims
+                if g in self.pids]
+        if len(out) == 1:
+            out.append("# (one block: no program id needed)")
+        masks = [f"{m} = tl.arange(0, BLOCK_{n}) < TILE_{n}" for n, m in self.lane_masks.items()]
+        out += [_phase("pointers to each input's first tile, masks for padded lanes")]
+        out += masks + s.top
+        if self.looped:
+            if s.pre:
+                out += [_phase("tiles that stay the same in every iteration")] + s.pre
+            out += [_phase(f"loop: {self.b.loop} iterations, accumulators in {_SHORT[self.compute]}")]
+            out += s.init
+            out += ["for i in range(0, LOOP):"] + _indent(s.loop + s.advance)
+            if s.post:
+                out += [_phase("after the loop")] + s.post
+        else:
+            out += [_phase("one pass (loop range 1)")] + s.pre + s.post
+        out += [_phase("write back")] + s.store
+        return out
+
+    def spec(self, body: list[str]) -> KernelSpec:
+        b, text = self.b, "\n".join(body)
+        classes = {t.name: t for t in self.layout.classes}
+        constexprs: dict[str, int] = {}
+        if self.looped:
+            constexprs["LOOP"] = b.loop
+        names = sorted(set(re.findall(r"\b(?:BLOCK|TILE)_\w+\b", text)),
+                       key=lambda n: (list(classes).index(n.split("_", 1)[1]), n.startswith("TILE")))
+        for n in names:
+            t = classes[n.split("_", 1)[1]]
+            constexprs[n] = t.block if n.startswith("BLOCK") else t.tile
+        params: list[tuple[str, str, str]] = []   # (name, signature type, comment)
+        for k, base in enumerate(self.bases):
+            i = b.loaders[k]
+            a = b.nodes[i].attrs
+            loop = "" if a["fmap"] is None else f", loop over dim {a['fmap']}"
+            params.append((f"{base}_ptr", SIGNATURE_DTYPES[self.in_dtypes[k]],
+                           f"{self.labels[k]}: {self.in_dtypes[k]}{list(b.input_types[k].shape)}, tiles "
+                           f"{list(b.nodes[i].outputs[0].shape)}{_maps(a['imap'], 'pid', '->')}{loop}"))
+        for k, base in enumerate(self.outs):
+            i = b.savers[k]
+            omap = b.nodes[i].attrs["omap"]
+            sums = [g for g, size in zip(b.grid_dims, b.grid) if size > 1 and g not in omap]
+            params.append((f"{base}_ptr", SIGNATURE_DTYPES[self.out_dtypes[k]],
+                           f"output {k}: {self.out_dtypes[k]}{list(b.nodes[i].outputs[0].shape)}, tiles "
+                           f"{list(b.nodes[b.nodes[i].inputs[0][0]].outputs[0].shape)}"
+                           f"{_maps(omap, 'pid', '->')}"
+                           f"{', summed over ' + ', '.join(f'pid_{g}' for g in sums) + ' (atomic adds)' if sums else ''}"))
+        lines = [f"    {n},  # {c}" for n, _, c in params]
+        labels = self.labels + [f"output {k}" for k in range(len(self.outs))]
+        for base, label in zip(self.bases + self.outs, labels):
+            params += [(n, "i32", "") for n in self.strides[base]]
+            lines.append(f"    {', '.join(self.strides[base])},  # strides of {label}, in elements")
+        for n, v in constexprs.items():
+            what = "loop iterations" if n == "LOOP" else ("real lanes" if n.startswith("TILE")
+                                                           else "lanes, a power of two")
+            params.append((n, "constexpr", ""))
+            lines.append(f"    {n}: tl.constexpr,  # {v} {what}")
+        src = [f"# {line}" for line in format_block(b).splitlines()]
+        src += ["@triton.jit", f"def {self.name}("] + lines
+        src += ["):"] + _indent(body)
+        launcher = f"launch_{self.name}"
+        args = self.bases + self.outs
+        call_strides = [", ".join(f"{base}.stride({d})" for d in range(len(self.strides[base]))) + ","
+                        for base in args]
+        summed = tuple(self.summed(k) for k in range(len(self.outs)))
+        note = "; ".join(f"{o} must be zeroed first (summed across blocks)" for o, s_ in zip(self.outs, summed)
+                         if s_)
+        src += ["", "", f"def {launcher}({', '.join(args)}):",
+                f'    """Launch {self.name} on a grid of {b.grid}{": " + note if note else ""}."""',
+                f"    {self.name}[{b.grid}](",
+                f"        {', '.join(args)},",
+                *(f"        {x}" for x in call_strides),
+                f"        {', '.join(f'{n}={v}' for n, v in constexprs.items())}{', ' if constexprs else ''}"
+                f"num_warps={self.num_warps},",
+                "    )"]
+        signature = {n: sig for n, sig, _ in params}
+        return KernelSpec(self.name, launcher, "\n".join(src) + "\n", b.grid, signature, constexprs,
+                          tuple(self.in_dtypes), tuple(self.out_dtypes), summed, self.num_warps)
+
+
+def _indent(items: list[str]) -> list[str]:
+    return [f"    {line}" for item in items for line in item.split("\n")]
+
+
+def _pointers(ptrs: str, base: str, offs: list[str], strides: list[str]) -> str:
+    """`x_ptrs = x_ptr + (offs_x0[:, None] * stride_x0 + ...)`, one term per line when long."""
+    rank = len(offs)
+    terms = [f"{o}{_at(d, rank)} * {s}" for d, (o, s) in enumerate(zip(offs, strides))]
+    head = f"{ptrs} = {base}_ptr + ("
+    if len(head) + sum(len(t) + 3 for t in terms) <= 100:
+        return f"{head}{' + '.join(terms)})"
+    pad = " " * (len(head) - 2)
+    return f"{head}{terms[0]}\n" + "\n".join(f"{pad}+ {t}" for t in terms[1:]) + ")"
+
+
+def _phase(title: str) -> str:
+    return f"# -- {title} ".ljust(76, "-")
+
+
+def _maps(m: dict[str, int], prefix: str, arrow: str) -> str:
+    return "".join(f", {prefix}_{g} {arrow} dim {d}" for g, d in m.items())
+
+
+def default_warps(block: BlockGraph, layout: Layout) -> int:
+    """4 warps, or 8 when the tiles loaded and accumulated per iteration hold 16K elements or more
+    (at 4 warps the default attention tiles spill registers on sm_90; at 8 they do not)."""
+    live = sum(math.prod(layout.shape(i)) for i, n in block.topo() if n.op in ("loader", "accum"))
+    return 8 if live >= 16384 else 4
+
+
+def emit_kernel(block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
+                out_dtypes: list[str], num_warps: int | None = None) -> KernelSpec:
+    """Generate kernel `name` for `block`, reading inputs stored in `in_dtypes` (labels name them in
+    comments) and writing outputs stored in `out_dtypes` (summed outputs: a zeroed fp32/fp64 buffer).
+    `num_warps` None picks 4 or 8 from the tile sizes (`default_warps`)."""
+    if len(labels) != len(block.input_types) or len(in_dtypes) != len(labels):
+        raise CodegenError(f"{name}: the block graph loads {len(block.input_types)} input(s), "
+                           f"got {len(labels)} label(s) and {len(in_dtypes)} dtype(s)")
+    if len(out_dtypes) != len(block.savers):
+        raise CodegenError(f"{name}: the block graph saves {len(block.savers)} output(s), "
+                           f"got {len(out_dtypes)} dtype(s)")
+    return _Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps).run()

@@ -1,0 +1,105 @@
+"""`compile_graph(graph) -> CompiledGraph`: a kernel graph as generated Triton kernels, callable on tensors."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+import torch
+
+from prism.codegen.aot import AotKernel, compile_aot
+from prism.codegen.emit import KernelSpec
+from prism.codegen.load import interpreting, load_module
+from prism.codegen.plan import Plan, plan_graph
+from prism.errors import InputError
+from prism.ir.graph import KernelGraph
+from prism.ir.ops import TORCH_DTYPES
+
+__all__ = ["Allocator", "CompiledGraph", "compile_graph"]
+
+Allocator = Callable[[tuple[int, ...], torch.dtype, torch.device, bool], torch.Tensor]
+"""allocate(shape, dtype, device, zero) -> a tensor of that shape (zero-filled if `zero`); any strides."""
+
+
+def _allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, zero: bool) -> torch.Tensor:
+    return (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+
+
+class CompiledGraph:
+    """A kernel graph compiled to Triton kernels (one per custom op, one or two per kernel-level op).
+
+    `cg(*tensors)` checks the tensors and runs every kernel, returning the outputs as a list (like
+    `prism.interp.run`). Under `TRITON_INTERPRET=1` kernels run in Triton's interpreter on CPU tensors;
+    otherwise on CUDA tensors. `.source` is the generated module; `.aot()` compiles every kernel to PTX.
+    `allocate` makes every buffer the kernels write (tests pass one that adds guard bands).
+    """
+
+    def __init__(self, graph: KernelGraph, plan: Plan, allocate: Allocator | None = None) -> None:
+        self.graph, self.plan = graph, plan
+        self.allocate: Allocator = allocate or _allocate
+
+    @property
+    def source(self) -> str:
+        """All the Triton source: every kernel and its launcher, in one module."""
+        return self.plan.source
+
+    @property
+    def kernels(self) -> list[KernelSpec]:
+        return self.plan.kernels
+
+    @property
+    def interpret(self) -> bool:
+        return interpreting()
+
+    @cached_property
+    def module(self) -> ModuleType:
+        return load_module(self.plan.source, self.plan.digest)
+
+    def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        device = self._check(tensors)
+        bufs: list[torch.Tensor | None] = [None] * len(self.plan.buffers)
+        for j, t in zip(self.plan.inputs, tensors):
+            bufs[j] = t
+        for j, b in enumerate(self.plan.buffers):
+            if bufs[j] is None:
+                bufs[j] = self.allocate(b.shape, TORCH_DTYPES[b.dtype], device, b.zero)
+        module = self.module
+        for step in self.plan.steps:
+            getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
+        return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
+
+    def _check(self, tensors: Sequence[Any]) -> torch.device:
+        expected = self.graph.inputs
+        if len(tensors) != len(expected):
+            raise InputError(f"the compiled graph takes {len(expected)} tensor(s) "
+                             f"({', '.join(t.name for t in expected)}), got {len(tensors)}")
+        devices = set()
+        for t, want in zip(tensors, expected):
+            if not isinstance(t, torch.Tensor):
+                raise InputError(f"input {want.name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != want.shape:
+                raise InputError(f"input {want.name} should have shape {list(want.shape)}, got {list(t.shape)}")
+            if t.dtype != TORCH_DTYPES[want.dtype]:
+                raise InputError(f"input {want.name} should have dtype {want.dtype}, got {t.dtype}")
+            devices.add(t.device)
+        if len(devices) > 1:
+            raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
+        (device,) = devices
+        if self.interpret and device.type != "cpu":
+            raise InputError(f"Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors; inputs are on {device}")
+        if not self.interpret and device.type != "cuda":
+            raise InputError(f"the generated kernels run on CUDA tensors; inputs are on {device} "
+                             "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)")
+        return device
+
+    def aot(self, target: Any = None) -> list[AotKernel]:
+        """Compile every kernel ahead of time (default target sm_90); works without a GPU."""
+        return [compile_aot(getattr(self.module, k.name), k, target) for k in self.kernels]
+
+
+def compile_graph(graph: KernelGraph, num_warps: int | None = None, allocate: Allocator | None = None) -> CompiledGraph:
+    """Generate Triton for every op of `graph` (custom ops and kernel-level ops alike)."""
+    if not isinstance(graph, KernelGraph):
+        raise InputError(f"compile_graph: expected a KernelGraph, got {type(graph).__name__}")
+    return CompiledGraph(graph, plan_graph(graph, num_warps), allocate)

@@ -1,0 +1,179 @@
+"""Checking candidates: the verifier call on a size-free instance, and the numeric cross-check.
+
+The verifier sees each candidate instantiated at the program's own shapes with every grid size and
+the loop range 1 (always divisible; it reads structure and maps only). Every accepted candidate is
+then run by the reference executor at two different concrete parameter choices, at small input
+extents chosen so that those sizes divide, against the program rebuilt at the same extents, in
+float64. A disagreement there is an unsound-axiom event.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from prism.errors import MappingError
+from prism.ir import BlockGraph, KernelGraph
+from prism.ir.ops import OPS
+from prism.symbolic.dims import UNIT
+from prism.symbolic.mapping import Mapping
+from prism.symbolic.sgraph import op_dims
+from prism.symbolic.structure import Structure, class_factor, instantiate, program_classes
+
+__all__ = ["CHECK_PARAMS", "NumericCheck", "Verdict", "check_shapes_for", "cross_check", "numeric_equivalent",
+           "rebuild", "resize"]
+
+CHECK_PARAMS = (((2, 3, 4), 2, 2), ((3, 4, 2), 3, 3))
+"""(grid sizes x, y, z; loop range; base tile) of the two cross-check instances: distinct sizes per
+grid dim, so a mix-up between dims shows, and every tile at least 2 wide, so nothing broadcasts."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verifier's answer (the shape `prism.verify.equivalent` returns)."""
+
+    equal: bool
+    reason: str
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NumericCheck:
+    """The cross-check of one candidate: the worst relative error and the sizes it was run at."""
+
+    ok: bool
+    max_error: float
+    detail: str
+
+
+def rebuild(graph: KernelGraph, shapes: Sequence[Sequence[int]]) -> KernelGraph:
+    """The program `graph` (inputs and registry ops) with its inputs resized to `shapes`."""
+    g = KernelGraph()
+    vals: dict[tuple[int, int], Any] = {}
+    for ref, shape in zip(graph.input_refs, shapes):
+        node = graph.nodes[ref[0]]
+        vals[ref] = g.input(tuple(shape), node.outputs[0].dtype, node.attrs["name"])
+    for i, node in graph.topo():
+        if node.op in OPS:
+            vals[(i, 0)] = g.apply(node.op, [vals[r] for r in node.inputs], dict(node.attrs))
+    g.output(*[vals[r] for r in graph.outputs])
+    return g
+
+
+def check_shapes_for(reference: KernelGraph, st: Structure, m: Mapping, grid: Sequence[int], loop: int,
+                     tile: int) -> list[tuple[int, ...]]:
+    """Input shapes at which `st` under `m` with these sizes divides evenly and the program is valid:
+    every class (merged with the program's own dim equalities) gets tile × lcm of its split factors."""
+    space = st.graph.space
+    uf = program_classes(reference, space)
+    for a in range(len(space)):
+        uf = uf.union(a, st.graph.uf.find(a))
+    dims = [st.graph.dims[o] for o in st.outputs]
+    for op in st.kernel_ops:
+        matched = op_dims(op.op, op.attrs, [dims[i] for i in op.inputs], uf, space)
+        if matched is None:
+            raise MappingError("cross-check: kernel-level ops do not match dims")
+        d, uf = matched
+        dims.append(d)
+    need: dict[int, int] = {}
+    for a in range(len(space)):
+        if space.extent(a) != 1:
+            f = class_factor(m, st.graph.uf.find(a), grid, loop)
+            need[uf.find(a)] = math.lcm(need.get(uf.find(a), 1), f)
+    return [tuple(1 if (a := space.atom(i, d)) == UNIT else tile * need[uf.find(a)] for d in range(len(s)))
+            for i, s in enumerate(space.shapes)]
+
+
+def _random_inputs(graph: KernelGraph, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.rand(t.shape, generator=gen, dtype=torch.float64) - 0.5) for t in graph.inputs]
+
+
+def _compare(reference: KernelGraph, candidate: KernelGraph, seed: int) -> float:
+    from prism import interp
+
+    inputs = _random_inputs(reference, seed)
+    want = interp.run(reference, inputs, dtype=torch.float64)
+    got = interp.run(candidate, inputs, dtype=torch.float64)
+    err = 0.0
+    for a, b in zip(got, want):
+        if a.shape != b.shape:
+            return math.inf
+        scale = max(1.0, float(b.abs().max()))
+        err = max(err, float((a - b).abs().max()) / scale)
+    return err
+
+
+def cross_check(reference: KernelGraph, st: Structure, m: Mapping, names: Sequence[str] | None = None,
+                tolerance: float = 1e-9, seed: int = 0) -> NumericCheck:
+    """Run `st` under `m` at the two CHECK_PARAMS instances against the program at the same extents."""
+    worst, details = 0.0, []
+    for grid, loop, tile in CHECK_PARAMS:
+        grid, loop = grid[: m.n_grid], loop if m.loop else 1
+        shapes = check_shapes_for(reference, st, m, grid, loop, tile)
+        ref = rebuild(reference, shapes)
+        cand = instantiate(st, m, shapes, grid, loop, names=names)
+        err = _compare(ref, cand, seed)
+        worst = max(worst, err)
+        details.append(f"grid={grid} loop={loop} shapes={shapes}: err={err:.3g}")
+    return NumericCheck(worst <= tolerance, worst, "; ".join(details))
+
+
+# ---- numeric equivalence of two concrete graphs (random testing at resized grid/loop) -----------
+
+
+def resize(candidate: KernelGraph, grid: Sequence[int], loop: int) -> KernelGraph:
+    """`candidate` with every custom op's grid sizes (first len(its grid)) and loop range replaced."""
+    g = KernelGraph()
+    vals: dict[tuple[int, int], Any] = {}
+    for i, node in candidate.topo():
+        if node.op == "input":
+            vals[(i, 0)] = g.input(node.outputs[0].shape, node.outputs[0].dtype, node.attrs["name"])
+        elif node.op == "custom":
+            old: BlockGraph = node.attrs["block"]
+            b = BlockGraph(grid=tuple(grid[: len(old.grid)]), loop=loop)
+            ts: dict[tuple[int, int], Any] = {}
+            args = [vals[r] for r in node.inputs]
+            for j, bn in old.topo():
+                if bn.op == "loader":
+                    ts[(j, 0)] = b.input(args[bn.attrs["index"]], dict(bn.attrs["imap"]), bn.attrs["fmap"])
+                elif bn.op == "accum":
+                    ts[(j, 0)] = b.accum(ts[bn.inputs[0]])
+                elif bn.op == "saver":
+                    ts[(j, 0)] = b.output(ts[bn.inputs[0]], dict(bn.attrs["omap"]))
+                else:
+                    ts[(j, 0)] = b.apply(bn.op, [ts[r] for r in bn.inputs], dict(bn.attrs))
+            for k, t in enumerate(g.custom(b, args)):
+                vals[(i, k)] = t
+        else:
+            vals[(i, 0)] = g.apply(node.op, [vals[r] for r in node.inputs], dict(node.attrs))
+    g.output(*[vals[r] for r in candidate.outputs])
+    return g
+
+
+def numeric_equivalent(reference: KernelGraph, candidate: KernelGraph, *, timeout: float | None = None,
+                       tolerance: float = 1e-9, seed: int = 0, choices: int = 2) -> Verdict:
+    """Random testing (Mirage's way): run `candidate` at the first `choices` grid/loop sizes from
+    {2,3,4} that divide its tiles, at its own input shapes, against `reference`, in float64."""
+    tried = []
+    for sizes in itertools.product((2, 3, 4), repeat=4):
+        if len(tried) == choices:
+            break
+        try:
+            resized = resize(candidate, sizes[:3], sizes[3])
+        except MappingError:
+            continue
+        err = _compare(reference, resized, seed)
+        tried.append(f"grid={sizes[:3]} loop={sizes[3]}: err={err:.3g}")
+        if not err <= tolerance:
+            return Verdict(False, "numeric mismatch: " + tried[-1])
+    if not tried:
+        return Verdict(False, "no grid/loop sizes in {2,3,4} divide the tiles")
+    return Verdict(True, "numerically equal at " + "; ".join(tried))
+
+
+VerifyFn = Callable[..., Any]

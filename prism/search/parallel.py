@@ -1,0 +1,107 @@
+"""Worker processes for the search: generation subtrees and candidate checks, spawned, never forked.
+
+egglog starts a Rust thread pool when imported, and a forked child of a process holding one can
+deadlock, so workers are always started with the `spawn` context. Work crosses the process boundary
+as picklable values (sGraph states, structures, mappings, the program as JSON); the verifier is
+passed as a module-level function. Results come back in task order, so a parallel run returns what
+a one-process run returns.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Sequence
+
+from prism.ir import KernelGraph
+from prism.search.check import cross_check
+from prism.search.generator import Generator, Limits
+from prism.symbolic.closure import Target
+from prism.symbolic.mapping import Mapping
+from prism.symbolic.sgraph import SGraph
+from prism.symbolic.structure import Structure, instantiate
+
+__all__ = ["Workers", "check_task", "generate_task"]
+
+
+class Workers:
+    """A lazily started pool of `n` spawned processes; with n <= 1 everything runs in this process."""
+
+    def __init__(self, n: int | None = None) -> None:
+        self.n = (os.cpu_count() or 1) if n is None else max(1, n)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list[Any]:
+        """fn(*task) for every task, results in task order."""
+        if self.n <= 1 or len(tasks) <= 1:
+            return [fn(*t) for t in tasks]
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"))
+        futures = [self._pool.submit(fn, *t) for t in tasks]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def generate_task(target: Target, limits: Limits, deadline: float, modes: Any,
+                  states: Sequence[SGraph]) -> tuple[list[Structure], Counter]:
+    """Explore the subtrees under `states` to the end; return what they emit and the counters."""
+    gen = Generator(target, limits, deadline, modes=modes)
+    found: list[Structure] = []
+    for s in states:
+        found.extend(gen.run(s))
+    return found, gen.stats
+
+
+_PROGRAMS: dict[str, KernelGraph] = {}
+
+
+def _program(doc: str) -> KernelGraph:
+    """The program, parsed once per worker process."""
+    if doc not in _PROGRAMS:
+        from prism.ir import serialize
+
+        _PROGRAMS[doc] = serialize.loads(doc, KernelGraph)  # type: ignore[assignment]
+    return _PROGRAMS[doc]
+
+
+def check_task(program_doc: str, verify: Callable[..., Any], verify_timeout: float | None, numeric: bool,
+               deadline: float, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+    """Verify each (structure, mapping) on its size-free instance; cross-check the accepted ones."""
+    reference = _program(program_doc)
+    names = [t.name for t in reference.inputs]
+    dtype = reference.inputs[0].dtype
+    out = []
+    for st, m in items:
+        if time.time() > deadline:
+            out.append({"skipped": True})
+            continue
+        rec: dict[str, Any] = {"skipped": False}
+        t0 = time.perf_counter()
+        try:
+            cand = instantiate(st, m, names=names, dtype=dtype)
+            kwargs = {} if verify_timeout is None else {"timeout": verify_timeout}
+            verdict = verify(reference, cand, **kwargs)
+            rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
+        except Exception as e:  # a verifier failure is a rejection, recorded with its reason
+            rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
+        rec["verify_s"] = time.perf_counter() - t0
+        if rec["equal"] and numeric:
+            t1 = time.perf_counter()
+            check = cross_check(reference, st, m, names)
+            rec["numeric_ok"], rec["numeric_error"], rec["numeric_detail"] = check.ok, check.max_error, check.detail
+            rec["check_s"] = time.perf_counter() - t1
+        out.append(rec)
+    return out

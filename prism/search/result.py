@@ -1,0 +1,129 @@
+"""SearchResult: the verified sGraphs of one search, its statistics, JSON save/load, instantiation."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from prism.errors import SerializationError
+from prism.ir import KernelGraph
+from prism.ir.block import GRID_DIMS
+from prism.symbolic.mapping import Mapping
+from prism.symbolic.structure import Structure, instantiate, structure_from_json
+
+__all__ = ["FORMAT", "SearchResult", "SymbolicGraph"]
+
+FORMAT = "prism.search_result"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class SymbolicGraph:
+    """One verified sGraph: a structure with concrete maps; grid sizes and loop range stay symbolic."""
+
+    structure: Structure
+    mapping: Mapping
+
+    @property
+    def n_grid(self) -> int:
+        return self.mapping.n_grid
+
+    def maps(self) -> dict[str, Any]:
+        """{"loaders": [(imap, fmap), ...], "outputs": [omap, ...]} as BlockGraph takes them."""
+        loaders, omaps = self.structure.problem().maps(self.mapping)
+        return {"loaders": loaders, "outputs": omaps}
+
+    def instantiate(self, shapes: Sequence[Sequence[int]] | None = None, grid: Sequence[int] | None = None,
+                    loop: int = 1, dtype: str = "float16", names: Sequence[str] | None = None) -> KernelGraph:
+        return instantiate(self.structure, self.mapping, shapes, grid, loop, dtype, names)
+
+    def describe(self, names: Sequence[str] | None = None) -> str:
+        """One line per op, with symbolic grid dims and the loop: what a reader needs to compare graphs."""
+        names = list(names) if names else [f"in{i}" for i in range(len(self.structure.graph.space.shapes))]
+        loaders, omaps = self.structure.problem().maps(self.mapping)
+        g = self.structure.graph
+        loop = "d_i" if self.mapping.loop else "1 (no loop)"
+        lines = [f"sGraph grid=({', '.join('d_' + p for p in GRID_DIMS[:self.n_grid])}) loop={loop}"]
+        for k, op in enumerate(g.ops):
+            if op.op == "loader":
+                imap, fmap = loaders[op.attrs[0]]
+                rhs = f"load {names[op.attrs[0]]} imap={imap} fmap={fmap}"
+            else:
+                args = ", ".join(f"t{i}" for i in op.inputs) + "".join(f", {a!r}" for a in op.attrs)
+                rhs = f"{op.op}({args})"
+            lines.append(f"  t{k} = {rhs}")
+        for k, o in enumerate(self.structure.outputs):
+            lines.append(f"  out{k} = save t{o} omap={omaps[k]}")
+        for k, op in enumerate(self.structure.kernel_ops):
+            lines.append(f"  kernel v{len(self.structure.outputs) + k} = {op.op}("
+                         + ", ".join(f"v{i}" for i in op.inputs) + ")")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"structure": self.structure.to_json(), "mapping": self.mapping.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SymbolicGraph:
+        return cls(structure_from_json(data["structure"]), Mapping.from_json(data["mapping"]))
+
+
+class SearchResult:
+    """What `prism.search` returns: `.graphs` (verified, canonically sorted), `.stats`, the program."""
+
+    def __init__(self, program: KernelGraph, graphs: Sequence[SymbolicGraph], stats: dict[str, Any]) -> None:
+        self.program = program
+        self.graphs = list(graphs)
+        self.stats = stats
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.program.inputs]
+
+    def instantiate(self, i: int, graph_or_shapes: KernelGraph | Sequence[Sequence[int]] | None = None,
+                    grid: Sequence[int] | None = None, loop: int = 1) -> KernelGraph:
+        """Graph `i` as a concrete µGraph for a config: give the program at that config (or its input
+        shapes), one size per grid dim, and the loop range. Tiles that do not divide raise MappingError."""
+        names, dtype = self.names, self.program.inputs[0].dtype
+        if isinstance(graph_or_shapes, KernelGraph):
+            shapes = [t.shape for t in graph_or_shapes.inputs]
+            names, dtype = [t.name for t in graph_or_shapes.inputs], graph_or_shapes.inputs[0].dtype
+        else:
+            shapes = graph_or_shapes
+        return self.graphs[i].instantiate(shapes, grid, loop, dtype, names)
+
+    def describe(self, i: int) -> str:
+        return self.graphs[i].describe(self.names)
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "program": self.program.to_json(),  # type: ignore[attr-defined]
+                "graphs": [g.to_json() for g in self.graphs], "stats": self.stats}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SearchResult:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise SerializationError(f"not a {FORMAT} document")
+        if data.get("version") != VERSION:
+            raise SerializationError(f"{FORMAT}: unknown version {data.get('version')!r}")
+        try:
+            program = KernelGraph.from_json(data["program"])  # type: ignore[attr-defined]
+            graphs = [SymbolicGraph.from_json(g) for g in data["graphs"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise SerializationError(f"{FORMAT}: corrupt document ({e})") from None
+        return cls(program, graphs, data.get("stats", {}))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> SearchResult:
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def __repr__(self) -> str:
+        return f"SearchResult({len(self.graphs)} graphs)"

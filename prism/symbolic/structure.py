@@ -1,0 +1,156 @@
+"""A finished sGraph (block graph, saved tensors, kernel-level ops) and its concrete instantiation.
+
+`instantiate(structure, mapping, shapes, grid, loop)` makes the concrete µGraph a tuner or code
+generator runs: a KernelGraph with the program's inputs, one custom op (this block graph, with the
+maps the mapping implies) and the kernel-level ops after it. Sizes enter only here: a mapping is
+correct for all of them, so any grid/loop sizes that divide the tiles give the same function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from prism.errors import MappingError
+from prism.ir import BlockGraph, KernelGraph
+from prism.ir.ops import OPS
+from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
+from prism.symbolic.mapping import Mapping, MappingProblem
+from prism.symbolic.sgraph import ACCUM, LOADER, BOp, SGraph, attr_from_json, attr_json, op_dims
+
+__all__ = ["Structure", "check_shapes", "class_factor", "instantiate", "program_classes", "structure_from_json"]
+
+
+@dataclass(frozen=True)
+class Structure:
+    """An emitted sGraph: the block graph, the tensors it saves, and the kernel-level ops after it.
+
+    Kernel op inputs index the kernel values: the saved outputs 0..m-1, then the kernel ops in order;
+    the program's output is the last value. `omaps`, when set (the concrete-omap ablation), fixes each
+    output's grid row (data dim or None per grid dim), and `labels` the concrete imap/fmap choices.
+    """
+
+    graph: SGraph
+    outputs: tuple[int, ...]
+    kernel_ops: tuple[BOp, ...] = ()
+    omaps: tuple[tuple[int | None, ...], ...] | None = None
+
+    def key(self) -> tuple:
+        """A canonical sort key (op lists, outputs, kernel ops)."""
+        return (len(self.graph.ops), tuple(o.key() for o in self.graph.ops), self.outputs,
+                tuple(o.key() for o in self.kernel_ops), repr(self.omaps))
+
+    def problem(self) -> MappingProblem:
+        """What mapping instantiation needs: loader dims, saved tensors' dims, the classes."""
+        g = self.graph
+        return MappingProblem(tuple(g.space.input_dims(i) for i in range(g.n_loaders)),
+                              tuple(g.dims[o] for o in self.outputs), g.uf)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shapes": [list(s) for s in self.graph.space.shapes],
+                "ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]]
+                        for o in self.graph.ops[self.graph.n_loaders:]],
+                "outputs": list(self.outputs),
+                "kernel_ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]] for o in self.kernel_ops]}
+
+
+def structure_from_json(data: dict[str, Any]) -> Structure:
+    """Rebuild a Structure by replaying its ops (so dims, classes and terms are recomputed)."""
+    g = SGraph.start(AtomSpace(tuple(tuple(s) for s in data["shapes"])))
+    for op, ins, attrs in data["ops"]:
+        nxt = g.extend(BOp(op, tuple(ins), tuple(attr_from_json(a) for a in attrs)))
+        if isinstance(nxt, str):
+            raise MappingError(f"saved structure does not replay: op {op}{tuple(ins)} fails ({nxt})")
+        g = nxt
+    kops = tuple(BOp(op, tuple(ins), tuple(attr_from_json(a) for a in attrs)) for op, ins, attrs in data["kernel_ops"])
+    return Structure(g, tuple(data["outputs"]), kops)
+
+
+def _resolve(attrs: tuple, opname: str, shapes: Sequence[Sequence[int]]) -> dict[str, Any]:
+    values = [a.value(shapes) if isinstance(a, InvExtent) else a for a in attrs]
+    return dict(zip(OPS[opname].attrs, values))
+
+
+def check_shapes(st: Structure, shapes: Sequence[Sequence[int]]) -> None:
+    """Raise MappingError unless `shapes` keep the structure's ranks, UNIT dims and class equalities."""
+    space = st.graph.space
+    if len(shapes) != len(space.shapes) or any(len(a) != len(b) for a, b in zip(shapes, space.shapes)):
+        raise MappingError(f"instantiate: input shapes {list(map(list, shapes))} do not have the ranks of "
+                           f"{list(map(list, space.shapes))}")
+    extent: dict[int, int] = {}
+    for i, shape in enumerate(shapes):
+        for d, size in enumerate(shape):
+            a = space.atom(i, d)
+            if a == UNIT:
+                if size != 1:
+                    raise MappingError(f"instantiate: dim {d} of input {i} was 1 when searched (a broadcast "
+                                       f"dim); got {size}")
+                continue
+            c = st.graph.uf.find(a)
+            if extent.setdefault(c, size) != size:
+                raise MappingError(f"instantiate: dim {d} of input {i} must equal the dims it is matched with "
+                                   f"({extent[c]}), got {size}")
+
+
+def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | None = None,
+                grid: Sequence[int] | None = None, loop: int = 1, dtype: str = "float16",
+                names: Sequence[str] | None = None) -> KernelGraph:
+    """The concrete µGraph of `st` under mapping `m` at input `shapes` with the given grid/loop sizes.
+
+    `grid` has one size per grid dim of `m` (default all 1). Tiles that do not divide raise the
+    IR's MappingError. A mapping whose loop splits nothing has no loop: its range must be 1 (the
+    accumulators are then identities; this is how the verifier reads such a kernel).
+    """
+    space = st.graph.space
+    shapes = [tuple(s) for s in (space.shapes if shapes is None else shapes)]
+    check_shapes(st, shapes)
+    if not m.loop and loop != 1:
+        raise MappingError(f"instantiate: this graph has no loop (the loop splits no dim), so its range is 1, "
+                           f"got {loop}")
+    grid = tuple(grid) if grid is not None else (1,) * m.n_grid
+    if len(grid) != m.n_grid:
+        raise MappingError(f"instantiate: this graph has {m.n_grid} grid dim(s), got grid sizes {grid}")
+    names = list(names) if names is not None else [f"in{i}" for i in range(len(shapes))]
+    loaders, omaps = st.problem().maps(m)
+    g = KernelGraph()
+    ins = [g.input(s, dtype, n) for s, n in zip(shapes, names)]
+    b = BlockGraph(grid=grid, loop=loop)
+    ts = []
+    for op in st.graph.ops:
+        if op.op == LOADER:
+            imap, fmap = loaders[op.attrs[0]]
+            ts.append(b.input(ins[op.attrs[0]], imap=imap, fmap=fmap))
+        elif op.op == ACCUM:
+            ts.append(b.accum(ts[op.inputs[0]]))
+        else:
+            ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
+    for k, o in enumerate(st.outputs):
+        b.output(ts[o], omap=omaps[k])
+    values = list(g.custom(b, ins))
+    for op in st.kernel_ops:
+        values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
+    g.output(values[-1])
+    return g
+
+
+def program_classes(graph: KernelGraph, space: AtomSpace) -> UnionFind:
+    """The dim equalities a KernelGraph of registry ops imposes on its inputs' atoms."""
+    uf = UnionFind.identity(len(space))
+    dims: dict[tuple[int, int], tuple[int, ...]] = {}
+    for k, ref in enumerate(graph.input_refs):
+        dims[ref] = space.input_dims(k)
+    for i, node in graph.topo():
+        if node.op in OPS:
+            attrs = tuple(node.attrs[a] for a in OPS[node.op].attrs)
+            matched = op_dims(node.op, attrs, [dims[r] for r in node.inputs], uf, space)
+            if matched is None:
+                raise MappingError(f"program_classes: {node.op} does not match dims")
+            dims[(i, 0)], uf = matched
+    return uf
+
+
+def class_factor(m: Mapping, cls: int, grid: Sequence[int], loop: int) -> int:
+    """How many tiles class `cls` is cut into: its grid dim's size times the loop if it splits it."""
+    p = m.grid_of(cls)
+    return (grid[p] if p is not None else 1) * (loop if cls in m.loop else 1)
+

@@ -1,0 +1,247 @@
+"""Graphs the code generator is tested on: the workloads at small sizes, and hand-made µGraphs that
+each exercise one thing (split-K, three grid dims, strided inputs, padding, several outputs, ...).
+
+Every case is `name -> () -> Case`; the interpreter runner and the AOT tests build the same graphs.
+Inputs are drawn here so that both sides of a comparison see the same values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+import prism
+from prism.ir import BlockGraph, KernelGraph
+
+__all__ = ["Case", "CASES", "AOT_CASES"]
+
+
+@dataclass
+class Case:
+    graph: KernelGraph
+    inputs: list[torch.Tensor]
+    rtol: float = 2e-2
+    # views: input index -> a function giving the same values in another memory layout
+    views: dict[int, Callable[[torch.Tensor], torch.Tensor]] = field(default_factory=dict)
+    out_layout: str = "contiguous"   # or "reversed": the allocator hands out column-major buffers
+
+
+def _rand(shape, dtype, seed, scale=1.0, positive=False):
+    g = torch.Generator().manual_seed(seed)
+    v = torch.rand(shape, generator=g) + 0.5 if positive else torch.rand(shape, generator=g) * 2 - 1
+    return (v * scale).to(getattr(torch, dtype))
+
+
+def _workload(name, cfg, fused=True, **params):
+    def make() -> Case:
+        w = prism.workloads.get(name)
+        g = w.fused(cfg, **params) if fused else w.build(cfg)
+        return Case(g, w.inputs(cfg, 0, torch.float16))
+    return make
+
+
+def split_k() -> Case:
+    """X @ W with K split over grid dim y (unmapped in the saver: blocks summed with atomic adds into a
+    zeroed fp32 buffer, then cast to fp16) and over the loop within each block."""
+    g = KernelGraph()
+    x, w = g.input((8, 64), "float16", "X"), g.input((64, 32), "float16", "W")
+    b = BlockGraph(grid=(2, 2), loop=2)
+    bx = b.input(x, imap={"y": 1}, fmap=1)                      # [8, 16]
+    bw = b.input(w, imap={"x": 1, "y": 0}, fmap=0)              # [16, 16]
+    b.output(b.accum(b.matmul(bx, bw)), omap={"x": 1})
+    g.output(*g.custom(b, [x, w]))
+    return Case(g, [_rand((8, 64), "float16", 1), _rand((64, 32), "float16", 2, 0.125)])
+
+
+def grid3() -> Case:
+    """Batched matmul then silu over three grid dims: z -> batch, y -> rows, x -> columns."""
+    g = KernelGraph()
+    a, bb = g.input((2, 32, 64), "float16", "A"), g.input((2, 64, 32), "float16", "B")
+    b = BlockGraph(grid=(2, 2, 2), loop=2)
+    ta = b.input(a, imap={"z": 0, "y": 1}, fmap=2)              # [1, 16, 32]
+    tb = b.input(bb, imap={"z": 0, "x": 2}, fmap=1)             # [1, 32, 16]
+    b.output(b.silu(b.accum(b.matmul(ta, tb))), omap={"z": 0, "y": 1, "x": 2})
+    g.output(*g.custom(b, [a, bb]))
+    return Case(g, [_rand((2, 32, 64), "float16", 3), _rand((2, 64, 32), "float16", 4, 0.125)])
+
+
+def strided() -> Case:
+    """Fused attention given Kt as a transposed view of K [b, h, d] and Q as a permuted view: every
+    input addressed through its real strides; outputs handed out column-major by the allocator."""
+    w = prism.workloads.get("attention")
+    cfg = {"b": 2, "g": 4, "h": 32, "d": 16}
+    q, kt, v = w.inputs(cfg, 0, torch.float16)
+    views = {0: lambda t: t.permute(1, 0, 2).contiguous().permute(1, 0, 2),     # Q stored [g, b, d]
+             1: lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)}       # Kt stored as K [b, h, d]
+    return Case(w.fused(cfg, splits=2, loop=2), [q, kt, v], views=views, out_layout="reversed")
+
+
+def strided_rmsnorm() -> Case:
+    """Fused RMSNorm with W given as W.t() of a row-major matrix (column-major), X with a row stride
+    larger than its width (a slice of a wider tensor)."""
+    w = prism.workloads.get("rmsnorm")
+    cfg = {"n": 4, "d": 64}
+    x, wt = w.inputs(cfg, 0, torch.float16)
+    views = {0: lambda t: torch.cat([t, t], 1)[:, :64],
+             1: lambda t: t.t().contiguous().t()}
+    return Case(w.fused(cfg, grid=2, loop=2), [x, wt], views=views, out_layout="reversed")
+
+
+def non_pow2() -> Case:
+    """RMSNorm-MLP at n=3, d=96: X tiles [3, 48] padded to [16, 64], W tiles [48, 48] padded to [64, 64]."""
+    return _workload("rmsnorm_mlp", {"n": 3, "d": 96}, grid=2, loop=2)()
+
+
+def non_pow2_softmax() -> Case:
+    """Attention with kv tiles of 12 (padded to 16): exp of the padded lanes is 1, so the sum over kv
+    and the second matmul's K must mask them."""
+    return _workload("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 24}, splits=2, loop=2)()
+
+
+def all_ops() -> Case:
+    """Every elementwise op, a sum and an rms_norm on non-power-of-two tiles ([3, 12] padded to
+    [4, 16]), after arithmetic that leaves garbage in padded lanes; three outputs, float32."""
+    g = KernelGraph()
+    x = g.input((6, 24), "float32", "X")
+    y = g.input((6, 1), "float32", "Y")
+    b = BlockGraph(grid=(2, 2), loop=1)
+    tx = b.input(x, imap={"x": 0, "y": 1})                       # [3, 12]
+    ty = b.input(y, imap={"x": 0})                               # [3, 1]
+    t = b.accum(tx)
+    u = b.accum(ty)
+    p = b.add_scalar(b.sqrt(b.add_scalar(b.square(t), 1.0)), 0.5)   # > 1: every op below is defined
+    e = b.exp(b.mul_scalar(p, -0.5))
+    h = b.add(b.gelu(b.sub(p, e)), b.relu(b.neg(e)))
+    s = b.silu(b.div(h, u))                                       # [3, 12] / [3, 1] broadcast
+    b.output(b.rms_norm(b.mul(s, e), 0.001), omap={"x": 0, "y": 1})
+    b.output(b.sum(b.add_scalar(e, 1.0), 1), omap={"x": 0})      # summed over y: atomic adds
+    b.output(b.sum(e, 0), omap={"y": 1})                         # summed over x
+    g.output(*g.custom(b, [x, y]))
+    return Case(g, [_rand((6, 24), "float32", 5), _rand((6, 1), "float32", 6, positive=True)], rtol=1e-4)
+
+
+def several_outputs() -> Case:
+    """One kernel, three outputs: a column-tiled matmul, a replicated-and-summed sum (grid dim y is in
+    no map, so its 2 blocks each add the same tile), and sum(X²) summed over x; the last two feed a
+    second custom op through fp32 intermediate buffers."""
+    g = KernelGraph()
+    x, w = g.input((4, 32), "float16", "X"), g.input((32, 32), "float16", "W")
+    b = BlockGraph(grid=(2, 2), loop=2)
+    bx = b.input(x, imap={"x": 1}, fmap=1)                       # [4, 8]
+    bw = b.input(w, imap={"x": 0}, fmap=0)                       # [8, 32]
+    xw = b.accum(b.matmul(bx, bw))                               # [4, 32], summed over x and y
+    ss = b.accum(b.sum(b.square(bx), 1))                         # [4, 1]
+    b.output(xw)
+    b.output(ss)
+    b.output(b.mul_scalar(ss, 0.5), omap={})
+    o1, o2, o3 = g.custom(b, [x, w])
+    b2 = BlockGraph(grid=(2,), loop=1)
+    t1 = b2.accum(b2.input(o1, imap={"x": 1}))
+    t2 = b2.accum(b2.input(o2))
+    t3 = b2.accum(b2.input(o3))
+    b2.output(b2.div(t1, b2.sqrt(b2.add(t2, t3))), omap={"x": 1})
+    (o,) = g.custom(b2, [o1, o2, o3])
+    g.output(o, o2)
+    return Case(g, [_rand((4, 32), "float16", 7), _rand((32, 32), "float16", 8, 0.2)])
+
+
+def kernel_ops() -> Case:
+    """Kernel-level ops between custom ops, each lowered to its own Triton kernel: exp, a broadcast
+    mul, sum, a 4-D batched matmul, rms_norm with whole rows, rank-1 vectors."""
+    g = KernelGraph()
+    x = g.input((4, 64), "float16", "X")
+    w = g.input((64, 32), "float16", "W")
+    v = g.input((32,), "float16", "v")
+    a = g.input((2, 2, 16, 32), "float16", "A")
+    b = BlockGraph(grid=(2,), loop=2)                            # custom 1: X @ W
+    b.output(b.accum(b.matmul(b.input(x, fmap=1), b.input(w, imap={"x": 1}, fmap=0))), omap={"x": 1})
+    (xw,) = g.custom(b, [x, w])
+    e = g.exp(g.mul_scalar(xw, 0.25))                            # kernel ops on the fp32 intermediate
+    s = g.sum(g.mul(e, g.input((1, 32), "float16", "R")), 1)     # [4, 1]
+    b2 = BlockGraph(grid=(2,), loop=1)                           # custom 2: e / s
+    b2.output(b2.div(b2.accum(b2.input(e, imap={"x": 1})), b2.accum(b2.input(s))), omap={"x": 1})
+    (o,) = g.custom(b2, [e, s])
+    vv = g.add(g.exp(v), v)
+    ab = g.matmul(a, g.rms_norm(g.input((2, 2, 32, 16), "float16", "B"), 1e-5))
+    g.output(o, vv, ab)
+    ins = [_rand((4, 64), "float16", 9), _rand((64, 32), "float16", 10, 0.125), _rand((32,), "float16", 11),
+           _rand((2, 2, 16, 32), "float16", 12), _rand((1, 32), "float16", 13, positive=True),
+           _rand((2, 2, 32, 16), "float16", 14)]
+    return Case(g, ins)
+
+
+def long_rows() -> Case:
+    """rms_norm over rows of 32768 (more than one tile): a looped sum-of-squares kernel, then a divide."""
+    g = KernelGraph()
+    x = g.input((2, 32768), "float32", "X")
+    g.output(g.rms_norm(x, 1e-6))
+    return Case(g, [_rand((2, 32768), "float32", 15)], rtol=1e-4)
+
+
+def broadcast_padding() -> Case:
+    """Size-1 tile dims that tl.dot pads to 16: X [1, 64] @ W gives a [1, 16] tile padded to [16, 16]
+    that must broadcast against Y's [4, 16] rows (lane 0 is cut out first); and a sum's [4, 1] result
+    used as a matmul's K (padded to 16, its value in lane 0)."""
+    g = KernelGraph()
+    x, w = g.input((1, 64), "float16", "X"), g.input((64, 32), "float16", "W")
+    y, r = g.input((4, 32), "float16", "Y"), g.input((1, 32), "float16", "R")
+    b = BlockGraph(grid=(2,), loop=1)
+    xw = b.matmul(b.input(x), b.input(w, imap={"x": 1}))          # [1, 16]
+    ty = b.input(y, imap={"x": 1})                               # [4, 16]
+    s = b.sum(ty, 1)                                             # [4, 1]
+    sr = b.matmul(s, b.input(r, imap={"x": 1}))                  # [4, 1] @ [1, 16]
+    b.output(b.accum(b.add(b.add(xw, ty), sr)), omap={"x": 1})
+    g.output(*g.custom(b, [x, w, y, r]))
+    return Case(g, [_rand((1, 64), "float16", 16), _rand((64, 32), "float16", 17, 0.125),
+                    _rand((4, 32), "float16", 18), _rand((1, 32), "float16", 19, 0.1)])
+
+
+def fp32_dot() -> Case:
+    """A float32 graph: tl.dot in "ieee" precision, compared at 1e-4."""
+    g = KernelGraph()
+    x, w = g.input((16, 48), "float32", "X"), g.input((48, 32), "float32", "W")
+    b = BlockGraph(grid=(2,), loop=3)
+    b.output(b.accum(b.matmul(b.input(x, fmap=1), b.input(w, imap={"x": 1}, fmap=0))), omap={"x": 1})
+    g.output(*g.custom(b, [x, w]))
+    return Case(g, [_rand((16, 48), "float32", 20), _rand((48, 32), "float32", 21)], rtol=1e-4)
+
+
+SMALL = {
+    "rmsnorm": ({"n": 4, "d": 64}, {"grid": 2, "loop": 2}),
+    "rmsnorm_mlp": ({"n": 4, "d": 64}, {"grid": 2, "loop": 2}),
+    "swiglu": ({"n": 4, "d": 64}, {"grid": 2, "loop": 2}),
+    "attention": ({"b": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),
+    "qk_attention": ({"b": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),
+}
+
+CASES: dict[str, Callable[[], Case]] = {
+    **{f"fused_{n}": _workload(n, cfg, **p) for n, (cfg, p) in SMALL.items()},
+    **{f"unfused_{n}": _workload(n, cfg, fused=False) for n, (cfg, p) in SMALL.items()},
+    "split_k": split_k,
+    "grid3": grid3,
+    "strided": strided,
+    "strided_rmsnorm": strided_rmsnorm,
+    "non_pow2": non_pow2,
+    "non_pow2_softmax": non_pow2_softmax,
+    "all_ops": all_ops,
+    "several_outputs": several_outputs,
+    "kernel_ops": kernel_ops,
+    "long_rows": long_rows,
+    "broadcast_padding": broadcast_padding,
+    "fp32_dot": fp32_dot,
+}
+
+REAL = {
+    "rmsnorm": {"n": 8, "d": 4096},
+    "rmsnorm_mlp": {"n": 16, "d": 1024},
+    "swiglu": {"n": 8, "d": 4096},
+    "attention": {"b": 2, "g": 8, "h": 8 * 2048, "d": 128},
+    "qk_attention": {"b": 2, "g": 8, "h": 8 * 1024, "d": 128},
+}
+
+AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
+    **{f"real_{n}": (lambda n=n: prism.workloads.get(n).fused(REAL[n])) for n in REAL},
+    **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
+                                                    "broadcast_padding", "fp32_dot")},
+}
