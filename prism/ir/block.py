@@ -11,7 +11,7 @@ once the accumulators are done; ops never mix the two, and outputs are always "p
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from prism.errors import GraphError, MappingError
 from prism.ir.graph import GraphBuilder, Node, Ref, Tensor, check_shape
@@ -186,9 +186,16 @@ class BlockGraph(GraphBuilder):
         """The same structure and maps at other grid sizes and loop range (replayed, so re-checked)."""
         if len(tuple(grid)) != len(self.grid):
             raise MappingError(f"with_sizes: this block graph has {len(self.grid)} grid dim(s), got {grid!r}")
+        return self.rebuilt(grid, loop)
+
+    def rebuilt(self, grid: Sequence[int], loop: int,
+                edit: Callable[[int, Node], Node] | None = None) -> BlockGraph:
+        """Replay every node through the builder at `grid`/`loop`, letting `edit(index, node)` replace
+        nodes on the way (mutation testing); every check runs again on the result."""
         out = BlockGraph(grid, loop)
         refs: dict[Ref, Tensor] = {}
         for i, node in self.topo():
+            node = edit(i, node) if edit else node
             args = [refs[r] for r in node.inputs]
             if node.op == "loader":
                 t = out.input(self.input_types[node.attrs["index"]], node.attrs["imap"], node.attrs["fmap"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from prism.errors import DTypeError, GraphError, ShapeError
 from prism.ir.ops import OPS, OpDef, TType, check_dtype, op
@@ -249,6 +249,31 @@ class KernelGraph(GraphBuilder):
     @property
     def output_tensors(self) -> list[Tensor]:
         return [self.tensor(r) for r in self.outputs]
+
+    def map_blocks(self, fn: Callable[[int, BlockGraph], BlockGraph]) -> KernelGraph:
+        """A copy of this graph whose k-th custom op uses `fn(k, block)` instead (e.g. other sizes);
+        everything is replayed through the builders, so the copy is checked like a new graph."""
+        out = KernelGraph()
+        refs: dict[Ref, Ref] = {}
+        kernel = 0
+        for i, node in self.topo():
+            args = [out.tensor(refs[r]) for r in node.inputs]
+            if node.op == "input":
+                t = node.outputs[0]
+                refs[(i, 0)] = out.input(t.shape, t.dtype, node.attrs["name"]).ref
+            elif node.op == "custom":
+                outs = out.custom(fn(kernel, node.attrs["block"]), args)
+                kernel += 1
+                refs.update(((i, k), t.ref) for k, t in enumerate(outs))
+            else:
+                refs[(i, 0)] = out.apply(node.op, args, node.attrs).ref
+        out.output(*(out.tensor(refs[r]) for r in self.outputs))
+        return out
+
+    @property
+    def blocks(self) -> list[BlockGraph]:
+        """The block graphs of the custom ops, in order."""
+        return [n.attrs["block"] for n in self.nodes if n.op == "custom"]
 
     def check(self) -> KernelGraph:
         """Raise GraphError if the graph cannot be run (no output); return self for chaining."""

@@ -24,41 +24,11 @@ Edit = Callable[[int, int, Node], Node]
 
 def rebuild(graph: KernelGraph, edit: Edit, grid_loop: Callable[[int, BlockGraph], tuple] | None = None) -> KernelGraph:
     """Replay `graph`, letting `edit` replace block-graph nodes; raises GraphError if the result is invalid."""
-    out = KernelGraph()
-    refs = {}
-    kernel = 0
-    for i, node in graph.topo():
-        args = [out.tensor(refs[r]) for r in node.inputs]
-        if node.op == "input":
-            refs[(i, 0)] = out.input(node.outputs[0].shape, node.outputs[0].dtype, node.attrs["name"]).ref
-        elif node.op == "custom":
-            block = node.attrs["block"]
-            grid, loop = grid_loop(kernel, block) if grid_loop else (block.grid, block.loop)
-            new = _rebuild_block(block, lambda j, n, k=kernel: edit(k, j, n), grid, loop)
-            kernel += 1
-            refs.update(((i, k), t.ref) for k, t in enumerate(out.custom(new, args)))
-        else:
-            refs[(i, 0)] = out.apply(node.op, args, node.attrs).ref
-    out.output(*(out.tensor(refs[r]) for r in graph.outputs))
-    return out
+    def block_fn(k: int, block: BlockGraph) -> BlockGraph:
+        grid, loop = grid_loop(k, block) if grid_loop else (block.grid, block.loop)
+        return block.rebuilt(grid, loop, edit=lambda i, node: edit(k, i, node))
 
-
-def _rebuild_block(block: BlockGraph, edit: Callable[[int, Node], Node], grid: tuple, loop: int) -> BlockGraph:
-    out = BlockGraph(grid, loop)
-    refs = {}
-    for i, node in block.topo():
-        node = edit(i, node)
-        args = [refs[r] for r in node.inputs]
-        if node.op == "loader":
-            t = out.input(block.input_types[node.attrs["index"]], node.attrs["imap"], node.attrs["fmap"])
-        elif node.op == "accum":
-            t = out.accum(*args)
-        elif node.op == "saver":
-            t = out.output(*args, node.attrs["omap"])
-        else:
-            t = out.apply(node.op, args, node.attrs)
-        refs[(i, 0)] = t
-    return out
+    return graph.map_blocks(block_fn)
 
 
 def _with(node: Node, **changes) -> Node:
@@ -100,8 +70,7 @@ def _edits(block: BlockGraph) -> Iterator[tuple[str, int, Node]]:
 
 def mutants(graph: KernelGraph) -> Iterator[tuple[str, KernelGraph]]:
     """Each well-formed single-node edit of each custom op of `graph`, with a name saying what changed."""
-    blocks = [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
-    for k, block in enumerate(blocks):
+    for k, block in enumerate(graph.blocks):
         for name, i, new in _edits(block):
             edit = lambda kk, j, n, k=k, i=i, new=new: new if (kk, j) == (k, i) else n
             try:
@@ -131,5 +100,5 @@ def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0) -> Ke
         fmap = node.attrs["fmap"] if rng.random() < keep else rng.choice([None, *range(rank)])
         return _with(node, attrs={"imap": m, "fmap": fmap})
 
-    blocks = [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
+    blocks = graph.blocks
     return rebuild(graph, draw, grid_loop=lambda k, b: ((1,) * len(b.grid), 1))

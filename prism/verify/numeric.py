@@ -41,23 +41,7 @@ class NumericVerdict:
 
 def with_sizes(graph: KernelGraph, sizes: Sequence[tuple[tuple[int, ...], int]]) -> KernelGraph:
     """`graph` with custom op k re-instantiated at grid sizes and loop range `sizes[k]`."""
-    out = KernelGraph()
-    refs = {}
-    kernel = 0
-    for i, node in graph.topo():
-        args = [out.tensor(refs[r]) for r in node.inputs]
-        if node.op == "input":
-            t = out.input(node.outputs[0].shape, node.outputs[0].dtype, node.attrs["name"])
-            refs[(i, 0)] = t.ref
-        elif node.op == "custom":
-            grid, loop = sizes[kernel]
-            kernel += 1
-            outs = out.custom(node.attrs["block"].with_sizes(grid, loop), args)
-            refs.update(((i, k), t.ref) for k, t in enumerate(outs))
-        else:
-            refs[(i, 0)] = out.apply(node.op, args, node.attrs).ref
-    out.output(*(out.tensor(refs[r]) for r in graph.outputs))
-    return out
+    return graph.map_blocks(lambda k, block: block.with_sizes(*sizes[k]))
 
 
 def size_choices(graph: KernelGraph, count: int = 2) -> list[list[tuple[tuple[int, ...], int]]]:
@@ -66,7 +50,7 @@ def size_choices(graph: KernelGraph, count: int = 2) -> list[list[tuple[tuple[in
     Each custom op's choices are checked alone first, then each combination as a whole graph (a later
     kernel's input shapes depend on an earlier kernel's sizes when its outputs concatenate blocks).
     """
-    per_kernel = [_block_choices(b) for b in _blocks(graph)]
+    per_kernel = [_block_choices(b) for b in graph.blocks]
     combos = [list(c) for c in itertools.islice(itertools.product(*per_kernel), 256)]
     combos.sort(key=lambda c: -sum(s > 1 for grid, loop in c for s in (*grid, loop)))
     valid = []
@@ -120,12 +104,8 @@ def random_test(reference: KernelGraph, candidate: KernelGraph, *, seed: int = 0
                 return NumericVerdict(False, f"output {k} differs by up to {err:.3g} at sizes {sizes}",
                                       worst, picked)
     varied = bool(picked) and all(_varied(graph_block, sizes_k) for sizes in picked
-                                  for graph_block, sizes_k in zip(_blocks(candidate), sizes))
+                                  for graph_block, sizes_k in zip(candidate.blocks, sizes))
     return NumericVerdict(True, f"equal at {len(picked)} size choice(s) {picked}", worst, picked, varied)
-
-
-def _blocks(graph: KernelGraph) -> list[BlockGraph]:
-    return [n.attrs["block"] for _, n in graph.topo() if n.op == "custom"]
 
 
 def _varied(block: BlockGraph, sizes: tuple[tuple[int, ...], int]) -> bool:
