@@ -12,8 +12,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from prism.codegen.emit import KernelSpec
 from prism.codegen.errors import CodegenError
+from prism.codegen.spec import KernelSpec
 
 __all__ = ["AotKernel", "compile_aot", "default_target", "cubin_attributes"]
 

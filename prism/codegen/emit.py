@@ -13,61 +13,21 @@ is 1, 0/0 is NaN), so a reduction over a padded dim (sum, rms_norm, a matmul's K
 
 from __future__ import annotations
 
-import keyword
 import math
 import re
 from dataclasses import dataclass, field
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import Layout, TileDim
+from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name
 from prism.ir.block import BlockGraph
 from prism.ir.ops import OPS
 from prism.ir.printer import format_block
 
-__all__ = ["KernelSpec", "default_warps", "emit_kernel", "base_name", "TL_DTYPES", "SIGNATURE_DTYPES"]
+__all__ = ["default_warps", "emit_kernel"]
 
-TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
-             "float64": "tl.float64"}
-SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64"}
-_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
-_RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"}
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """A generated kernel: its source (kernel + launcher) and everything needed to launch or AOT-compile it.
-
-    `inputs`/`outputs` are the storage dtypes of the buffers it reads and writes (in launcher order);
-    `summed[k]` says output k is summed across blocks with atomic adds, so its buffer must be zeroed.
-    """
-
-    name: str
-    launcher: str
-    source: str
-    grid: tuple[int, ...]
-    signature: dict[str, str]
-    constexprs: dict[str, int]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    summed: tuple[bool, ...]
-    num_warps: int = 4
-
-
-def base_name(label: str, fallback: str, used: set[str]) -> str:
-    """A short lowercase identifier for a tensor called `label` (`Wup` -> `wup`), unique within `used`."""
-    base = re.sub(r"[^a-z0-9]", "", label.lower())
-    if not base or not base[0].isalpha() or keyword.iskeyword(base) or base in _RESERVED \
-            or re.fullmatch(r"(t|acc|out|in)\d+", base):
-        base = fallback
-    out, k = base, 1
-    while out in used:
-        k += 1
-        out = f"{base}v{k}"
-    used.add(out)
-    return out
-
 
 @dataclass
 class _Val:
@@ -113,7 +73,7 @@ class _Emitter:
         self.compute = "float64" if "float64" in types else "float32"
         self.looped = block.loop > 1
         self.uses = block.consumers()
-        self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z", "LOOP"} | _RESERVED
+        self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z"} | RESERVED
         self.vals: dict[int, _Val] = {}
         self.cache: dict[tuple, str] = {}
         self.lane_masks: dict[str, str] = {}
@@ -182,7 +142,7 @@ class _Emitter:
             return v.name
         key = (i, dtype, clean)
         if key not in self.cache:
-            self.cache[key] = self.fresh(f"{v.name}_{_SHORT[dtype]}")
+            self.cache[key] = self.fresh(f"{v.name}_{SHORT_DTYPES[dtype]}")
             self.lines(v.scope).append(f"{self.cache[key]} = {v.name}.to({TL_DTYPES[dtype]})")
         return self.cache[key]
 
@@ -268,13 +228,22 @@ class _Emitter:
             extra += ', input_precision="ieee"'
         if self.compute == "float64":
             extra += ", out_dtype=tl.float64"
-        if rank <= 3:
-            return OPS["matmul"].triton.format(av, bv, extra=extra)
         lead = math.prod(t.block for t in dims[:-2])
-        da, db = self.layout.dims[a], self.layout.dims[b]
-        ar = f"tl.reshape({av}, ({lead}, {da[-2].block_expr}, {da[-1].block_expr}))"
-        br = f"tl.reshape({bv}, ({lead}, {db[-2].block_expr}, {db[-1].block_expr}))"
+        if rank == 2 or (rank == 3 and lead > 1):
+            return OPS["matmul"].triton.format(av, bv, extra=extra)
+        # tl.dot takes 2-D or 3-D blocks: fold the batch dims into one (none at all if they are all 1)
+        ar, br = (self.fold(s, name, lead) for s, name in ((a, av), (b, bv)))
         return f"tl.reshape({OPS['matmul'].triton.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
+
+    def fold(self, i: int, name: str, lead: int) -> str:
+        """`name` (node i's value) reshaped to [lead, rows, cols], or [rows, cols] if lead is 1."""
+        if (name, lead) not in self.cache:
+            dims = self.layout.dims[i]
+            shape = ([] if lead == 1 else [str(lead)]) + [dims[-2].block_expr, dims[-1].block_expr]
+            self.cache[(name, lead)] = self.fresh(f"{name}_{len(shape)}d")
+            self.lines(self.vals[i].scope).append(
+                f"{self.cache[(name, lead)]} = tl.reshape({name}, ({', '.join(shape)}))")
+        return self.cache[(name, lead)]
 
     def op(self, i: int) -> None:
         node = self.b.nodes[i]
@@ -308,7 +277,12 @@ class _Emitter:
         """accum(matmul) where the matmul is computed every iteration for this accumulator only."""
         src = self.b.nodes[i].inputs[0][0]
         return (self.looped and self.b.nodes[src].op == "matmul" and self.scope_of(src) == "loop"
-                and self.uses[(src, 0)] == [i] and len(self.layout.dims[i]) <= 3)
+                and self.uses[(src, 0)] == [i] and self.plain_dot(src))
+
+    def plain_dot(self, i: int) -> bool:
+        """A matmul that tl.dot takes as it is: 2-D, or 3-D with a batch of more than one."""
+        dims = self.layout.dims[i]
+        return len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
 
     def accum(self, i: int) -> None:
         src = self.b.nodes[i].inputs[0][0]
@@ -396,7 +370,7 @@ class _Emitter:
         if self.looped:
             if s.pre:
                 out += [_phase("tiles that stay the same in every iteration")] + s.pre
-            out += [_phase(f"loop: {self.b.loop} iterations, accumulators in {_SHORT[self.compute]}")]
+            out += [_phase(f"loop: {self.b.loop} iterations, accumulators in {SHORT_DTYPES[self.compute]}")]
             out += s.init
             out += ["for i in range(0, LOOP):"] + _indent(s.loop + s.advance)
             if s.post:
@@ -406,64 +380,68 @@ class _Emitter:
         out += [_phase("write back")] + s.store
         return out
 
-    def spec(self, body: list[str]) -> KernelSpec:
-        b, text = self.b, "\n".join(body)
-        classes = {t.name: t for t in self.layout.classes}
-        constexprs: dict[str, int] = {}
-        if self.looped:
-            constexprs["LOOP"] = b.loop
-        names = sorted(set(re.findall(r"\b(?:BLOCK|TILE)_\w+\b", text)),
-                       key=lambda n: (list(classes).index(n.split("_", 1)[1]), n.startswith("TILE")))
-        for n in names:
-            t = classes[n.split("_", 1)[1]]
-            constexprs[n] = t.block if n.startswith("BLOCK") else t.tile
-        params: list[tuple[str, str, str]] = []   # (name, signature type, comment)
+    def constexprs(self, body: list[str]) -> dict[str, int]:
+        """LOOP, then BLOCK_/TILE_ of every tile dim the body mentions, in tile-dim order."""
+        classes = {t.name: (k, t) for k, t in enumerate(self.layout.classes)}
+        out = {"LOOP": self.b.loop} if self.looped else {}
+        names = set(re.findall(r"\b(?:BLOCK|TILE)_\w+\b", "\n".join(body)))
+        for n in sorted(names, key=lambda n: (classes[n.split("_", 1)[1]][0], n.startswith("TILE"))):
+            t = classes[n.split("_", 1)[1]][1]
+            out[n] = t.block if n.startswith("BLOCK") else t.tile
+        return out
+
+    def params(self, constexprs: dict[str, int]) -> tuple[dict[str, str], list[str]]:
+        """The kernel's parameters: {name: signature type} and their source lines, each commented."""
+        b = self.b
+        sig: dict[str, str] = {}
+        lines: list[str] = []
         for k, base in enumerate(self.bases):
-            i = b.loaders[k]
-            a = b.nodes[i].attrs
+            a = b.nodes[b.loaders[k]].attrs
             loop = "" if a["fmap"] is None else f", loop over dim {a['fmap']}"
-            params.append((f"{base}_ptr", SIGNATURE_DTYPES[self.in_dtypes[k]],
-                           f"{self.labels[k]}: {self.in_dtypes[k]}{list(b.input_types[k].shape)}, tiles "
-                           f"{list(b.nodes[i].outputs[0].shape)}{_maps(a['imap'], 'pid', '->')}{loop}"))
+            sig[f"{base}_ptr"] = SIGNATURE_DTYPES[self.in_dtypes[k]]
+            lines.append(f"{base}_ptr,  # {self.labels[k]}: {self.in_dtypes[k]}{list(b.input_types[k].shape)}, "
+                         f"tiles {list(b.nodes[b.loaders[k]].outputs[0].shape)}{_maps(a['imap'])}{loop}")
         for k, base in enumerate(self.outs):
-            i = b.savers[k]
-            omap = b.nodes[i].attrs["omap"]
-            sums = [g for g, size in zip(b.grid_dims, b.grid) if size > 1 and g not in omap]
-            params.append((f"{base}_ptr", SIGNATURE_DTYPES[self.out_dtypes[k]],
-                           f"output {k}: {self.out_dtypes[k]}{list(b.nodes[i].outputs[0].shape)}, tiles "
-                           f"{list(b.nodes[b.nodes[i].inputs[0][0]].outputs[0].shape)}"
-                           f"{_maps(omap, 'pid', '->')}"
-                           f"{', summed over ' + ', '.join(f'pid_{g}' for g in sums) + ' (atomic adds)' if sums else ''}"))
-        lines = [f"    {n},  # {c}" for n, _, c in params]
+            node = b.nodes[b.savers[k]]
+            sums = [f"pid_{g}" for g, size in zip(b.grid_dims, b.grid) if size > 1 and g not in node.attrs["omap"]]
+            summed = f", summed over {', '.join(sums)} (atomic adds)" if sums else ""
+            sig[f"{base}_ptr"] = SIGNATURE_DTYPES[self.out_dtypes[k]]
+            lines.append(f"{base}_ptr,  # output {k}: {self.out_dtypes[k]}{list(node.outputs[0].shape)}, "
+                         f"tiles {list(b.nodes[node.inputs[0][0]].outputs[0].shape)}{_maps(node.attrs['omap'])}"
+                         f"{summed}")
         labels = self.labels + [f"output {k}" for k in range(len(self.outs))]
         for base, label in zip(self.bases + self.outs, labels):
-            params += [(n, "i32", "") for n in self.strides[base]]
-            lines.append(f"    {', '.join(self.strides[base])},  # strides of {label}, in elements")
+            sig.update((n, "i32") for n in self.strides[base])
+            lines.append(f"{', '.join(self.strides[base])},  # strides of {label}, in elements")
         for n, v in constexprs.items():
-            what = "loop iterations" if n == "LOOP" else ("real lanes" if n.startswith("TILE")
-                                                           else "lanes, a power of two")
-            params.append((n, "constexpr", ""))
-            lines.append(f"    {n}: tl.constexpr,  # {v} {what}")
-        src = [f"# {line}" for line in format_block(b).splitlines()]
-        src += ["@triton.jit", f"def {self.name}("] + lines
-        src += ["):"] + _indent(body)
-        launcher = f"launch_{self.name}"
+            what = ("loop iterations" if n == "LOOP" else "real lanes" if n.startswith("TILE")
+                    else "lanes, a power of two")
+            sig[n] = "constexpr"
+            lines.append(f"{n}: tl.constexpr,  # {v} {what}")
+        return sig, lines
+
+    def launcher(self, constexprs: dict[str, int]) -> list[str]:
+        """`launch_<kernel>(inputs..., outputs...)`: the host side, passing every stride and constexpr."""
         args = self.bases + self.outs
-        call_strides = [", ".join(f"{base}.stride({d})" for d in range(len(self.strides[base]))) + ","
-                        for base in args]
-        summed = tuple(self.summed(k) for k in range(len(self.outs)))
-        note = "; ".join(f"{o} must be zeroed first (summed across blocks)" for o, s_ in zip(self.outs, summed)
-                         if s_)
-        src += ["", "", f"def {launcher}({', '.join(args)}):",
-                f'    """Launch {self.name} on a grid of {b.grid}{": " + note if note else ""}."""',
-                f"    {self.name}[{b.grid}](",
+        summed = [o for k, o in enumerate(self.outs) if self.summed(k)]
+        note = f": {', '.join(summed)} must be zeroed first (summed across blocks)" if summed else ""
+        meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={self.num_warps}"]
+        return [f"def launch_{self.name}({', '.join(args)}):",
+                f'    """Launch {self.name} on a grid of {self.b.grid}{note}."""',
+                f"    {self.name}[{self.b.grid}](",
                 f"        {', '.join(args)},",
-                *(f"        {x}" for x in call_strides),
-                f"        {', '.join(f'{n}={v}' for n, v in constexprs.items())}{', ' if constexprs else ''}"
-                f"num_warps={self.num_warps},",
+                *(f"        {', '.join(f'{a}.stride({d})' for d in range(len(self.strides[a])))}," for a in args),
+                f"        {', '.join(meta)},",
                 "    )"]
-        signature = {n: sig for n, sig, _ in params}
-        return KernelSpec(self.name, launcher, "\n".join(src) + "\n", b.grid, signature, constexprs,
+
+    def spec(self, body: list[str]) -> KernelSpec:
+        constexprs = self.constexprs(body)
+        sig, lines = self.params(constexprs)
+        src = [f"# {line}" for line in format_block(self.b).splitlines()]
+        src += ["@triton.jit", f"def {self.name}("] + _indent(lines) + ["):"] + _indent(body)
+        src += ["", ""] + self.launcher(constexprs)
+        summed = tuple(self.summed(k) for k in range(len(self.outs)))
+        return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
                           tuple(self.in_dtypes), tuple(self.out_dtypes), summed, self.num_warps)
 
 
@@ -486,8 +464,8 @@ def _phase(title: str) -> str:
     return f"# -- {title} ".ljust(76, "-")
 
 
-def _maps(m: dict[str, int], prefix: str, arrow: str) -> str:
-    return "".join(f", {prefix}_{g} {arrow} dim {d}" for g, d in m.items())
+def _maps(m: dict[str, int]) -> str:
+    return "".join(f", pid_{g} -> dim {d}" for g, d in m.items())
 
 
 def default_warps(block: BlockGraph, layout: Layout) -> int:

@@ -31,7 +31,8 @@ def _divisor(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0 and next_pow2(d) <= cap)
 
 
-def _tiling(shape: Sequence[int], fixed: dict[int, int], budget: int = ELEMENTS) -> tuple[list[int], dict[int, str], tuple[int, ...]]:
+def _tiling(shape: Sequence[int], fixed: dict[int, int],
+            budget: int = ELEMENTS) -> tuple[list[int], dict[int, str], tuple[int, ...]]:
     """Tiles for a pass over `shape` (dims in `fixed` get the tile given and no grid dim: a loop walks
     them, or the tile is the whole dim), and the grid over the rest.
 
@@ -95,7 +96,8 @@ def _rms_denominator_block(x: TType, eps: float) -> BlockGraph:
     b = BlockGraph(grid=grid, loop=x.shape[last] // tile)
     t = b.input(x, imap={g: d for d, g in grid_of.items()}, fmap=last)
     ss = b.accum(b.sum(b.square(t), last))
-    b.output(b.sqrt(b.add_scalar(b.mul_scalar(ss, 1 / x.shape[last]), eps)), omap={g: d for d, g in grid_of.items()})
+    r = b.sqrt(b.add_scalar(b.mul_scalar(ss, 1 / x.shape[last]), eps))
+    b.output(r, omap={g: d for d, g in grid_of.items()})
     return b
 
 

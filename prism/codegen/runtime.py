@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from functools import cached_property
 from types import ModuleType
 from typing import Any, Callable, Sequence
@@ -9,9 +10,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from prism.codegen.aot import AotKernel, compile_aot
-from prism.codegen.emit import KernelSpec
 from prism.codegen.load import interpreting, load_module
 from prism.codegen.plan import Plan, plan_graph
+from prism.codegen.spec import KernelSpec
 from prism.errors import InputError
 from prism.ir.graph import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
@@ -65,8 +66,9 @@ class CompiledGraph:
             if bufs[j] is None:
                 bufs[j] = self.allocate(b.shape, TORCH_DTYPES[b.dtype], device, b.zero)
         module = self.module
-        for step in self.plan.steps:
-            getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            for step in self.plan.steps:
+                getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
         return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
 
     def _check(self, tensors: Sequence[Any]) -> torch.device:
@@ -87,19 +89,27 @@ class CompiledGraph:
             raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
         (device,) = devices
         if self.interpret and device.type != "cpu":
-            raise InputError(f"Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors; inputs are on {device}")
+            raise InputError(f"Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors; "
+                             f"inputs are on {device}")
         if not self.interpret and device.type != "cuda":
             raise InputError(f"the generated kernels run on CUDA tensors; inputs are on {device} "
                              "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)")
         return device
+
+    def __repr__(self) -> str:
+        kernels = ", ".join(f"{k.name} grid={k.grid}" for k in self.kernels)
+        return f"<CompiledGraph: {len(self.kernels)} kernel(s): {kernels}>"
 
     def aot(self, target: Any = None) -> list[AotKernel]:
         """Compile every kernel ahead of time (default target sm_90); works without a GPU."""
         return [compile_aot(getattr(self.module, k.name), k, target) for k in self.kernels]
 
 
-def compile_graph(graph: KernelGraph, num_warps: int | None = None, allocate: Allocator | None = None) -> CompiledGraph:
-    """Generate Triton for every op of `graph` (custom ops and kernel-level ops alike)."""
+def compile_graph(graph: KernelGraph, num_warps: int | None = None,
+                  allocate: Allocator | None = None) -> CompiledGraph:
+    """Generate Triton for every op of `graph` (custom ops and kernel-level ops alike). `num_warps`
+    None picks 4 or 8 per kernel from its tile sizes. Nothing is imported or compiled until the
+    first call or `.aot()`."""
     if not isinstance(graph, KernelGraph):
         raise InputError(f"compile_graph: expected a KernelGraph, got {type(graph).__name__}")
     return CompiledGraph(graph, plan_graph(graph, num_warps), allocate)

@@ -24,7 +24,7 @@ from prism.symbolic.mapping import Mapping
 from prism.symbolic.sgraph import op_dims
 from prism.symbolic.structure import Structure, class_factor, instantiate, program_classes
 
-__all__ = ["CHECK_PARAMS", "NumericCheck", "Verdict", "check_shapes_for", "cross_check", "numeric_equivalent",
+__all__ = ["CHECK_PARAMS", "NumericCheck", "Prefilter", "Verdict", "check_shapes_for", "cross_check", "numeric_equivalent",
            "rebuild", "resize"]
 
 CHECK_PARAMS = (((2, 3, 4), 2, 2), ((3, 4, 2), 3, 3))
@@ -121,6 +121,42 @@ def cross_check(reference: KernelGraph, st: Structure, m: Mapping, names: Sequen
         worst = max(worst, err)
         details.append(f"grid={grid} loop={loop} shapes={shapes}: err={err:.3g}")
     return NumericCheck(worst <= tolerance, worst, "; ".join(details))
+
+
+# ---- the prefilter: one cheap run that rejects most wrong mappings before the e-graph ------------
+
+PREFILTER_EXTENT = 8
+"""Every non-unit dim gets this extent in the prefilter run: grid sizes 2 and loop range 2 divide it."""
+
+
+class Prefilter:
+    """Rejects a mapping that disagrees with the program at one fixed small size (sound: a correct
+    mapping agrees at every size). The program's output there is computed once and reused."""
+
+    def __init__(self, reference: KernelGraph, tolerance: float = 1e-6, seed: int = 1) -> None:
+        from prism import interp
+
+        self.shapes = [tuple(1 if n == 1 else PREFILTER_EXTENT for n in t.shape) for t in reference.inputs]
+        self.program = rebuild(reference, self.shapes)
+        self.inputs = _random_inputs(self.program, seed)
+        self.want = interp.run(self.program, self.inputs, dtype=torch.float64)
+        self.tolerance = tolerance
+
+    def passes(self, st: Structure, m: Mapping, names: Sequence[str] | None = None) -> bool:
+        from prism import interp
+
+        try:
+            cand = instantiate(st, m, self.shapes, (2,) * m.n_grid, 2 if m.loop else 1, names=names)
+        except MappingError:
+            return True  # cannot judge at this size: leave it to the verifier
+        got = interp.run(cand, self.inputs, dtype=torch.float64)
+        for a, b in zip(got, self.want):
+            if a.shape != b.shape:
+                return False
+            err = float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+            if not err <= self.tolerance:
+                return False
+        return True
 
 
 # ---- numeric equivalence of two concrete graphs (random testing at resized grid/loop) -----------

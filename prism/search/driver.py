@@ -45,13 +45,16 @@ def default_verify() -> Callable[..., Any]:
 def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, workers: int | None = None,
            time_limit: float = 3600.0, max_block_ops: int | None = None, max_accums: int = 3,
            max_outputs: int = 2, max_kernel_ops: int = 1, max_grid: int = 3, modes: str = "SSS",
-           cross_check: bool = True, verify_timeout: float | None = None) -> SearchResult:
+           cross_check: bool = True, prefilter: bool = True, verify_timeout: float | None = None) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; a module-level
         function (workers import it); default `prism.verify.equivalent`.
     workers: processes (default: all cores; 1 runs everything in this process).
     modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS".
+    prefilter: first run each mapping once at a small fixed size and skip the verifier for those that
+        disagree (sound: a correct mapping agrees at every size); False sends every mapping to the
+        verifier, as the paper does (and exposes more of the axioms to the cross-check).
     The limits bound block ops (loaders included; None: `generator.default_max_ops`), accumulators,
     block outputs, kernel-level ops after the fused kernel, grid dims, and total seconds.
     """
@@ -71,7 +74,7 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         stats["workers"] = pool.n
         structures = _generate(target, limits, mode, deadline, pool, stats)
         pairs = _instantiate(structures, mode, limits, stats)
-        graphs = _check(graph, pairs, verify, verify_timeout, cross_check, deadline, pool, stats, target)
+        graphs = _check(graph, pairs, verify, verify_timeout, cross_check, prefilter, deadline, pool, stats, target)
     stats["limits"]["max_block_ops"] = Generator(target, limits).max_ops
     stats["target"] = {"roots": len(target.roots), "subterms": len(target.subterms), "complete": target.complete}
     stats["timed_out"] = time.time() > deadline or stats["generate"].get("timed_out", 0) > 0
@@ -126,13 +129,14 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, stats
     return pairs
 
 
-def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, deadline: float, pool: Workers,
-           stats: dict, target) -> list[SymbolicGraph]:
+def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, prefilter: bool, deadline: float,
+           pool: Workers, stats: dict, target) -> list[SymbolicGraph]:
     t0 = time.time()
     doc = serialize.dumps(graph)
     chunks = [pairs[k:k + CHUNK] for k in range(0, len(pairs), CHUNK)]
     results: list[dict] = []
-    for out in pool.map(check_task, [(doc, verify, verify_timeout, numeric, deadline, ch) for ch in chunks]):
+    tasks = [(doc, verify, verify_timeout, numeric, prefilter, deadline, ch) for ch in chunks]
+    for out in pool.map(check_task, tasks):
         results.extend(out)
     v = Counter()
     graphs, events = [], []
@@ -140,6 +144,10 @@ def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, dea
     for (st, m), rec in zip(pairs, results):
         if rec["skipped"]:
             v["skipped"] += 1
+            continue
+        v["prefilter_seconds"] += rec["prefilter_s"]
+        if rec.get("prefiltered"):
+            v["prefiltered"] += 1
             continue
         v["checked"] += 1
         v["verify_seconds"] += rec["verify_s"]
@@ -160,6 +168,8 @@ def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, dea
                                "max_error": rec["numeric_error"], "detail": rec["numeric_detail"]})
                 continue
         graphs.append(SymbolicGraph(st, m))
+    graphs.sort(key=SymbolicGraph.key)
+    stats["prefilter"] = {"enabled": prefilter, "rejected": v["prefiltered"], "seconds": v["prefilter_seconds"]}
     stats["verify"] = {k: v[k] for k in ("checked", "verified", "rejected", "errors", "skipped")} | \
         {"seconds": v["verify_seconds"]}
     stats["cross_check"] = {"checked": v["cross_checked"], "unsound": len(events), "events": events,

@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
 from prism.ir import KernelGraph
-from prism.search.check import cross_check
+from prism.search.check import Prefilter, cross_check
 from prism.search.generator import Generator, Limits
 from prism.symbolic.closure import Target
 from prism.symbolic.mapping import Mapping
@@ -65,22 +65,23 @@ def generate_task(target: Target, limits: Limits, deadline: float, modes: Any,
     return found, gen.stats
 
 
-_PROGRAMS: dict[str, KernelGraph] = {}
+_PROGRAMS: dict[str, tuple[KernelGraph, Prefilter | None]] = {}
 
 
-def _program(doc: str) -> KernelGraph:
-    """The program, parsed once per worker process."""
-    if doc not in _PROGRAMS:
+def _program(doc: str, prefilter: bool) -> tuple[KernelGraph, Prefilter | None]:
+    """The program (and its prefilter), made once per worker process."""
+    if (doc, prefilter) not in _PROGRAMS:
         from prism.ir import serialize
 
-        _PROGRAMS[doc] = serialize.loads(doc, KernelGraph)  # type: ignore[assignment]
-    return _PROGRAMS[doc]
+        program = serialize.loads(doc, KernelGraph)
+        _PROGRAMS[(doc, prefilter)] = (program, Prefilter(program) if prefilter else None)  # type: ignore
+    return _PROGRAMS[(doc, prefilter)]  # type: ignore[index]
 
 
 def check_task(program_doc: str, verify: Callable[..., Any], verify_timeout: float | None, numeric: bool,
-               deadline: float, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
-    """Verify each (structure, mapping) on its size-free instance; cross-check the accepted ones."""
-    reference = _program(program_doc)
+               prefilter: bool, deadline: float, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+    """Prefilter, verify on the size-free instance, and cross-check each (structure, mapping)."""
+    reference, pre = _program(program_doc, prefilter)
     names = [t.name for t in reference.inputs]
     dtype = reference.inputs[0].dtype
     out = []
@@ -89,6 +90,12 @@ def check_task(program_doc: str, verify: Callable[..., Any], verify_timeout: flo
             out.append({"skipped": True})
             continue
         rec: dict[str, Any] = {"skipped": False}
+        t0 = time.perf_counter()
+        if pre is not None and not pre.passes(st, m, names):
+            rec.update(prefiltered=True, equal=False, reason="numerically different", prefilter_s=time.perf_counter() - t0)
+            out.append(rec)
+            continue
+        rec["prefilter_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
             cand = instantiate(st, m, names=names, dtype=dtype)

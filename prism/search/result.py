@@ -30,6 +30,10 @@ class SymbolicGraph:
     def n_grid(self) -> int:
         return self.mapping.n_grid
 
+    def key(self) -> tuple:
+        """The canonical order of results: by structure, then mapping."""
+        return (self.structure.key(), repr(self.mapping))
+
     def maps(self) -> dict[str, Any]:
         """{"loaders": [(imap, fmap), ...], "outputs": [omap, ...]} as BlockGraph takes them."""
         loaders, omaps = self.structure.problem().maps(self.mapping)

@@ -240,8 +240,16 @@ REAL = {
     "qk_attention": {"b": 2, "g": 8, "h": 8 * 1024, "d": 128},
 }
 
+def _matmul4d() -> KernelGraph:
+    g = KernelGraph()
+    g.output(g.matmul(g.input((2, 3, 16, 32), "float16"), g.input((2, 3, 32, 8), "float16")))
+    return g
+
+
 AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     **{f"real_{n}": (lambda n=n: prism.workloads.get(n).fused(REAL[n])) for n in REAL},
+    "bf16_swiglu": lambda: prism.workloads.get("swiglu").fused({"n": 8, "d": 256}, "bfloat16"),
+    "matmul4d": _matmul4d,
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
                                                     "broadcast_padding", "fp32_dot")},
 }

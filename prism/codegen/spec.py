@@ -1,0 +1,51 @@
+"""What a generated kernel is, for whoever launches or compiles it; and the names and dtypes it uses."""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+from dataclasses import dataclass
+
+__all__ = ["KernelSpec", "base_name", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
+
+TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
+             "float64": "tl.float64"}
+SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64"}
+SHORT_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"} | {n for n in dir(builtins) if n.islower()}
+"""Names a tensor's base name may not take (the generated code uses them, e.g. `range`)."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A generated kernel: its source (kernel + launcher) and everything needed to launch or AOT-compile it.
+
+    `inputs`/`outputs` are the storage dtypes of the buffers it reads and writes (in launcher order);
+    `summed[k]` says output k is summed across blocks with atomic adds, so its buffer must be zeroed.
+    """
+
+    name: str
+    launcher: str
+    source: str
+    grid: tuple[int, ...]
+    signature: dict[str, str]
+    constexprs: dict[str, int]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    summed: tuple[bool, ...]
+    num_warps: int = 4
+
+
+def base_name(label: str, fallback: str, used: set[str]) -> str:
+    """A short lowercase identifier for a tensor called `label` (`Wup` -> `wup`), unique within `used`."""
+    base = re.sub(r"[^a-z0-9]", "", label.lower())
+    if not base or not base[0].isalpha() or keyword.iskeyword(base) or base in RESERVED \
+            or re.fullmatch(r"(t|acc|out|in)\d+", base):
+        base = fallback
+    out, k = base, 1
+    while out in used:
+        k += 1
+        out = f"{base}v{k}"
+    used.add(out)
+    return out

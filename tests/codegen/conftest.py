@@ -1,0 +1,57 @@
+"""Starts the interpreter runner (a subprocess with TRITON_INTERPRET=1) as soon as collection ends, so
+it works through the selected interpreter cases while this process compiles kernels ahead of time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_RUN: dict = {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    names = [item.callspec.params["case"] for item in items
+             if item.path.name == "test_interpret.py" and hasattr(item, "callspec")]
+    if not names or _RUN:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="prism-interp-"))
+    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(folder / "cache"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    log = open(folder / "log.txt", "w")
+    cmd = [sys.executable, "-m", "tests.codegen.interp_runner", str(folder / "results.json"),
+           *dict.fromkeys(names)]
+    _RUN.update(proc=subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
+                folder=folder, log=log, started=time.time())
+
+
+@pytest.fixture(scope="session")
+def interp_results() -> dict:
+    """{case: result} from the runner (waits for it); results carry ok, error, max_rel_err, wall."""
+    if not _RUN:
+        pytest.skip("no interpreter case was collected")
+    proc, folder = _RUN["proc"], _RUN["folder"]
+    try:
+        proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _RUN["log"].close()
+    path = folder / "results.json"
+    if not path.exists():
+        tail = (folder / "log.txt").read_text()[-4000:]
+        pytest.fail(f"the interpreter runner produced no results (exit {proc.returncode}):\n{tail}")
+    return json.loads(path.read_text())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _RUN and _RUN["proc"].poll() is None:   # e.g. interrupted: stop our runner
+        _RUN["proc"].kill()
+        _RUN["proc"].wait()
