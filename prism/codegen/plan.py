@@ -108,7 +108,7 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None) -> Plan:
         steps.append(Step(spec, in_ids, tuple(out_ids)))
         for label, t, work, final in casts:
             copy = elementwise_block(None, {}, [t], t)
-            spec = emit_kernel(copy, name("cast"), [f"{label} (fp32 sums)"],
+            spec = emit_kernel(copy, name("cast"), [f"sums of {label}"],
                                [buffers[work].dtype], [buffers[final].dtype], num_warps)
             steps.append(Step(spec, (work,), (final,)))
     # the kernel graph without its block graphs (each kernel below starts with its own)

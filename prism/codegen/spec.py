@@ -39,7 +39,7 @@ class KernelSpec:
 
 def base_name(label: str, fallback: str, used: set[str]) -> str:
     """A short lowercase identifier for a tensor called `label` (`Wup` -> `wup`), unique within `used`."""
-    base = re.sub(r"[^a-z0-9]", "", label.lower())
+    base = re.sub(r"[^a-z0-9]", "", label.lower().split()[0]) if label.strip() else ""
     if not base or not base[0].isalpha() or keyword.iskeyword(base) or base in RESERVED \
             or re.fullmatch(r"(t|acc|out|in)\d+", base):
         base = fallback

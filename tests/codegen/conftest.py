@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,11 @@ def interp_results() -> dict:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _RUN and _RUN["proc"].poll() is None:   # e.g. interrupted: stop our runner
+    if not _RUN:
+        return
+    if _RUN["proc"].poll() is None:   # e.g. interrupted: stop our runner
         _RUN["proc"].kill()
         _RUN["proc"].wait()
+    if exitstatus == 0:               # on failure keep the generated modules and the log for a look
+        _RUN["log"].close()
+        shutil.rmtree(_RUN["folder"], ignore_errors=True)
