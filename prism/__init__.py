@@ -2,6 +2,10 @@
 
 from prism import errors, interp, verify, workloads
 from prism.ir import BlockGraph, KernelGraph, Tensor
+from prism.runtime import OptimizedGraph, superoptimize
+from prism.search import SearchResult
+from prism.search import search  # the function; the subpackage stays importable as prism.search.*
 
-__all__ = ["BlockGraph", "KernelGraph", "Tensor", "errors", "interp", "verify", "workloads"]
+__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchResult", "Tensor", "errors", "interp",
+           "search", "superoptimize", "verify", "workloads"]
 __version__ = "0.1.0"

@@ -9,36 +9,26 @@ float64. A disagreement there is an unsound-axiom event.
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
 from prism.errors import MappingError
-from prism.ir import BlockGraph, KernelGraph
+from prism.ir import KernelGraph
 from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT
 from prism.symbolic.mapping import Mapping
 from prism.symbolic.sgraph import op_dims
 from prism.symbolic.structure import Structure, class_factor, instantiate, program_classes
 
-__all__ = ["CHECK_PARAMS", "NumericCheck", "Prefilter", "Verdict", "check_shapes_for", "cross_check", "numeric_equivalent",
-           "rebuild", "resize"]
+__all__ = ["CHECK_PARAMS", "PREFILTER_EXTENT", "NumericCheck", "Prefilter", "check_shapes_for", "cross_check",
+           "rebuild"]
 
 CHECK_PARAMS = (((2, 3, 4), 2, 2), ((3, 4, 2), 3, 3))
 """(grid sizes x, y, z; loop range; base tile) of the two cross-check instances: distinct sizes per
 grid dim, so a mix-up between dims shows, and every tile at least 2 wide, so nothing broadcasts."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A verifier's answer (the shape `prism.verify.equivalent` returns)."""
-
-    equal: bool
-    reason: str
-    stats: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,59 +147,3 @@ class Prefilter:
             if not err <= self.tolerance:
                 return False
         return True
-
-
-# ---- numeric equivalence of two concrete graphs (random testing at resized grid/loop) -----------
-
-
-def resize(candidate: KernelGraph, grid: Sequence[int], loop: int) -> KernelGraph:
-    """`candidate` with every custom op's grid sizes (first len(its grid)) and loop range replaced."""
-    g = KernelGraph()
-    vals: dict[tuple[int, int], Any] = {}
-    for i, node in candidate.topo():
-        if node.op == "input":
-            vals[(i, 0)] = g.input(node.outputs[0].shape, node.outputs[0].dtype, node.attrs["name"])
-        elif node.op == "custom":
-            old: BlockGraph = node.attrs["block"]
-            b = BlockGraph(grid=tuple(grid[: len(old.grid)]), loop=loop)
-            ts: dict[tuple[int, int], Any] = {}
-            args = [vals[r] for r in node.inputs]
-            for j, bn in old.topo():
-                if bn.op == "loader":
-                    ts[(j, 0)] = b.input(args[bn.attrs["index"]], dict(bn.attrs["imap"]), bn.attrs["fmap"])
-                elif bn.op == "accum":
-                    ts[(j, 0)] = b.accum(ts[bn.inputs[0]])
-                elif bn.op == "saver":
-                    ts[(j, 0)] = b.output(ts[bn.inputs[0]], dict(bn.attrs["omap"]))
-                else:
-                    ts[(j, 0)] = b.apply(bn.op, [ts[r] for r in bn.inputs], dict(bn.attrs))
-            for k, t in enumerate(g.custom(b, args)):
-                vals[(i, k)] = t
-        else:
-            vals[(i, 0)] = g.apply(node.op, [vals[r] for r in node.inputs], dict(node.attrs))
-    g.output(*[vals[r] for r in candidate.outputs])
-    return g
-
-
-def numeric_equivalent(reference: KernelGraph, candidate: KernelGraph, *, timeout: float | None = None,
-                       tolerance: float = 1e-9, seed: int = 0, choices: int = 2) -> Verdict:
-    """Random testing (Mirage's way): run `candidate` at the first `choices` grid/loop sizes from
-    {2,3,4} that divide its tiles, at its own input shapes, against `reference`, in float64."""
-    tried = []
-    for sizes in itertools.product((2, 3, 4), repeat=4):
-        if len(tried) == choices:
-            break
-        try:
-            resized = resize(candidate, sizes[:3], sizes[3])
-        except MappingError:
-            continue
-        err = _compare(reference, resized, seed)
-        tried.append(f"grid={sizes[:3]} loop={sizes[3]}: err={err:.3g}")
-        if not err <= tolerance:
-            return Verdict(False, "numeric mismatch: " + tried[-1])
-    if not tried:
-        return Verdict(False, "no grid/loop sizes in {2,3,4} divide the tiles")
-    return Verdict(True, "numerically equal at " + "; ".join(tried))
-
-
-VerifyFn = Callable[..., Any]

@@ -18,28 +18,43 @@ from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.sgraph import Labels, SGraph
 from prism.symbolic.structure import Structure
 
-__all__ = ["Modes", "grid_rows", "label_choices", "matches_fixed", "omap_choices", "raw_k"]
+__all__ = ["GRID_TILES", "LOOP_RANGES", "MAX_BLOCKS", "Modes", "grid_rows", "label_choices", "matches_fixed",
+           "omap_choices", "raw_k", "size_choices"]
 
 Row = tuple[int | None, ...]
 
 
+GRID_TILES = (8, 16, 32, 64, 128, 256)
+"""Mirage's baseline grids: a grid dim of size D/t for these tiles t (at least 2 blocks along it)."""
+LOOP_RANGES = (4, 16, 64)
+"""Mirage's baseline loop ranges."""
+MAX_BLOCKS = 4096
+
+
 @dataclass(frozen=True)
 class Modes:
-    """Which maps stay symbolic during generation (the default) and which are enumerated (ablation)."""
+    """Which maps stay symbolic during generation (the default) and which are enumerated (ablation);
+    `sizes=False` also enumerates grid sizes and loop ranges (the fully concrete, Mirage-style mode)."""
 
     imap: bool = True
     fmap: bool = True
     omap: bool = True
+    sizes: bool = True
 
     @classmethod
     def parse(cls, code: str) -> Modes:
-        """From the paper's notation: "SSS" (all symbolic) ... "CCC" (imap, fmap, omap concrete)."""
-        if len(code) != 3 or set(code) - {"S", "C"}:
-            raise ValueError(f"modes: expected three letters S/C for imap, fmap, omap, got {code!r}")
+        """From the paper's notation: "SSS" (all symbolic) ... "CCC" (imap, fmap, omap concrete), or
+        "mirage" (maps, grid sizes and loop ranges all enumerated during the search)."""
+        if code == "mirage":
+            return cls(False, False, False, False)
+        if not isinstance(code, str) or len(code) != 3 or set(code) - {"S", "C"}:
+            raise ValueError(f"modes: expected three letters S/C for imap, fmap, omap, or 'mirage', got {code!r}")
         return cls(*(c == "S" for c in code))
 
     @property
     def code(self) -> str:
+        if not self.sizes:
+            return "mirage"
         return "".join("S" if s else "C" for s in (self.imap, self.fmap, self.omap))
 
 
@@ -85,6 +100,35 @@ def label_choices(space: AtomSpace, modes: Modes, max_grid: int) -> Iterator[Lab
                     f = -2 if fmap is None else int(fmap[i] == d)
                     labels.append((g, f))
             yield tuple(labels)
+
+
+def size_choices(space: AtomSpace, labels: Labels) -> list[tuple[tuple[int, ...], int]]:
+    """Mirage-style concrete (grid sizes, loop range) for a concrete imap/fmap: each used grid dim
+    leaves tiles of 8..256 on every dim it splits, the loop range is 4, 16 or 64, at most 4096 blocks."""
+    k = raw_k(labels) or 1
+    grid_options = []
+    for p in range(k):
+        extents = [space.extent(a) for a, (g, _) in enumerate(labels) if g == p]
+        if not extents:
+            grid_options.append([1])
+            continue
+        sizes = sorted({min(extents) // t for t in GRID_TILES if min(extents) % t == 0 and min(extents) // t >= 2})
+        grid_options.append([n for n in sizes if all(e % n == 0 for e in extents)])
+    out = []
+    for grid in itertools.product(*grid_options):
+        if _prod(grid) > MAX_BLOCKS:
+            continue
+        split = [space.extent(a) // (grid[g] if g >= 0 else 1) for a, (g, f) in enumerate(labels) if f == 1]
+        loops = [n for n in LOOP_RANGES if all(e % n == 0 for e in split)] if split else [1]
+        out.extend((tuple(grid), n) for n in loops)
+    return out
+
+
+def _prod(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def raw_k(labels: Labels | None) -> int | None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Callable
 
 from prism.errors import GraphError
 from prism.ir import KernelGraph, serialize
-from prism.search.concrete import label_choices, matches_fixed
-from prism.search.concrete import Modes
+from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits
 from prism.search.parallel import Workers, check_task, generate_task
 from prism.search.result import SearchResult, SymbolicGraph
@@ -25,7 +25,7 @@ from prism.symbolic.closure import closure
 from prism.symbolic.dims import AtomSpace
 from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.structure import Structure
-from prism.symbolic.terms import from_graph, render
+from prism.symbolic.terms import from_graph, mk, render
 
 __all__ = ["search", "default_verify"]
 
@@ -85,16 +85,28 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
 def _generate(target, limits: Limits, mode: Modes, deadline: float, pool: Workers, stats: dict) -> list[Structure]:
     t0 = time.time()
     gen = Generator(target, limits, deadline, modes=mode)
-    starts = [gen.start(labels) for labels in label_choices(target.space, mode, limits.max_grid)]
-    found, rest = gen.explore(list(reversed(starts)), INLINE_STATES)
-    counts = Counter(gen.stats)
-    if rest:
-        chunks = [rest[k::pool.n * 8] for k in range(min(len(rest), pool.n * 8))]
-        for f, c in pool.map(generate_task, [(target, limits, deadline, mode, ch) for ch in chunks]):
-            found.extend(f)
+    starts = []
+    for labels in label_choices(target.space, mode, limits.max_grid):
+        for sizes in [None] if mode.sizes else size_choices(target.space, labels):  # type: ignore[arg-type]
+            starts.append((gen.start(labels), sizes))
+    counts: Counter = Counter()
+    if len(starts) == 1 and starts[0][1] is None:
+        found, rest = gen.explore([starts[0][0]], INLINE_STATES)
+        counts.update(gen.stats)
+        if rest:
+            chunks = [rest[k::pool.n * 8] for k in range(min(len(rest), pool.n * 8))]
+            for f, c in pool.map(generate_task, [(target, limits, deadline, mode, ch) for ch in chunks]):
+                found.extend(f)
+                counts.update(c)
+    else:  # one structure search per concrete choice, each run to the end in one task
+        found = []
+        for (_, sizes), (f, c) in zip(starts, pool.map(generate_task, [(target, limits, deadline, mode, [s])
+                                                                        for s, _ in starts])):
+            found.extend(replace(st, sizes=sizes) for st in f)
             counts.update(c)
     found.sort(key=Structure.key)
-    stats["generate"] = dict(sorted(counts.items())) | {"structures": len(found), "seconds": time.time() - t0}
+    stats["generate"] = dict(sorted(counts.items())) | {"starts": len(starts), "structures": len(found),
+                                                        "seconds": time.time() - t0}
     return found
 
 
@@ -109,15 +121,14 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, stats
             if mode.code != "SSS" and not matches_fixed(st, problem, m):
                 continue
             counts["enumerated"] += 1
-            key = (st.key()[:4], m)
+            key = (st.key()[:4], m, st.sizes)
             if key in seen:  # concrete omap choices can repeat a (structure, mapping)
                 continue
             seen.add(key)
-            if not m.loop:
+            if not m.loop and st.sizes is None:
                 # No loop: accumulators are identities, so structures that differ only in where they
                 # accumulate are one kernel; the first (smallest) in canonical order stands for all.
-                loop_free = ("loop-free", tuple(st.graph.terms[o] for o in st.outputs),
-                             tuple(o.key() for o in st.kernel_ops), m)
+                loop_free = ("loop-free", _loop_free_key(st), m)
                 if loop_free in seen:
                     counts["loop_free_duplicates"] += 1
                     continue
@@ -127,6 +138,15 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, stats
                             "loop_free_duplicates": counts["loop_free_duplicates"], "candidates": len(pairs),
                             "seconds": time.time() - t0}
     return pairs
+
+
+def _loop_free_key(st: Structure) -> tuple:
+    """What a structure computes when its accumulators are identities: the saved terms, and the
+    kernel-level result over them (so the order the outputs are saved in does not matter)."""
+    values: list = [("saved", st.graph.terms[o]) for o in st.outputs]
+    for op in st.kernel_ops:
+        values.append(mk(op.op, op.attrs, *(values[i] for i in op.inputs)))
+    return tuple(sorted(map(repr, values[: len(st.outputs)]))), values[-1]
 
 
 def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, prefilter: bool, deadline: float,
@@ -168,6 +188,11 @@ def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, pre
                                "max_error": rec["numeric_error"], "detail": rec["numeric_detail"]})
                 continue
         graphs.append(SymbolicGraph(st, m))
+    if any(g.structure.sizes is not None for g in graphs):  # Mirage mode: one result per graph, any size
+        unique = {}
+        for g in graphs:
+            unique.setdefault((g.structure.key()[:4], g.mapping), g)
+        graphs = list(unique.values())
     graphs.sort(key=SymbolicGraph.key)
     stats["prefilter"] = {"enabled": prefilter, "rejected": v["prefiltered"], "seconds": v["prefilter_seconds"]}
     stats["verify"] = {k: v[k] for k in ("checked", "verified", "rejected", "errors", "skipped")} | \

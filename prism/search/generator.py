@@ -4,11 +4,13 @@ A state is an immutable `SGraph` (one loader per kernel input, then block ops). 
 generator appends one op at a time from the target's vocabulary (every (op, attrs) in the closure:
 matmul, unary, binary, sum(dim), mul_scalar/add_scalar with the target's constants, rms_norm) or an
 accumulator, in canonical order (each op's `BOp.key` above the previous op's, so a DAG is built in
-one order only). Each candidate op is tested cheapest first: canonical order, expression check
-(its d_p = 1 term must be a subterm of the target's closure), loop phase, dimension matching.
+one order only). Candidates are built from the closure's parent index, so only ops whose d_p = 1
+term is a subterm of the target's closure exist (the expression check, §3.3); then the loop phase
+and dimension matching (§3.2) are checked.
 A state is emitted when its consumer-less tensors are post-loop, at most `max_outputs`, each a
 subterm of the target, and either one of them is a whole form of the target or a few kernel-level
 elementwise ops over them complete it (decode attention: numerator and denominator, then a div).
+A state is dropped when it cannot finish within the op budget (`_hopeless`, an admissible bound).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from prism.ir.ops import OPS
+from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import ACCUM, BOp, Labels, SGraph, match_binary
-from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
-__all__ = ["Generator", "Limits", "Modes", "Structure", "default_max_ops", "split"]
+__all__ = ["Generator", "Limits", "Modes", "Structure", "default_max_ops"]
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ class Generator:
             return
         terms = [s.terms[i] for i in outs]
         dims = [s.dims[i] for i in outs]
-        for kops in self._combine(s, terms, dims, [0] * len(outs), (), len(outs)):
+        for kops in self._combine(s, terms, dims, [0] * len(outs), ()):
             if self.modes is None or self.modes.omap:
                 yield Structure(s, outs, kops)
             else:
@@ -240,7 +242,9 @@ class Generator:
                     yield Structure(s, outs, kops, rows)
 
     def _combine(self, s: SGraph, terms: list[Term], dims: list[tuple[int, ...]], uses: list[int],
-                 kops: tuple[BOp, ...], m: int) -> Iterator[tuple[BOp, ...]]:
+                 kops: tuple[BOp, ...]) -> Iterator[tuple[BOp, ...]]:
+        """Kernel-level elementwise ops over the saved tensors that complete the target (canonical
+        order, each op's term a subterm, full shapes matching), ending with one value left."""
         free = [i for i, u in enumerate(uses) if u == 0]
         if len(free) == 1 and terms[free[0]] in self.target.roots and \
                 _full_shape(dims[free[0]], s) == _full_shape(self.target.shape(), s):
@@ -269,25 +273,8 @@ class Generator:
                 u = list(uses)
                 for i in ins:
                     u[i] += 1
-                yield from self._combine(s, terms + [term], dims + [d], u + [0], kops + (bop,), m)
+                yield from self._combine(s, terms + [term], dims + [d], u + [0], kops + (bop,))
 
 
 def _full_shape(dims: Sequence[int], s: SGraph) -> tuple[int, ...]:
     return tuple(1 if a == UNIT else s.space.extent(a) for a in dims)
-
-
-def split(gen: Generator, state: SGraph, tasks: int) -> tuple[list[Structure], list[SGraph]]:
-    """Expand breadth first until there are at least `tasks` states (for worker processes)."""
-    found: list[Structure] = []
-    frontier = [state]
-    while 0 < len(frontier) < tasks:
-        nxt: list[SGraph] = []
-        for s in frontier:
-            f, children = gen.expand(s)
-            found.extend(f)
-            nxt.extend(children)
-        if not nxt:
-            return found, []
-        frontier = nxt
-    return found, frontier
-

@@ -9,11 +9,13 @@ a one-process run returns.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
 
 from prism.ir import KernelGraph
@@ -24,35 +26,61 @@ from prism.symbolic.mapping import Mapping
 from prism.symbolic.sgraph import SGraph
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["Workers", "check_task", "generate_task"]
+__all__ = ["Workers", "check_task", "generate_task", "shutdown"]
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    """The process pool of `n` spawned workers, started once per process and reused by later searches
+    (starting a worker imports torch and egglog, seconds each); shut down when the interpreter exits."""
+    if n not in _POOLS:
+        _POOLS[n] = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+        if len(_POOLS) == 1:
+            atexit.register(shutdown)
+    return _POOLS[n]
+
+
+def shutdown() -> None:
+    """Stop every worker process this module started."""
+    while _POOLS:
+        _POOLS.popitem()[1].shutdown(cancel_futures=True)
 
 
 class Workers:
-    """A lazily started pool of `n` spawned processes; with n <= 1 everything runs in this process."""
+    """Runs tasks on `n` spawned processes (default: all cores); with n <= 1, in this process."""
 
     def __init__(self, n: int | None = None) -> None:
         self.n = (os.cpu_count() or 1) if n is None else max(1, n)
-        self._pool: ProcessPoolExecutor | None = None
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list[Any]:
         """fn(*task) for every task, results in task order."""
         if self.n <= 1 or len(tasks) <= 1:
             return [fn(*t) for t in tasks]
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"))
-        futures = [self._pool.submit(fn, *t) for t in tasks]
-        return [f.result() for f in futures]
+        try:
+            futures = [_pool(self.n).submit(fn, *t) for t in tasks]
+            return [f.result() for f in futures]
+        except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh next time
+            _POOLS.pop(self.n, None)
+            raise
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+    def start(self) -> None:
+        """Start the worker processes now (each imports the verifier), so later calls do not wait."""
+        if self.n > 1:
+            self.map(_ready, [()] * self.n)
 
     def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        pass
+
+
+def _ready() -> int:
+    import prism.verify  # egglog and its thread pool come up here, in the worker
+
+    return os.getpid() if prism.verify.equivalent else 0
 
 
 def generate_task(target: Target, limits: Limits, deadline: float, modes: Any,

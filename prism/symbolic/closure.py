@@ -114,7 +114,7 @@ def _div_mul(t: Term, space: AtomSpace) -> Iterator[Term]:
                 a, r = kids(x)
                 yield mk("div", (), mk("mul", (), a, b), r)
     elif op_of(t) == "div" and op_of(kids(t)[0]) == "mul":
-        (m, r), (a, b) = kids(t), kids(kids(t)[0])
+        r, (a, b) = kids(t)[1], kids(kids(t)[0])
         yield mk("mul", (), mk("div", (), a, r), b)
         yield mk("mul", (), a, mk("div", (), b, r))
 

@@ -26,19 +26,21 @@ class Structure:
     """An emitted sGraph: the block graph, the tensors it saves, and the kernel-level ops after it.
 
     Kernel op inputs index the kernel values: the saved outputs 0..m-1, then the kernel ops in order;
-    the program's output is the last value. `omaps`, when set (the concrete-omap ablation), fixes each
-    output's grid row (data dim or None per grid dim), and `labels` the concrete imap/fmap choices.
+    the program's output is the last value. In the ablation modes `omaps` fixes each output's grid row
+    (data dim or None per grid dim) and `sizes` the (grid sizes, loop range) it was generated for;
+    `graph.labels` holds the concrete imap/fmap choices.
     """
 
     graph: SGraph
     outputs: tuple[int, ...]
     kernel_ops: tuple[BOp, ...] = ()
     omaps: tuple[tuple[int | None, ...], ...] | None = None
+    sizes: tuple[tuple[int, ...], int] | None = None
 
     def key(self) -> tuple:
-        """A canonical sort key (op lists, outputs, kernel ops)."""
+        """A canonical sort key (op lists, outputs, kernel ops; then the ablation-mode choices)."""
         return (len(self.graph.ops), tuple(o.key() for o in self.graph.ops), self.outputs,
-                tuple(o.key() for o in self.kernel_ops), repr(self.omaps))
+                tuple(o.key() for o in self.kernel_ops), repr(self.omaps), repr(self.sizes))
 
     def problem(self) -> MappingProblem:
         """What mapping instantiation needs: loader dims, saved tensors' dims, the classes."""

@@ -2,7 +2,8 @@
 
 import prism.workloads as wl
 from prism.search import search
-from prism.search.check import Verdict, check_shapes_for, cross_check
+from prism.search.check import check_shapes_for, cross_check
+from prism.verify import Verdict
 from prism.symbolic.mapping import Mapping
 from search_helpers import small_cfg
 
@@ -15,7 +16,7 @@ def accept_everything(reference, candidate, **kwargs):
 def test_an_unsound_verifier_is_caught_by_the_cross_check_and_recorded():
     w = wl.get("rmsnorm")
     program = w.build(small_cfg(w))
-    r = search(program, verify=accept_everything, workers=1, max_block_ops=11, max_grid=1)
+    r = search(program, verify=accept_everything, workers=1, max_block_ops=11, max_grid=1, prefilter=False)
     cc = r.stats["cross_check"]
     assert cc["unsound"] > 0 and len(cc["events"]) == cc["unsound"]
     event = cc["events"][0]
@@ -43,3 +44,14 @@ def test_cross_check_sizes_divide_and_keep_the_programs_equalities():
     wrong = Mapping(((st.graph.uf.find(1),),), m.loop)
     bad = cross_check(program, st, wrong)
     assert not bad.ok and bad.max_error > 1e-3
+
+
+def test_the_prefilter_only_saves_verifier_calls():
+    w = wl.get("attention")
+    program = w.build(small_cfg(w))
+    fast = search(program, workers=1, max_block_ops=9, max_grid=2)
+    full = search(program, workers=1, max_block_ops=9, max_grid=2, prefilter=False)
+    assert [fast.describe(i) for i in range(len(fast))] == [full.describe(i) for i in range(len(full))]
+    assert fast.stats["prefilter"]["rejected"] > 0 and full.stats["prefilter"]["rejected"] == 0
+    assert fast.stats["verify"]["checked"] < full.stats["verify"]["checked"]
+    assert full.stats["cross_check"]["unsound"] == 0

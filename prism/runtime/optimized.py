@@ -1,0 +1,105 @@
+"""OptimizedGraph: the chosen µGraph, callable on torch tensors, with its Triton source and its report.
+
+It runs in one of three ways, fixed when it is made and stated in `.execution` and in the report:
+  "cuda"         the generated Triton kernels on CUDA tensors (a GPU is present);
+  "interpreter"  the same kernels in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1 was set
+                 before Triton was imported);
+  "reference"    the chosen µGraph through `prism.interp.run`, the reference executor, on CPU tensors
+                 (no GPU and no interpreter: correct but slow, and it never runs the generated code).
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import cached_property
+from typing import Any, Sequence
+
+import torch
+
+from prism.errors import InputError
+from prism.ir import KernelGraph
+from prism.ir.ops import TORCH_DTYPES
+from prism.tune.report import Report
+
+__all__ = ["CUDA", "INTERPRETER", "REFERENCE", "EXECUTION_TEXT", "OptimizedGraph", "execution_mode"]
+
+CUDA, INTERPRETER, REFERENCE = "cuda", "interpreter", "reference"
+EXECUTION_TEXT = {
+    CUDA: "generated Triton kernels on the GPU",
+    INTERPRETER: "generated Triton kernels in Triton's interpreter on the CPU (TRITON_INTERPRET=1): "
+                 "no GPU, slow",
+    REFERENCE: "the chosen µGraph through prism.interp.run (the reference executor) on the CPU: no GPU "
+               "and TRITON_INTERPRET was not set, so the generated kernels are not run",
+}
+
+
+def execution_mode(device: torch.device) -> str:
+    """How a result for `device` runs: CUDA for a CUDA device, else the interpreter or the reference."""
+    if device.type == "cuda":
+        return CUDA
+    from prism.codegen import interpreting
+
+    return INTERPRETER if interpreting() else REFERENCE
+
+
+class OptimizedGraph:
+    """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`)."""
+
+    def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
+                 device: torch.device | str = "cpu") -> None:
+        self.program = program
+        self.graph = graph
+        self.report = report
+        self.device = torch.device(device)
+        self.execution = execution_mode(self.device)
+        report.execution = EXECUTION_TEXT[self.execution]
+        if self.execution != CUDA:
+            warnings.warn(f"prism: no GPU; this OptimizedGraph runs {EXECUTION_TEXT[self.execution]}",
+                          RuntimeWarning, stacklevel=3)
+
+    @cached_property
+    def compiled(self):
+        """The chosen µGraph as generated Triton kernels (`prism.codegen.CompiledGraph`)."""
+        from prism.codegen import compile_graph
+
+        return compile_graph(self.graph)
+
+    @property
+    def triton_source(self) -> str:
+        return self.compiled.source
+
+    def __call__(self, *tensors: Any) -> list[torch.Tensor]:
+        self._check(tensors)
+        if self.execution == REFERENCE:
+            from prism.interp import run
+
+            outs = run(self.graph, tensors)
+            return [o.to(TORCH_DTYPES[t.dtype]) for o, t in zip(outs, self.graph.output_tensors)]
+        return self.compiled(*tensors)
+
+    def _check(self, tensors: Sequence[Any]) -> None:
+        expected = self.program.inputs
+        names = ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in expected)
+        if len(tensors) != len(expected):
+            raise InputError(f"this optimized graph takes {len(expected)} tensor(s) ({names}), got {len(tensors)}")
+        for t, want in zip(tensors, expected):
+            if not isinstance(t, torch.Tensor):
+                raise InputError(f"input {want.name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != want.shape:
+                raise InputError(f"input {want.name} should have shape {list(want.shape)}, got {list(t.shape)}")
+            if t.dtype != TORCH_DTYPES[want.dtype]:
+                raise InputError(f"input {want.name} should have dtype {want.dtype}, got {t.dtype}")
+            if self.execution == CUDA and t.device.type != "cuda":
+                raise InputError(f"input {want.name} is on {t.device}; this optimized graph runs on CUDA "
+                                 f"tensors ({self.device})")
+            if self.execution != CUDA and t.device.type != "cpu":
+                raise InputError(f"input {want.name} is on {t.device}; without a GPU this optimized graph "
+                                 "runs on CPU tensors")
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
+
+    def __repr__(self) -> str:
+        best = self.report.best
+        return (f"<OptimizedGraph {best.label if best else '?'} via {self.report.method}, "
+                f"runs on {self.execution}>")

@@ -1,0 +1,173 @@
+"""`prism.superoptimize(graph)`: search, instantiate parameters, choose, compile; cached on disk.
+
+Phases: look the program up in the result cache; on a miss, run `prism.search.search` (or take the
+given search result), tune (`prism.tune.tune`: rank by the cost model, compile, and time on a GPU
+when there is one), store the chosen µGraph and its report; wrap it in an OptimizedGraph.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from prism.errors import InputError, PrismError
+from prism.ir import KernelGraph
+from prism.runtime.cache import ResultCache, cache_key
+from prism.runtime.optimized import OptimizedGraph
+from prism.tune.report import Report
+from prism.tune.target import get_target
+from prism.tune.tuner import tune
+
+__all__ = ["superoptimize", "resolve_device", "target_key"]
+
+PAYLOAD = "prism.optimized"
+
+
+def resolve_device(device: Any) -> torch.device:
+    """None: the current CUDA device if there is one, else the CPU. "cuda" without a GPU is an error."""
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise InputError(f"superoptimize: unknown device {device!r} ({e})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError("superoptimize: device 'cuda' asked for, but torch sees no GPU")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    elif dev.type != "cpu":
+        raise InputError(f"superoptimize: device must be 'cuda' or 'cpu', got {device!r}")
+    return dev
+
+
+def target_key(device: torch.device, target: Any = None) -> str:
+    """What a result was chosen for: the GPU it was timed on, or the cost model's target."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"cuda:{torch.cuda.get_device_name(device)}:sm_{major}{minor}"
+    return f"cost-model:{get_target(target).name}"
+
+
+def _open_cache(cache: Any) -> ResultCache | None:
+    if cache is None or cache is False:
+        return None
+    if isinstance(cache, ResultCache):
+        return cache
+    if cache is True:
+        return ResultCache()
+    if isinstance(cache, (str, Path)):
+        return ResultCache(cache)
+    raise InputError(f"superoptimize: cache must be True, False, a path or a ResultCache, got {cache!r}")
+
+
+def _load_result(search_result: Any):
+    from prism.search import SearchResult
+
+    if isinstance(search_result, (str, Path)):
+        return SearchResult.load(search_result)
+    if not isinstance(search_result, SearchResult):
+        raise InputError(f"superoptimize: search_result must be a SearchResult or a path to one, "
+                         f"got {type(search_result).__name__}")
+    return search_result
+
+
+def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int = 16, device: Any = None,
+                  cache: Any = True, seed: int = 0, target: Any = None, workers: int | None = None,
+                  search_options: dict[str, Any] | None = None, compile: bool = True,
+                  log: Callable[[str], None] | None = None) -> OptimizedGraph:
+    """The fastest verified fused form of `graph` found, as an OptimizedGraph.
+
+    search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
+        been searched at other sizes of the same program.
+    budget: candidates compiled ahead of time and, on a GPU, timed (the model's best plus a uniform draw).
+    device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu". On the CPU candidates
+        are ranked by the cost model (`prism.tune.cost`) and the result runs in Triton's interpreter
+        or the reference executor; the report says which.
+    cache: True (the default file, see `prism.runtime.cache`), False, a path, or a ResultCache.
+    target: the GPU the cost model assumes without one ("h100" default, "h200").
+    search_options: keyword limits for `prism.search.search` (time_limit, max_block_ops, workers, ...).
+    compile: False skips ahead-of-time compilation on the CPU (faster, less informed).
+    """
+    if not isinstance(graph, KernelGraph):
+        raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
+    graph.check()
+    from prism import __version__
+
+    start = time.time()
+    dev = resolve_device(device)
+    gpu = dev.type == "cuda"
+    store = _open_cache(cache)
+    notes: list[str] = []
+    key = fields = None
+    if store is not None:
+        key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
+                                [t.dtype for t in graph.inputs], target_key(dev, target), __version__)
+        try:
+            hit = store.get(key, lambda payload: _decode(payload, graph))
+        except Exception as e:  # an unreadable cache never stops the optimizer
+            notes.append(f"result cache {store.path} unusable ({type(e).__name__}: {e}); not cached")
+            hit, store = None, None
+        if store is not None:
+            notes += store.events
+            store.events.clear()
+        if hit is not None:
+            chosen, report = hit
+            report.cached = True
+            report.notes.append(f"loaded from the result cache {store.path} in {time.time() - start:.3f} s")
+            return OptimizedGraph(graph, chosen, report, dev)
+
+    result = _load_result(search_result) if search_result is not None else _search(graph, search_options, log)
+    if _size_free(result.program) != _size_free(graph):
+        raise InputError("superoptimize: the search result was made for a different program "
+                         "(structural hashes differ, sizes and dtypes aside)")
+    tuned = tune(result, graph, budget=budget, seed=seed, gpu=gpu, device=dev if gpu else None, target=target,
+                 workers=workers, compile=compile, log=log)
+    report = tuned.report
+    report.search = {"source": "given" if search_result is not None else "searched",
+                     "graphs": len(result.graphs),
+                     "seconds": result.stats.get("seconds") if isinstance(result.stats, dict) else None}
+    report.notes = notes + report.notes
+    if store is not None:
+        try:
+            store.put(key, {"format": PAYLOAD, "graph": tuned.graph.to_json(), "report": report.to_json()}, fields)
+        except Exception as e:
+            report.notes.append(f"could not write the result cache {store.path} ({type(e).__name__}: {e})")
+    return OptimizedGraph(graph, tuned.graph, report, dev)
+
+
+def _size_free(graph: KernelGraph) -> str:
+    """The structural hash with sizes and dtypes left out: a search result holds for all of them."""
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: ("float32" if k == "dtype" else strip(x)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+    return KernelGraph.from_json(strip(graph.to_json())).structural_hash(shapes=False)
+
+
+def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None):
+    from prism.search import search
+
+    if log:
+        log("searching fused µGraphs")
+    return search(graph, **(options or {}))
+
+
+def _decode(payload: Any, program: KernelGraph) -> tuple[KernelGraph, Report]:
+    """A cached payload back as (chosen graph, report); raises if anything is off, so the entry is
+    discarded and recomputed."""
+    if not isinstance(payload, dict) or payload.get("format") != PAYLOAD:
+        raise PrismError("not a prism.optimized payload")
+    chosen = KernelGraph.from_json(payload["graph"])
+    got = [(t.shape, t.dtype) for t in chosen.inputs]
+    want = [(t.shape, t.dtype) for t in program.inputs]
+    if got != want:
+        raise PrismError(f"stored graph takes {got}, the program {want}")
+    if [(t.shape, t.dtype) for t in chosen.output_tensors] != [(t.shape, t.dtype) for t in program.output_tensors]:
+        raise PrismError("stored graph's outputs differ from the program's")
+    return chosen, Report.from_json(payload["report"])

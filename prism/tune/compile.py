@@ -1,0 +1,110 @@
+"""Compile candidates ahead of time, in parallel: the costly step of tuning (about a second per kernel).
+
+Each candidate travels to a worker as kernel-graph JSON; the worker generates its Triton module,
+compiles every kernel for the target (sm_90 by default) and sends back what the tuner needs: per
+kernel its shared memory, registers, stack frame (spills) and warps, or the compiler's error. Workers
+are started with `spawn` (a forked child of a process holding Triton or egglog state can deadlock)
+and with Triton's interpreter switched off, since interpreted kernels cannot be compiled.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from prism.ir import KernelGraph
+
+__all__ = ["KernelInfo", "CompileResult", "compile_one", "compile_many", "default_workers"]
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One compiled kernel, without its PTX: what the cost model and the report need."""
+
+    name: str
+    shared: int
+    registers: int | None
+    frame: int | None
+    num_warps: int
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.frame)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """All kernels of one candidate compiled (`ok`), or the first error; wall seconds spent."""
+
+    kernels: tuple[KernelInfo, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def spills(self) -> bool:
+        return any(k.spills for k in self.kernels)
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _target(arch: int) -> Any:
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget("cuda", arch, 32)
+
+
+def compile_one(doc: dict[str, Any], arch: int = 90) -> CompileResult:
+    """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error."""
+    from prism.codegen import compile_graph
+
+    start = time.time()
+    try:
+        graph = KernelGraph.from_json(doc)
+        kernels = compile_graph(graph).aot(_target(arch))
+    except Exception as e:  # a candidate that does not compile is dropped, with the reason
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return CompileResult(error=f"{type(e).__name__}: {first[:300]}", seconds=time.time() - start)
+    infos = tuple(KernelInfo(k.name, k.shared, k.registers, k.frame, k.num_warps) for k in kernels)
+    return CompileResult(infos, None, time.time() - start)
+
+
+def _worker_init() -> None:
+    os.environ["TRITON_INTERPRET"] = "0"
+
+
+def _interpreting() -> bool:
+    import sys
+
+    if "triton" not in sys.modules:
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    from prism.codegen import interpreting
+
+    return interpreting()
+
+
+def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90) -> list[CompileResult]:
+    """Compile every graph; results in order. Runs in this process when one worker suffices and this
+    process compiles (not interpreting), else in a `spawn` process pool of `workers` (default: cores)."""
+    docs = [g.to_json() for g in graphs]
+    if not docs:
+        return []
+    workers = min(default_workers() if workers is None else max(1, workers), len(docs))
+    if workers == 1 and not _interpreting():
+        return [compile_one(d, arch) for d in docs]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
+        return list(pool.map(compile_one, docs, [arch] * len(docs)))

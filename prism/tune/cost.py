@@ -1,0 +1,319 @@
+"""The analytical cost model: seconds a concrete µGraph should take on a target GPU, without running it.
+
+Every op of the graph becomes kernels exactly as code generation launches them (`to_custom`: the fused
+kernel, one kernel per kernel-level op, a cast after a cross-block sum into a narrower dtype), plus a
+memset per zero-filled buffer. For one kernel with G = ∏grid blocks, loop range L, r blocks resident
+per SM (limited by warps, shared memory and registers), on a target with S SMs:
+
+    concurrent   C = min(G, S·r)            waves  W = ceil(G / (S·r))       sharing  k = ceil(C / S)
+    per block    bw = min(sm_bandwidth / k, dram_bandwidth / C)    (its share of DRAM bandwidth)
+                 tc = tensor_flops / (S·k),  vc = vector_flops / (S·k)
+    iteration    t_it  = max(iter_bytes / bw, iter_dot / tc, iter_vec / vc, t_step)
+    block        t_blk = latency + pre_bytes / bw + L·t_it + post_dot / tc + post_vec / vc
+                         + store_bytes / bw (+ latency if it stores)
+    kernel       T = launch + W · t_blk          memset: launch + bytes / dram_bandwidth
+
+Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
+to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read
+by each of them) and per iteration for loop-split loaders. Of a tile that R blocks read, 1/R is
+charged at DRAM speed and the rest at L2 speed (x dram_bandwidth / l2_bandwidth) when the tensor
+fits in L2, since the first reader brought it there: `pre_bytes`/`iter_bytes` are those charged
+bytes, `dram_bytes` counts every read. Stores count real bytes once per block; an output summed
+across blocks (split-K) is an fp32 atomic add (read-modify-write: twice the bytes) into a memset
+buffer. FLOPs use the padded tiles code generation computes on (a `tl.dot` padded to 16, a tile
+padded to a power of two), so padding waste costs compute; exp, sqrt, silu, gelu, div and rms_norm
+count several FLOPs per element (`TRANSCENDENTAL`). `t_step` is the latency of one loop iteration
+whose loads Triton pipelines (`ITERATION_LATENCY`), so many thin iterations cost latency.
+
+With ahead-of-time results (`aot=`), warps, shared memory and registers are the compiler's and a
+non-empty stack frame means spilling; without, they are estimated (live tiles over threads). A
+spilling kernel's block time is multiplied by `SPILL_PENALTY`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from prism.codegen.emit import default_warps
+from prism.codegen.layout import Layout
+from prism.codegen.lower import elementwise_block, to_custom
+from prism.ir import BlockGraph, KernelGraph
+from prism.ir.ops import OPS, TORCH_DTYPES
+from prism.tune.space import STAGES
+from prism.tune.target import H100, Target
+
+__all__ = ["ITERATION_LATENCY", "Cost", "KernelCost", "KernelWork", "estimate", "kernels_of", "work_of"]
+
+ITERATION_LATENCY = 0.2e-6
+"""Seconds one loop iteration that loads takes at least (a pipelined load's issue-to-use gap)."""
+LOOP_OVERHEAD = 0.02e-6
+"""Seconds one loop iteration that loads nothing takes at least."""
+SPILL_PENALTY = 4.0
+"""Block time is multiplied by this when registers spill (local memory traffic on every iteration)."""
+TRANSCENDENTAL = {"exp": 4, "sqrt": 4, "silu": 6, "gelu": 8, "rms_norm": 4, "div": 4}
+"""Vector FLOPs per element of ops that use the special-function units; every other op counts 1."""
+
+
+def _wide(dtype: str) -> str:
+    return "float64" if dtype == "float64" else "float32"
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """What one kernel launch does, per block: the cost model's whole view of it."""
+
+    name: str
+    grid: tuple[int, ...]
+    loop: int
+    pre_bytes: float          # bytes charged for loads done once per block (replicated re-reads discounted)
+    iter_bytes: float         # ... per loop iteration per block
+    store_bytes: int          # DRAM bytes stored per block (atomic adds counted twice)
+    iter_dot: int             # padded tensor-core FLOPs per iteration per block
+    post_dot: int             # ... once per block (outside the loop)
+    iter_vec: int             # padded vector FLOPs per iteration per block
+    post_vec: int
+    warps: int
+    smem: int                 # bytes of shared memory per block (estimated unless compiled)
+    registers: int            # 32-bit registers per thread (estimated unless compiled)
+    spills: bool
+    real_elements: int        # real elements of every tile, and padded: the padding waste
+    padded_elements: int
+    atomic: bool = False
+    memset: int = 0           # bytes of zero-filled buffers this kernel adds into (a memset each)
+    read_bytes: int = 0       # bytes every block loads, all counted (replication included)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def dram_bytes(self) -> int:
+        """Bytes read and written over all blocks, replicated reads counted each time."""
+        return self.blocks * (self.read_bytes + self.store_bytes)
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    work: KernelWork
+    seconds: float
+    occupancy: int
+    waves: int
+    bandwidth: float          # bytes/s each block gets
+
+    def row(self) -> dict[str, Any]:
+        w = self.work
+        return {"kernel": w.name, "grid": list(w.grid), "loop": w.loop, "blocks": w.blocks, "waves": self.waves,
+                "occupancy": self.occupancy, "dram_bytes": w.dram_bytes, "memset_bytes": w.memset,
+                "warps": w.warps, "smem": w.smem, "registers": w.registers, "spills": w.spills,
+                "padding": round(1 - w.real_elements / max(1, w.padded_elements), 3), "us": self.seconds * 1e6}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The model's estimate for a whole graph: total seconds and one KernelCost per launch."""
+
+    seconds: float
+    kernels: tuple[KernelCost, ...]
+    target: str
+    compiled: bool = False     # warps, shared memory and registers came from ahead-of-time compilation
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def dram_bytes(self) -> int:
+        return sum(k.work.dram_bytes + k.work.memset for k in self.kernels)
+
+    @property
+    def launches(self) -> int:
+        return sum(1 + (k.work.memset > 0) for k in self.kernels)
+
+    def explain(self) -> str:
+        lines = [f"estimated {self.seconds * 1e6:.2f} us on {self.target}: {self.launches} launch(es), "
+                 f"{self.dram_bytes / 1e6:.3f} MB from/to DRAM"]
+        for k in self.kernels:
+            r = k.row()
+            lines.append(f"  {r['kernel']}: grid {r['grid']} loop {r['loop']}, {r['waves']} wave(s) at "
+                         f"{r['occupancy']} block(s)/SM, {r['dram_bytes'] / 1e6:.3f} MB, padding {r['padding']:.0%}, "
+                         f"{r['warps']} warps, {r['smem']} B smem, {r['registers']} regs"
+                         f"{' (spills)' if r['spills'] else ''} -> {r['us']:.2f} us")
+        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "target": self.target, "compiled": self.compiled,
+                "dram_bytes": self.dram_bytes, "launches": self.launches, "notes": list(self.notes),
+                "kernels": [k.row() for k in self.kernels]}
+
+
+# ---- what each kernel does --------------------------------------------------------------------
+
+def _run_bytes(tile: Sequence[int], full: Sequence[int], itemsize: int, sector: int) -> int:
+    """DRAM bytes to read (or write) one tile of a row-major tensor: contiguous runs, sector-rounded."""
+    run, rows = 1, 1
+    whole = True
+    for d in reversed(range(len(tile))):
+        if whole:
+            run *= tile[d]
+            whole = tile[d] == full[d]
+        else:
+            rows *= tile[d]
+    run_bytes = run * itemsize
+    return rows * (-(-run_bytes // sector) * sector)
+
+
+def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: Sequence[str],
+            summed: Sequence[bool], target: Target = H100) -> KernelWork:
+    """The per-block work of `block` launched as code generation launches it."""
+    layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
+    looped = block.loop > 1
+    pre = it = store = idot = pdot = ivec = pvec = smem = real = padded = live = reads = 0
+    biggest = 0
+    per_iter: set[int] = set()      # nodes computed anew every iteration (as code generation places them)
+    for i, node in block.topo():
+        shape = layout.shape(i)
+        numel = math.prod(shape)
+        biggest = max(biggest, numel)
+        if looped and block.phase((i, 0)) == "loop" and node.op not in ("accum", "saver"):
+            if (node.op == "loader" and node.attrs["fmap"] is not None) or \
+                    any(r[0] in per_iter for r in node.inputs):
+                per_iter.add(i)
+        in_loop = i in per_iter
+        if node.op == "loader":
+            k = node.attrs["index"]
+            size = TORCH_DTYPES[in_dtypes[k]].itemsize
+            full = block.input_types[k].shape
+            b = _run_bytes(node.outputs[0].shape, full, size, target.sector)
+            reads += b * (block.loop if in_loop else 1)
+            copies = math.prod(g for p, g in zip(block.grid_dims, block.grid) if p not in node.attrs["imap"])
+            if copies > 1 and math.prod(full) * size <= target.l2_bytes:
+                b *= 1 / copies + (1 - 1 / copies) * target.dram_bandwidth / target.l2_bandwidth
+            if in_loop:
+                it += b
+            else:
+                pre += b
+            real += math.prod(node.outputs[0].shape)
+            padded += numel
+            live += numel * size / 4
+        elif node.op == "accum":
+            live += numel
+        elif node.op == "saver":
+            k = node.attrs["index"]
+            src = node.inputs[0][0]
+            full = node.outputs[0].shape
+            size = TORCH_DTYPES[out_dtypes[k]].itemsize
+            b = _run_bytes(block.nodes[src].outputs[0].shape, full, size, target.sector)
+            store += 2 * b if summed[k] else b
+        elif node.op == "matmul":
+            (a, _), (bb, _) = node.inputs
+            flops = 2 * numel * layout.shape(a)[-1]
+            if in_loop:
+                idot += flops
+            else:
+                pdot += flops
+            dsize = TORCH_DTYPES[node.outputs[0].dtype].itemsize
+            for o in (a, bb):
+                staged = o in per_iter and block.nodes[o].op == "loader"
+                smem += math.prod(layout.shape(o)) * dsize * (STAGES if staged else 1)
+        else:
+            src = layout.shape(node.inputs[0][0]) if OPS[node.op].kind == "reduce" else shape
+            flops = math.prod(src) * TRANSCENDENTAL.get(node.op, 1)
+            if in_loop:
+                ivec += flops
+            else:
+                pvec += flops
+    warps = default_warps(block, layout)
+    threads = 32 * warps
+    registers = int(32 + (live + biggest) / threads)
+    spills = registers > target.max_regs_per_thread
+    return KernelWork(name, block.grid, block.loop, pre, it, store, idot, pdot, ivec, pvec, warps, smem,
+                      min(registers, target.max_regs_per_thread), spills, real, padded, any(summed),
+                      read_bytes=reads)
+
+
+def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
+    """Every kernel code generation launches for `graph`, in launch order (the order of `plan_graph`)."""
+    lowered, tags = to_custom(graph)
+    outputs = set(lowered.outputs)
+    dtype_of: dict = {r: lowered.type_of(r).dtype for r in lowered.input_refs}
+    out: list[KernelWork] = []
+
+    def name(tag: str | None) -> str:
+        return f"kernel_{len(out)}" + (f"_{tag}" if tag else "")
+
+    for i, node in lowered.topo():
+        if node.op != "custom":
+            continue
+        block: BlockGraph = node.attrs["block"]
+        in_dtypes = [dtype_of[r] for r in node.inputs]
+        out_dtypes, summed, casts, memset = [], [], [], 0
+        for k, t in enumerate(node.outputs):
+            store = t.dtype if (i, k) in outputs else _wide(t.dtype)
+            omap = block.nodes[block.savers[k]].attrs["omap"]
+            s = any(g > 1 and d not in omap for d, g in zip(block.grid_dims, block.grid))
+            dtype_of[(i, k)] = store
+            summed.append(s)
+            if s:
+                memset += math.prod(t.shape) * TORCH_DTYPES[_wide(store)].itemsize
+                out_dtypes.append(_wide(store))
+                if store != _wide(store):
+                    casts.append((t, _wide(store), store))
+            else:
+                out_dtypes.append(store)
+        w = work_of(block, name(tags.get(i)), in_dtypes, out_dtypes, summed, target)
+        out.append(_with(w, memset=memset))
+        for t, wide, store in casts:
+            copy = elementwise_block(None, {}, [t], t)
+            out.append(work_of(copy, name("cast"), [wide], [store], [False], target))
+    return out
+
+
+def _with(w: KernelWork, **changes: Any) -> KernelWork:
+    return replace(w, **changes)
+
+
+# ---- seconds ------------------------------------------------------------------------------------
+
+def _occupancy(w: KernelWork, t: Target) -> int:
+    limits = [t.max_blocks_per_sm, t.max_warps_per_sm // w.warps]
+    if w.smem:
+        limits.append(t.smem_per_sm // w.smem)
+    if w.registers:
+        limits.append(t.regs_per_sm // (w.registers * 32 * w.warps))
+    return max(1, min(limits))
+
+
+def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
+    r = _occupancy(w, t)
+    concurrent = min(w.blocks, t.sms * r)
+    waves = -(-w.blocks // (t.sms * r))
+    share = -(-concurrent // t.sms)
+    bw = min(t.sm_bandwidth / share, t.dram_bandwidth / concurrent)
+    tc = t.tensor_flops / (t.sms * share)
+    vc = t.vector_flops / (t.sms * share)
+    step = ITERATION_LATENCY if w.iter_bytes else LOOP_OVERHEAD
+    t_iter = max(w.iter_bytes / bw, w.iter_dot / tc, w.iter_vec / vc, step) if w.loop > 1 else 0.0
+    t_block = (t.dram_latency + w.pre_bytes / bw + w.loop * t_iter + w.post_dot / tc + w.post_vec / vc
+               + w.store_bytes / bw + (t.dram_latency if w.store_bytes else 0.0))
+    if w.spills:
+        t_block *= SPILL_PENALTY
+    seconds = t.launch + waves * t_block
+    if w.memset:
+        seconds += t.launch + w.memset / t.dram_bandwidth
+    return KernelCost(w, seconds, r, waves, bw)
+
+
+def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | None = None) -> Cost:
+    """The model's seconds for `graph` on `target`. `aot`: the `CompiledGraph.aot()` results of this
+    graph (one per kernel, in launch order) to use the compiler's warps, shared memory and registers."""
+    works = kernels_of(graph, target)
+    notes = []
+    compiled = False
+    if aot is not None:
+        if len(aot) == len(works):
+            works = [_with(w, warps=a.num_warps, smem=a.shared, registers=a.registers or w.registers,
+                           spills=a.spills) for w, a in zip(works, aot)]
+            compiled = True
+        else:
+            notes.append(f"{len(aot)} compiled kernel(s) for {len(works)} launch(es): compiler figures ignored")
+    costs = tuple(kernel_seconds(w, target) for w in works)
+    return Cost(sum(c.seconds for c in costs), costs, target.name, compiled, tuple(notes))

@@ -1,0 +1,102 @@
+"""GPU timing: medians from `triton.testing.do_bench` over rotated input copies; rank agreement.
+
+`do_bench` already flushes L2 between runs; on top of that, every run takes the next of several input
+copies (enough to exceed twice the L2 cache), so a kernel never finds last run's operands cached.
+Nothing here runs without a GPU except `spearman` and `random_inputs` (on the CPU).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+
+from prism.ir import KernelGraph
+from prism.ir.ops import TORCH_DTYPES
+
+__all__ = ["L2_BYTES", "bench", "copies_for", "input_copies", "random_inputs", "spearman", "ranks", "close"]
+
+L2_BYTES = 50 * 2**20
+"""L2 cache of an H100/H200 (50 MiB)."""
+MAX_COPIES = 8
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (Pearson's r of the ranks); None with fewer than 3 pairs or no spread."""
+    if len(xs) != len(ys):
+        raise ValueError(f"spearman: {len(xs)} values against {len(ys)}")
+    if len(xs) < 3:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def random_inputs(graph: KernelGraph, seed: int = 0, device: Any = "cpu") -> list[torch.Tensor]:
+    """One tensor per input, uniform in ±[0.5, 1.5)/sqrt(last dim): never zero, and small enough that
+    products over the last dim and exponentials of them stay well inside float16."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for t in graph.inputs:
+        v = torch.rand(t.shape, generator=gen) * 2 - 1
+        v = (v + torch.where(v < 0, -0.5, 0.5)) / math.sqrt(t.shape[-1])
+        out.append(v.to(device=device, dtype=TORCH_DTYPES[t.dtype]))
+    return out
+
+
+def copies_for(nbytes: int, l2: int = L2_BYTES, limit: int = MAX_COPIES) -> int:
+    """How many input copies to rotate through so that consecutive runs touch over 2x the L2 cache."""
+    return max(2, min(limit, math.ceil(2 * l2 / max(1, nbytes))))
+
+
+def input_copies(inputs: Sequence[torch.Tensor], count: int | None = None) -> list[list[torch.Tensor]]:
+    """`inputs` and clones of them, `count` sets in all (default: `copies_for` their total size)."""
+    nbytes = sum(t.numel() * t.element_size() for t in inputs)
+    count = copies_for(nbytes) if count is None else count
+    return [list(inputs)] + [[t.clone() for t in inputs] for _ in range(count - 1)]
+
+
+def bench(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]], warmup: int = 25,
+          rep: int = 100) -> float:
+    """Median seconds of `fn(*copy)` over rotated copies, from `triton.testing.do_bench` (CUDA only)."""
+    import triton.testing
+
+    cycle = itertools.cycle(copies)
+
+    def run() -> None:
+        fn(*next(cycle))
+
+    return triton.testing.do_bench(run, warmup=warmup, rep=rep, return_mode="median") * 1e-3
+
+
+def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> tuple[bool, float]:
+    """Whether `got` matches `want` to fp16 accuracy: max |got - want| <= rtol * max(1, max |want|);
+    returns the verdict and the error relative to that scale."""
+    got, want = got.detach().float().cpu(), want.detach().float().cpu()
+    if got.shape != want.shape:
+        return False, math.inf
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    err = (got - want).abs().max().item() / scale if want.numel() else 0.0
+    return bool(err <= rtol), err

@@ -1,0 +1,130 @@
+"""The tuning report: every candidate tried, how it was judged, the one chosen and why; a printable table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prism.tune.space import Candidate
+
+__all__ = ["COST_MODEL", "GPU_PROFILE", "Entry", "Report", "UNFUSED"]
+
+COST_MODEL = "cost-model"
+GPU_PROFILE = "gpu-profile"
+UNFUSED = -1
+"""Candidate.graph of the baseline: the program itself, one generated kernel per op."""
+
+
+@dataclass
+class Entry:
+    """One candidate: where it came from ("model": the cost model's best; "random": a uniform draw;
+    "baseline": the unfused program), its estimate, its time if measured, its kernels, its fate."""
+
+    candidate: Candidate
+    origin: str
+    estimate_us: float | None = None
+    measured_us: float | None = None
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "pending"
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "chosen")
+
+    @property
+    def label(self) -> str:
+        return "unfused program" if self.candidate.graph == UNFUSED else str(self.candidate)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidate": self.candidate.to_json(), "origin": self.origin, "estimate_us": self.estimate_us,
+                "measured_us": self.measured_us, "kernels": self.kernels, "status": self.status}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Entry:
+        return cls(Candidate.from_json(d["candidate"]), d["origin"], d.get("estimate_us"), d.get("measured_us"),
+                   list(d.get("kernels", [])), d.get("status", "ok"))
+
+
+@dataclass
+class Report:
+    """What `prism.superoptimize` did. `method` is COST_MODEL (no GPU: ranked by `prism.tune.cost`
+    after ahead-of-time compilation) or GPU_PROFILE (timed with do_bench); `execution` says how the
+    result runs (CUDA kernels, Triton's interpreter, or the reference executor)."""
+
+    method: str
+    target: str
+    entries: list[Entry] = field(default_factory=list)
+    chosen: int | None = None
+    reason: str = ""
+    execution: str = ""
+    spearman: float | None = None
+    space: dict[str, Any] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    floor_us: float | None = None
+    cached: bool = False
+
+    @property
+    def best(self) -> Entry | None:
+        return None if self.chosen is None else self.entries[self.chosen]
+
+    @property
+    def method_text(self) -> str:
+        if self.method == GPU_PROFILE:
+            return f"GPU profiling (triton.testing.do_bench medians) on {self.target}"
+        return (f"analytical cost model (prism.tune.cost) for {self.target}, no GPU timing; candidates "
+                "compiled ahead of time to PTX where shown")
+
+    def table(self) -> str:
+        """One row per candidate, best first by the number that decided (time, else estimate)."""
+        head = ["", "candidate", "origin", "est us", "meas us", "regs", "smem B", "status"]
+        rows = []
+        order = sorted(range(len(self.entries)), key=self._sort_key)
+        for i in order:
+            e = self.entries[i]
+            regs = "/".join("?" if k.get("registers") is None else str(k["registers"]) for k in e.kernels) or "-"
+            smem = "/".join(str(k.get("shared", k.get("smem", "?"))) for k in e.kernels) or "-"
+            rows.append(["*" if i == self.chosen else "", e.label, e.origin,
+                         "-" if e.estimate_us is None else f"{e.estimate_us:.2f}",
+                         "-" if e.measured_us is None else f"{e.measured_us:.2f}", regs, smem, e.status])
+        widths = [max(len(str(r[c])) for r in [head] + rows) for c in range(len(head))]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+        lines += [fmt.format(*r) for r in rows]
+        return "\n".join(line.rstrip() for line in lines)
+
+    def _sort_key(self, i: int) -> tuple:
+        e = self.entries[i]
+        key = e.measured_us if self.method == GPU_PROFILE else e.estimate_us
+        return (not e.ok, key if key is not None else float("inf"), i)
+
+    def summary(self) -> str:
+        lines = [f"method: {self.method_text}",
+                 f"execution: {self.execution}" + (" (from the result cache)" if self.cached else "")]
+        if self.best is not None:
+            lines.append(f"chosen: {self.best.label} - {self.reason}")
+        if self.floor_us is not None:
+            lines.append(f"DRAM floor: {self.floor_us:.2f} us (bytes moved once / DRAM bandwidth)")
+        if self.space:
+            lines.append("space: " + ", ".join(f"{k} {v}" for k, v in self.space.items()))
+        if self.spearman is not None:
+            lines.append(f"cost model vs measured: Spearman rank correlation {self.spearman:+.3f}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary() + "\n\n" + self.table()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "target": self.target, "entries": [e.to_json() for e in self.entries],
+                "chosen": self.chosen, "reason": self.reason, "execution": self.execution,
+                "spearman": self.spearman, "space": self.space, "search": self.search, "seconds": self.seconds,
+                "notes": list(self.notes), "floor_us": self.floor_us}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Report:
+        return cls(d["method"], d["target"], [Entry.from_json(e) for e in d["entries"]], d.get("chosen"),
+                   d.get("reason", ""), d.get("execution", ""), d.get("spearman"), dict(d.get("space", {})),
+                   dict(d.get("search", {})), dict(d.get("seconds", {})), list(d.get("notes", [])),
+                   d.get("floor_us"))

@@ -1,0 +1,74 @@
+"""The machine a kernel is tuned for: the limits that bound a parameter space and the rates of the cost model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["Target", "H100", "H200", "TARGETS", "get_target"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One GPU model. Limits are hard (a kernel over them does not run); rates feed `prism.tune.cost`.
+
+    Rates are whole-chip figures from the vendor's data sheet (dense fp16 tensor cores, fp32 vector
+    units, HBM bandwidth); `sm_bandwidth` is the most one SM pulls from DRAM (bytes in flight per SM
+    over DRAM latency), which is what makes a grid of few blocks slow even when it moves few bytes.
+    """
+
+    name: str
+    arch: int                       # compute capability as Triton spells it: 90 = sm_90
+    sms: int                        # streaming multiprocessors
+    smem_per_block: int             # bytes of shared memory one block may use
+    smem_per_sm: int                # bytes of shared memory per SM (shared by its resident blocks)
+    regs_per_sm: int                # 32-bit registers per SM
+    max_regs_per_thread: int        # more than this spills to local memory
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    dram_bandwidth: float           # bytes/s
+    sm_bandwidth: float             # bytes/s one SM can pull from DRAM on its own
+    l2_bytes: int                   # L2 cache size
+    l2_bandwidth: float             # bytes/s from L2 (re-reads of a tile other blocks already loaded)
+    dram_latency: float             # s, a load's round trip
+    tensor_flops: float             # fp16 tensor-core FLOP/s, dense, whole chip
+    vector_flops: float             # fp32 FLOP/s on the vector units, whole chip
+    launch: float                   # s between two dependent kernels (launch, ramp-up, tail)
+    sector: int = 32                # bytes: DRAM is read in sectors; a narrower row still costs one
+    max_blocks: int = 8192          # the tuner's cap on blocks per kernel (not a hardware limit)
+    max_grid_yz: int = 65535        # CUDA's limit on grid dims y and z
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.sms} SMs, {self.dram_bandwidth / 1e12:.2f} TB/s DRAM, "
+                f"{self.smem_per_block // 1024} KiB shared memory per block")
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def with_(self, **changes: Any) -> Target:
+        return replace(self, **changes)
+
+
+H100 = Target(
+    name="H100 SXM (sm_90)", arch=90, sms=132,
+    smem_per_block=227 * 1024, smem_per_sm=228 * 1024, regs_per_sm=65536, max_regs_per_thread=255,
+    max_warps_per_sm=64, max_blocks_per_sm=32,
+    dram_bandwidth=3.35e12, sm_bandwidth=90e9, l2_bytes=50 * 2**20, l2_bandwidth=7e12, dram_latency=0.7e-6,
+    tensor_flops=989e12, vector_flops=67e12, launch=3e-6)
+
+H200 = H100.with_(name="H200 SXM (sm_90)", dram_bandwidth=4.8e12)
+
+TARGETS = {"h100": H100, "h200": H200}
+
+
+def get_target(name: str | Target | None = None) -> Target:
+    """A Target by name ("h100", "h200"), or from a CUDA device name ("NVIDIA H200"); default H100."""
+    if isinstance(name, Target):
+        return name
+    if name is None:
+        return H100
+    key = name.lower()
+    for k, t in TARGETS.items():
+        if k in key:
+            return t
+    return H100

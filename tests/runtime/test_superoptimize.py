@@ -1,0 +1,156 @@
+"""`prism.runtime.superoptimize` on every workload, on the CPU: correct outputs through the fallback,
+a report that names the cost model, and clear errors for bad inputs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import prism.workloads as wl
+from prism.errors import InputError
+from prism.ir import KernelGraph
+from prism.runtime import OptimizedGraph, superoptimize
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.filterwarnings("ignore:prism. no GPU:RuntimeWarning")
+
+
+def _check_outputs(opt, w, cfg, seed=0):
+    xs = w.inputs(cfg, seed=seed)
+    (out,) = opt(*xs)
+    want = w.reference(*[x.double() for x in xs])
+    assert out.dtype == torch.float16 and out.shape == want.shape
+    assert torch.allclose(out.double(), want, rtol=2e-2, atol=2e-3), (out.double() - want).abs().max()
+
+
+@pytest.mark.parametrize("name", wl.names())
+def test_each_workload_runs_correctly_through_the_fallback(searched, name, tmp_path):
+    w, cfg, result = searched(name)
+    opt = superoptimize(w.build(cfg), search_result=result, budget=4, compile=False, cache=tmp_path)
+    assert isinstance(opt, OptimizedGraph)
+    _check_outputs(opt, w, cfg)
+    _check_outputs(opt, w, cfg, seed=1)
+    r = opt.report
+    assert r.method == "cost-model"
+    assert "cost model" in str(r) and "reference executor" in r.execution
+    assert opt.execution == "reference" and "runs on reference" in repr(opt)
+    assert isinstance(opt.graph, KernelGraph) and opt.graph.blocks                # a fused kernel was chosen
+    assert "@triton.jit" in opt.triton_source
+    assert r.search["source"] == "given" and r.search["graphs"] == len(result)
+
+
+def test_compiled_candidates_and_the_fallback_warning(searched, tmp_path):
+    w, cfg, result = searched("swiglu")
+    with pytest.warns(RuntimeWarning, match="reference executor"):
+        opt = superoptimize(w.build(cfg), search_result=result, budget=2, workers=2, cache=tmp_path)
+    assert all(e.kernels and e.kernels[0]["registers"] for e in opt.report.entries)
+    assert "compiled for sm_90" in opt.report.reason
+    _check_outputs(opt, w, cfg)
+
+
+def test_it_searches_when_no_result_is_given(tmp_path, monkeypatch):
+    import prism.runtime.pipeline as so
+
+    calls = []
+    real = so._search
+
+    def counting(graph, options, log):
+        calls.append(options)
+        return real(graph, options, log)
+
+    monkeypatch.setattr(so, "_search", counting)
+    w = wl.get("swiglu")
+    cfg = {"n": 4, "d": 64}
+    opt = superoptimize(w.build(cfg), search_options={"workers": 1, "max_block_ops": 9, "max_grid": 1},
+                        budget=2, compile=False, cache=tmp_path)
+    assert calls == [{"workers": 1, "max_block_ops": 9, "max_grid": 1}]
+    assert opt.report.search["source"] == "searched"
+    _check_outputs(opt, w, cfg)
+
+
+def test_a_saved_result_from_other_sizes_is_reinstantiated(searched, tmp_path):
+    w, _, result = searched("rmsnorm")
+    path = tmp_path / "rmsnorm.json"
+    result.save(path)
+    cfg = {"n": 8, "d": 128}
+    opt = superoptimize(w.build(cfg), search_result=str(path), budget=2, compile=False, cache=False)
+    _check_outputs(opt, w, cfg)
+
+
+def test_a_result_for_another_program_is_refused(searched):
+    w, _, result = searched("swiglu")
+    other = wl.get("rmsnorm").build({"n": 4, "d": 64})
+    with pytest.raises(InputError, match="different program"):
+        superoptimize(other, search_result=result, cache=False, compile=False)
+
+
+def test_bad_arguments_are_input_errors(searched):
+    w, cfg, result = searched("swiglu")
+    with pytest.raises(InputError, match="KernelGraph"):
+        superoptimize("not a graph")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no GPU"):
+            superoptimize(w.build(cfg), search_result=result, device="cuda", cache=False)
+    with pytest.raises(InputError, match="device"):
+        superoptimize(w.build(cfg), search_result=result, device="mps", cache=False)
+    with pytest.raises(InputError, match="cache"):
+        superoptimize(w.build(cfg), search_result=result, cache=3.5)
+
+
+def test_wrong_tensors_are_input_errors(searched):
+    w, cfg, result = searched("swiglu")
+    opt = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False)
+    xs = w.inputs(cfg, seed=0)
+    with pytest.raises(InputError, match="takes 3 tensor"):
+        opt(*xs[:2])
+    with pytest.raises(InputError, match="shape"):
+        opt(xs[0][:2], *xs[1:])
+    with pytest.raises(InputError, match="dtype"):
+        opt(xs[0].float(), *xs[1:])
+    with pytest.raises(InputError, match="torch.Tensor"):
+        opt(xs[0].tolist(), *xs[1:])
+    with pytest.raises(InputError, match="on meta"):
+        opt(xs[0].to("meta"), *xs[1:])
+
+
+INTERPRETED = textwrap.dedent("""
+    import torch, prism.workloads as wl
+    from prism.search import search
+    from prism.runtime import superoptimize
+    w = wl.get("swiglu"); cfg = {"n": 4, "d": 64}
+    result = search(w.build(cfg), workers=1, max_block_ops=9, max_grid=1)
+    opt = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False)
+    xs = w.inputs(cfg, seed=0)
+    (out,) = opt(*xs)
+    want = w.reference(*[x.double() for x in xs])
+    print(opt.execution, bool(torch.allclose(out.double(), want, rtol=2e-2, atol=2e-3)))
+    print(opt.report.execution)
+""")
+
+
+def test_under_triton_interpret_the_generated_kernels_run_in_the_interpreter(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", INTERPRETED], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = done.stdout.strip().splitlines()[-2:]
+    assert first == "interpreter True"
+    assert "Triton's interpreter" in second
+
+
+def test_with_no_fused_candidate_the_unfused_program_runs(searched):
+    from prism.search import SearchResult
+
+    w, cfg, result = searched("swiglu")
+    empty = SearchResult(result.program, [], {})
+    opt = superoptimize(w.build(cfg), search_result=empty, budget=2, compile=False, cache=False)
+    assert not opt.graph.blocks and opt.report.best.label == "unfused program"
+    assert any("only the unfused program" in n for n in opt.report.notes)
+    _check_outputs(opt, w, cfg)

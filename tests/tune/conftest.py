@@ -1,0 +1,50 @@
+"""Shared fixtures for the tuner tests: small search results per workload (computed once, limited so
+that all five take a few seconds) and a private cache directory for generated modules."""
+
+from __future__ import annotations
+
+import pytest
+
+import prism.workloads as wl
+
+SMALL = {"n": 4, "d": 64}
+SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
+LIMITS = {
+    "rmsnorm": {"max_block_ops": 10, "max_grid": 1},
+    "rmsnorm_mlp": {"max_block_ops": 12, "max_grid": 1},
+    "swiglu": {"max_block_ops": 9, "max_grid": 2},
+    "attention": {"max_block_ops": 9, "max_grid": 2},
+    "qk_attention": {"max_block_ops": 10, "max_grid": 1},
+}
+"""Search limits that keep every workload's search to about a second and still find fused kernels."""
+
+
+def small_cfg(name: str) -> dict:
+    return dict(SMALL) if wl.get(name).dims == ("n", "d") else dict(SMALL_ATT)
+
+
+_RESULTS: dict = {}
+
+
+@pytest.fixture(scope="session")
+def searched():
+    """searched(name) -> (workload, small config, SearchResult), each search run once per session."""
+    from prism.search import search
+
+    def get(name: str):
+        if name not in _RESULTS:
+            w = wl.get(name)
+            cfg = small_cfg(name)
+            _RESULTS[name] = (w, cfg, search(w.build(cfg), workers=1, **LIMITS[name]))
+        return _RESULTS[name]
+
+    return get
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Generated modules and result caches go to a temporary folder, never the user's ~/.cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PRISM_CACHE_DIR", str(tmp_path_factory.mktemp("prism-cache")))
+    yield
+    mp.undo()

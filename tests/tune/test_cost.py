@@ -1,0 +1,146 @@
+"""The cost model orders hand-made kernels the way the hardware would (each case can fail)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import prism.workloads as wl
+from prism.codegen import plan_graph
+from prism.ir import BlockGraph, KernelGraph
+from prism.tune.cost import estimate, kernels_of
+from prism.tune.target import H100, H200
+
+
+def _single(shapes, build, grid, loop):
+    """A kernel graph of one fused kernel: `build(b, tiles)` returns the tile to save and its omap."""
+    g = KernelGraph()
+    ins = [g.input(s, "float16", n) for n, s in shapes.items()]
+    b = BlockGraph(grid=grid, loop=loop)
+    out, omap = build(b, ins)
+    b.output(out, omap=omap)
+    (o,) = g.custom(b, ins)
+    g.output(o)
+    return g
+
+
+def _exp(rows: int, grid: int):
+    """exp over X [rows, 64], blocks splitting the rows."""
+    def build(b, ins):
+        x = b.input(ins[0], imap={"x": 0})
+        return b.accum(b.exp(x)), {"x": 0}
+    return _single({"X": (rows, 64)}, build, (grid,), 1)
+
+
+def _matmul(n: int, k: int, m: int, grid, loop: int, imap_x: dict, imap_w: dict, omap: dict):
+    def build(b, ins):
+        x = b.input(ins[0], imap=imap_x, fmap=1)
+        w = b.input(ins[1], imap=imap_w, fmap=0)
+        return b.accum(b.matmul(x, w)), omap
+    return _single({"X": (n, k), "W": (k, m)}, build, grid, loop)
+
+
+def test_one_block_ranks_below_the_same_work_over_132_blocks():
+    one, many = _exp(132 * 64, 1), _exp(132 * 64, 132)
+    assert kernels_of(one)[0].dram_bytes == kernels_of(many)[0].dram_bytes
+    assert estimate(many).seconds * 10 < estimate(one).seconds
+
+
+def test_more_replication_moves_more_bytes():
+    """X @ W over column blocks (X replicated) vs column and row blocks (W replicated 4 times too)."""
+    cols = _matmul(64, 1024, 1024, (16,), 16, {}, {"x": 1}, {"x": 1})
+    both = _matmul(64, 1024, 1024, (16, 4), 16, {"y": 0}, {"x": 1}, {"x": 1, "y": 0})
+    assert kernels_of(both)[0].dram_bytes > kernels_of(cols)[0].dram_bytes
+
+
+def test_replicating_a_tensor_larger_than_l2_costs_time():
+    """Same blocks, same output: each block reads a slice of W (X replicated) or all of W (W replicated)."""
+    n, k, m = 64, 8192, 8192                                           # W is 128 MiB, X 1 MiB
+    split_w = _matmul(n, k, m, (16,), 64, {}, {"x": 1}, {"x": 1})
+    split_x = _matmul(n, k, m, (16,), 64, {"x": 0}, {}, {"x": 0})
+    a, b = estimate(split_w), estimate(split_x)
+    assert b.dram_bytes > 10 * a.dram_bytes
+    assert b.seconds > 5 * a.seconds
+
+
+def test_many_small_loop_iterations_cost_latency():
+    """The same bytes in 8 iterations of 1024-wide tiles or 512 iterations of 16-wide tiles."""
+    def sum_rows(loop):
+        def build(b, ins):
+            x = b.input(ins[0], imap={"x": 0}, fmap=1)
+            return b.accum(b.sum(x, 1)), {"x": 0}
+        return _single({"X": (1024, 8192)}, build, (128,), loop)
+    few, many = estimate(sum_rows(8)), estimate(sum_rows(512))
+    assert kernels_of(sum_rows(8))[0].dram_bytes == kernels_of(sum_rows(512))[0].dram_bytes
+    assert many.seconds > 2 * few.seconds
+
+
+def test_narrow_tiles_waste_dram_sectors():
+    """Tiles 2 elements wide (4 bytes) still read a 32-byte sector per row: more bytes than wide tiles."""
+    def cols(grid):
+        def build(b, ins):
+            return b.accum(b.exp(b.input(ins[0], imap={"x": 1}))), {"x": 1}
+        return _single({"X": (64, 4096)}, build, (grid,), 1)
+    assert kernels_of(cols(2048))[0].dram_bytes > 4 * kernels_of(cols(64))[0].dram_bytes
+
+
+def test_tl_dot_padding_is_charged_as_waste():
+    """A matmul with one row computes on 16 (tl.dot's minimum): the same tensor-core work as 16 rows."""
+    one = kernels_of(_matmul(1, 1024, 1024, (16,), 16, {}, {"x": 1}, {"x": 1}))[0]
+    sixteen = kernels_of(_matmul(16, 1024, 1024, (16,), 16, {}, {"x": 1}, {"x": 1}))[0]
+    assert one.iter_dot == sixteen.iter_dot
+    assert one.real_elements < one.padded_elements and sixteen.real_elements == sixteen.padded_elements
+
+
+def test_split_k_pays_atomics_a_memset_and_a_cast():
+    plain = _matmul(8, 4096, 4096, (64,), 64, {}, {"x": 1}, {"x": 1})
+    split = _matmul(8, 4096, 4096, (64, 4), 16, {"y": 1}, {"x": 1, "y": 0}, {"x": 1})
+    p, s = estimate(plain), estimate(split)
+    assert [k.work.name for k in s.kernels] == ["kernel_0", "kernel_1_cast"]
+    assert s.kernels[0].work.atomic and s.kernels[0].work.memset == 8 * 4096 * 4
+    assert s.launches == p.launches + 2
+    assert s.kernels[0].work.store_bytes == 2 * 2 * p.kernels[0].work.store_bytes   # fp32, read-modify-write
+
+
+@pytest.mark.parametrize("name", wl.names())
+def test_kernel_list_matches_what_code_generation_launches(name):
+    w = wl.get(name)
+    cfg = w.configs[0]
+    for graph in (w.build(cfg), w.fused(cfg)):
+        plan = plan_graph(graph)
+        works = kernels_of(graph)
+        assert [(k.name, tuple(k.grid)) for k in plan.kernels] == [(k.name, k.grid) for k in works]
+        assert [k.num_warps for k in plan.kernels] == [k.warps for k in works]
+
+
+@pytest.mark.parametrize("name", wl.names())
+def test_the_hand_fused_kernels_beat_the_unfused_programs(name):
+    w = wl.get(name)
+    for cfg in w.configs:
+        fused, unfused = estimate(w.fused(cfg)), estimate(w.build(cfg))
+        assert fused.seconds < unfused.seconds
+        assert fused.launches < unfused.launches
+        assert fused.dram_bytes < unfused.dram_bytes
+
+
+def test_compiler_figures_set_occupancy_and_spills():
+    g = _exp(1024 * 64, 1024)
+
+    def aot(shared, frame=0):
+        return [SimpleNamespace(num_warps=4, shared=shared, registers=32, spills=bool(frame))]
+    light, heavy = estimate(g, aot=aot(1024)), estimate(g, aot=aot(200 * 1024))
+    assert light.compiled and heavy.kernels[0].occupancy == 1 < light.kernels[0].occupancy
+    assert heavy.seconds > light.seconds
+    assert estimate(g, aot=aot(1024, frame=64)).seconds > light.seconds
+    wrong = estimate(g, aot=aot(1024) * 2)
+    assert not wrong.compiled and "ignored" in wrong.notes[0]
+
+
+def test_more_bandwidth_is_faster_and_the_breakdown_prints():
+    g = wl.get("rmsnorm").fused(wl.get("rmsnorm").configs[0])
+    h100, h200 = estimate(g, H100), estimate(g, H200)
+    assert h200.seconds < h100.seconds
+    text = h100.explain()
+    assert "kernel_0" in text and "wave" in text and "MB" in text
+    assert h100.to_json()["kernels"][0]["blocks"] == 64

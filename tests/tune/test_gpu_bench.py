@@ -1,0 +1,86 @@
+"""benchmarks/gpu_bench.py without a GPU: its arguments, its table, and its clean refusal."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_arguments(bench):
+    args = bench.parse_args([])
+    assert args.names == ["rmsnorm", "rmsnorm_mlp", "swiglu", "attention", "qk_attention"]
+    assert args.budget == 32 and args.out == "gpu_bench.json" and not args.no_compile
+    args = bench.parse_args(["--workloads", "swiglu,attention", "--budget", "8", "--no-compile"])
+    assert args.names == ["swiglu", "attention"] and args.budget == 8 and args.no_compile
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--workloads", "nope"])
+
+
+FAKE = {
+    "device": "NVIDIA H100 80GB HBM3", "copy_gbps": 2900.0,
+    "rows": [
+        {"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "floor_us": 11.6, "prism_us": 14.5,
+         "eager_us": 29.0, "compile_us": 17.4, "spearman": 0.81, "chosen": "#32 grid(x=1, y=64) loop=32"},
+        {"workload": "attention", "config": {"b": 2, "g": 8, "h": 8192, "d": 128}, "floor_us": 2.9,
+         "prism_us": 9.0, "eager_us": 45.0, "compile_us": None, "spearman": None,
+         "chosen": "#13 grid(x=2, y=32) loop=8"},
+        {"workload": "swiglu", "config": {"n": 8, "d": 1024}, "error": "search failed: boom"},
+    ],
+}
+
+
+def test_table_from_a_fake_run(bench):
+    text = bench.format_table(FAKE)
+    lines = text.splitlines()
+    assert "NVIDIA H100 80GB HBM3" in lines[0] and "2900 GB/s" in lines[0]
+    table = [line for line in lines if line.startswith("|")]
+    assert len(table) == 2 + 3
+    assert all(line.count("|") == len(bench.COLUMNS) + 1 for line in table)
+    assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 29.00 | 17.40 | 1.25x | 2.00x | 1.20x | +0.81 "
+                        "| #32 grid(x=1, y=64) loop=32 |")
+    assert "| 5.00x | n/a | n/a |" in table[3]
+    assert table[4].endswith("| search failed: boom |") and table[4].count("n/a") >= 8
+
+
+def test_refuses_in_one_line_without_a_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--workloads", "swiglu"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == ["gpu_bench: no CUDA GPU visible to torch; nothing measured"]
+
+
+def test_the_calibration_script_formats_and_refuses():
+    import torch
+
+    root = SCRIPT.parent
+    spec = importlib.util.spec_from_file_location("tune_calibrate", root / "tune_calibrate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = module.format_table([{"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "timed": 40,
+                                  "spearman": 0.7, "pick_us": 15.0, "best_us": 12.0}])
+    assert table.splitlines()[-1] == "| rmsnorm | n=8,d=4096 | 40 | +0.70 | 15.00 | 12.00 | 1.25x |"
+    if torch.cuda.is_available():
+        return
+    done = subprocess.run([sys.executable, str(root / "tune_calibrate.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "no CUDA GPU" in done.stderr

@@ -1,0 +1,209 @@
+"""Choosing the best: cost-model ranking, compile-and-drop, the report, rank correlation."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import prism.tune.tuner as tuner
+from prism.tune import COST_MODEL, Report, TuneError, spearman, tune
+from prism.tune.compile import CompileResult, KernelInfo, compile_many
+from prism.tune.profile import close, copies_for, ranks
+from prism.tune.report import UNFUSED
+
+
+def test_without_a_gpu_the_cheapest_estimate_is_chosen(searched):
+    w, cfg, result = searched("rmsnorm")
+    tuned = tune(result, w.build(cfg), budget=6, compile=False, seed=1)
+    r = tuned.report
+    assert r.method == COST_MODEL and "cost model" in r.method_text
+    assert len(r.entries) == 7 and r.entries[-1].candidate.graph == UNFUSED
+    assert {e.origin for e in r.entries} == {"model", "random", "baseline"}
+    ok = [e for e in r.entries if e.ok]
+    assert r.best.estimate_us == min(e.estimate_us for e in ok)
+    assert r.best.status == "chosen" and "lowest cost-model estimate" in r.reason
+    assert tuned.graph.structural_hash() != w.build(cfg).structural_hash()      # a fused kernel won
+    again = tune(result, w.build(cfg), budget=6, compile=False, seed=1).report
+    assert [e.candidate for e in again.entries] == [e.candidate for e in r.entries]
+
+
+def test_model_picks_are_the_best_ranked_distinct_kernels(searched):
+    """The model's best comes first; no two picks are the same concrete kernel, and their launch
+    shapes (block counts, loop ranges) differ, since twins would tie in the model anyway."""
+    from prism.tune import Space, estimate
+
+    w, cfg, result = searched("attention")
+    program = w.build(cfg)
+    r = tune(result, program, budget=8, compile=False, explore=0).report
+    model = [e for e in r.entries if e.origin == "model"]
+    assert len(model) == 8
+    space = Space(result, program)
+    best = min(estimate(space.instantiate(c)).seconds for c in space.points()) * 1e6
+    assert model[0].estimate_us == pytest.approx(best)
+    graphs = [space.instantiate(e.candidate) for e in model]
+    assert len({g.structural_hash() for g in graphs}) == 8
+    shapes = {tuple((tuple(sorted(x for x in k.work.grid if x > 1)), k.work.loop) for k in estimate(g).kernels)
+              for g in graphs}
+    assert len(shapes) == 8
+
+
+def test_compiled_candidates_carry_registers_and_shared_memory(searched):
+    w, cfg, result = searched("swiglu")
+    r = tune(result, w.build(cfg), budget=2, workers=2, seed=0).report
+    assert all(e.status in ("ok", "chosen") for e in r.entries), r.table()
+    for e in r.entries:
+        assert e.kernels and all(k["registers"] and k["shared"] >= 0 for k in e.kernels)
+    assert "compiled for sm_90 without spilling" in r.reason
+    assert r.seconds["compile"] > 0
+
+
+def test_what_fails_spills_or_overflows_is_dropped_and_more_are_tried(searched, monkeypatch):
+    """Every fused candidate fails in a different way: the tuner takes more from the ranking, and in
+    the end falls back to the unfused program, saying why for each."""
+    w, cfg, result = searched("swiglu")
+    calls = []
+
+    def fake(graphs, workers=None, arch=90):
+        calls.append(len(graphs))
+        out = []
+        for k, g in enumerate(graphs):
+            n = len(plan_kernels(g))
+            if g.blocks:                                   # fused; the unfused program has no custom op
+                bad = [CompileResult(error="CompilationError: at 3:4 nope"),
+                       CompileResult(tuple(KernelInfo(f"k{j}", 1024, 255, 96, 8) for j in range(n))),
+                       CompileResult(tuple(KernelInfo(f"k{j}", 300 * 1024, 64, 0, 4) for j in range(n)))]
+                out.append(bad[k % 3])
+            else:
+                out.append(CompileResult(tuple(KernelInfo(f"k{j}", 0, 32, 0, 4) for j in range(n))))
+        return out
+
+    monkeypatch.setattr(tuner, "compile_many", fake)
+    r = tune(result, w.build(cfg), budget=3, seed=0).report
+    assert len(calls) == 1 + tuner.EXTRA_ROUNDS
+    assert r.best.candidate.graph == UNFUSED
+    statuses = " | ".join(e.status for e in r.entries)
+    for why in ("does not compile", "registers spill", "shared memory"):
+        assert why in statuses
+    assert any("compiled" in n and "more" in n for n in r.notes)
+
+
+def plan_kernels(g):
+    from prism.codegen import plan_graph
+
+    return plan_graph(g).kernels
+
+
+def test_no_survivor_at_all_is_a_clear_error(searched, monkeypatch):
+    w, cfg, result = searched("swiglu")
+    monkeypatch.setattr(tuner, "compile_many", lambda graphs, workers=None, arch=90:
+                        [CompileResult(error="CompilationError: no") for _ in graphs])
+    with pytest.raises(TuneError, match="no candidate survived"):
+        tune(result, w.build(cfg), budget=2)
+
+
+def test_the_compile_pool_reports_errors_instead_of_raising(searched):
+    """An invalid kernel (a tile past Triton's limits would be pruned earlier; here a graph that codegen
+    refuses) comes back as an error record, in order with the good ones."""
+    from prism.ir import BlockGraph, KernelGraph
+
+    w, cfg, result = searched("swiglu")
+    good = result.instantiate(0, w.build(cfg), grid=(1,) * result.graphs[0].n_grid)
+    g = KernelGraph()
+    x = g.input((1, 2**21), "float16", "X")
+    b = BlockGraph(grid=(1,), loop=1)
+    b.output(b.accum(b.exp(b.input(x))), omap={})
+    g.output(g.custom(b, [x])[0])
+    res = compile_many([good, g], workers=1)
+    assert res[0].ok and res[0].kernels[0].registers
+    assert not res[1].ok and "elements" in res[1].error
+
+
+def test_report_prints_a_table_and_round_trips(searched):
+    w, cfg, result = searched("attention")
+    r = tune(result, w.build(cfg), budget=4, compile=False).report
+    text = str(r)
+    assert "method: analytical cost model" in text and "est us" in text and "candidate" in text
+    lines = r.table().splitlines()
+    assert len(lines) == 2 + len(r.entries) and lines[2].startswith("*")
+    back = Report.from_json(json.loads(json.dumps(r.to_json())))
+    assert back.table() == r.table() and back.summary() == r.summary()
+
+
+def test_spearman_matches_the_textbook_and_handles_ties():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2], [2, 1]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+    assert ranks([10, 20, 20, 5]) == [2, 3.5, 3.5, 1]
+    scipy = pytest.importorskip("scipy.stats")
+    rng = random.Random(0)
+    for _ in range(20):
+        xs = [rng.randint(0, 6) for _ in range(12)]
+        ys = [x + rng.random() * 4 for x in xs]
+        assert spearman(xs, ys) == pytest.approx(scipy.spearmanr(xs, ys).statistic)
+
+
+def test_profiling_helpers_that_run_on_the_cpu():
+    import torch
+
+    assert copies_for(1) == 8 and copies_for(10**9) == 2 and copies_for(40 * 2**20) == 3
+    want = torch.tensor([1.0, 100.0])
+    assert close(want + 1.0, want)[0] and not close(want + 5.0, want)[0]
+    assert not close(torch.tensor([float("nan"), 1.0]), want)[0]
+
+
+def test_the_gpu_branch_keeps_the_fastest_measured_and_reports_the_rank_correlation(searched, monkeypatch):
+    """The profiling branch with its GPU parts replaced: kernels run through the reference executor,
+    do_bench returns times that invert the model's order, and one candidate computes garbage."""
+    import torch
+
+    import prism.codegen
+    import prism.tune.profile as profile
+    from prism.interp import run
+    from prism.tune.target import H100
+
+    w, cfg, result = searched("rmsnorm")
+    program = w.build(cfg)
+    broken = []
+
+    class FakeCompiled:
+        def __init__(self, graph):
+            self.graph = graph
+
+        def __call__(self, *xs):
+            outs = [o.half() for o in run(self.graph, xs)]
+            return [o + 1.0 for o in outs] if self.graph is broken[0] else outs
+
+    def fake_bench(fn, copies, warmup=25, rep=100):
+        return 1.0 / (1e6 * fn.graph_estimate)                 # slower where the model says faster
+
+    compiled = {}
+
+    def fake_compile_graph(graph):
+        cg = FakeCompiled(graph)
+        cg.graph_estimate = compiled[id(graph)]
+        return cg
+
+    monkeypatch.setattr(tuner, "_gpu_target", lambda device: H100)
+    monkeypatch.setattr(prism.codegen, "compile_graph", fake_compile_graph)
+    monkeypatch.setattr(profile, "bench", lambda fn, copies, **k: fake_bench(fn, copies))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    real_profile = tuner._profile
+
+    def spy(picks, *a, **k):
+        for p in picks:
+            compiled[id(p.graph)] = p.entry.estimate_us
+        broken.append(picks[1].graph)
+        return real_profile(picks, *a, **k)
+
+    monkeypatch.setattr(tuner, "_profile", spy)
+    r = tune(result, program, budget=5, gpu=True, device="cpu", compile=False).report
+    assert r.method == "gpu-profile" and "GPU profiling" in r.method_text
+    assert "wrong output" in r.entries[1].status
+    measured = [e for e in r.entries if e.measured_us is not None]
+    assert len(measured) == len(r.entries) - 1
+    assert r.best.measured_us == min(e.measured_us for e in measured)
+    assert r.best.estimate_us == max(e.estimate_us for e in measured)       # the model's worst was fastest
+    assert r.spearman == pytest.approx(-1.0)
+    assert any("Spearman" in n for n in r.notes) and "Spearman" in str(r)
