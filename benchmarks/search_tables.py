@@ -44,11 +44,15 @@ def run(name: str, cfg: dict, modes: str, limit: float, workers: int | None) -> 
     t0 = time.perf_counter()
     r = search(w.build(cfg), modes=modes, time_limit=limit, workers=workers)
     s = r.stats
-    return {"workload": name, "cfg": cfg, "modes": modes, "seconds": time.perf_counter() - t0,
+    rec = {"workload": name, "cfg": cfg, "modes": modes, "seconds": time.perf_counter() - t0,
             "graphs": len(r), "timed_out": s["timed_out"], "states": s["generate"].get("states", 0),
             "structures": s["generate"]["structures"], "mappings": s["instantiate"]["mappings"],
             "verified": s["verify"]["verified"], "unsound": s["cross_check"]["unsound"],
             "generate_s": s["generate"]["seconds"], "check_s": s["check_wall_seconds"]}
+    print(f"  [{modes:>6}] {name:<13} {json.dumps(cfg)}: {fmt_time(rec)} s, {rec['graphs']} graphs, "
+          f"{rec['states']} states, {rec['structures']} structures, {rec['mappings']} mappings, "
+          f"{rec['verified']} verified, {rec['unsound']} unsound", flush=True)
+    return rec
 
 
 def fmt_time(rec: dict) -> str:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import replace
 from typing import Any, Callable
 
 from prism.errors import GraphError
 from prism.ir import KernelGraph, serialize
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits
-from prism.search.parallel import Workers, check_task, generate_task
+from prism.search.parallel import Checker, Workers, check_task, concrete_task, generate_task, mirage_task
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import closure
 from prism.symbolic.dims import AtomSpace
@@ -70,14 +69,23 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     (root,) = from_graph(graph)
     target = closure(root, space)
     stats: dict[str, Any] = {"modes": mode.code, "limits": limits.__dict__ | {"max_block_ops": None}}
-    with Workers(workers) as pool:
-        stats["workers"] = pool.n
+    checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
+    pool = Workers(workers)
+    stats["workers"] = pool.n
+    if mode.sizes:
         structures = _generate(target, limits, mode, deadline, pool, stats)
-        pairs = _instantiate(structures, mode, limits, stats)
-        graphs = _check(graph, pairs, verify, verify_timeout, cross_check, prefilter, deadline, pool, stats, target)
+        pairs = _instantiate(structures, mode, limits, deadline, stats)
+        t0 = time.time()
+        chunks = [pairs[k:k + CHUNK] for k in range(0, len(pairs), CHUNK)]
+        results = [rec for out in pool.map(check_task, [(checker, deadline, ch) for ch in chunks]) for rec in out]
+        graphs = _tally(graph, pairs, results, cross_check, prefilter, stats, target)
+        stats["check_wall_seconds"] = time.time() - t0
+    else:
+        graphs = _mirage(graph, target, limits, mode, checker, deadline, pool, stats)
     stats["limits"]["max_block_ops"] = Generator(target, limits).max_ops
     stats["target"] = {"roots": len(target.roots), "subterms": len(target.subterms), "complete": target.complete}
-    stats["timed_out"] = time.time() > deadline or stats["generate"].get("timed_out", 0) > 0
+    stats["timed_out"] = time.time() > deadline or stats["generate"].get("timed_out", 0) > 0 or \
+        stats["instantiate"]["timed_out"]
     stats["seconds"] = time.time() - start
     return SearchResult(graph, graphs, stats)
 
@@ -85,24 +93,20 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
 def _generate(target, limits: Limits, mode: Modes, deadline: float, pool: Workers, stats: dict) -> list[Structure]:
     t0 = time.time()
     gen = Generator(target, limits, deadline, modes=mode)
-    starts = []
-    for labels in label_choices(target.space, mode, limits.max_grid):
-        for sizes in [None] if mode.sizes else size_choices(target.space, labels):  # type: ignore[arg-type]
-            starts.append((gen.start(labels), sizes))
+    starts = list(label_choices(target.space, mode, limits.max_grid))
     counts: Counter = Counter()
-    if len(starts) == 1 and starts[0][1] is None:
-        found, rest = gen.explore([starts[0][0]], INLINE_STATES)
+    found: list[Structure] = []
+    if starts == [None]:
+        found, rest = gen.explore([gen.start()], INLINE_STATES)
         counts.update(gen.stats)
         if rest:
             chunks = [rest[k::pool.n * 8] for k in range(min(len(rest), pool.n * 8))]
             for f, c in pool.map(generate_task, [(target, limits, deadline, mode, ch) for ch in chunks]):
                 found.extend(f)
                 counts.update(c)
-    else:  # one structure search per concrete choice, each run to the end in one task
-        found = []
-        for (_, sizes), (f, c) in zip(starts, pool.map(generate_task, [(target, limits, deadline, mode, [s])
-                                                                        for s, _ in starts])):
-            found.extend(replace(st, sizes=sizes) for st in f)
+    else:  # one structure search per concrete imap/fmap choice
+        for f, c in pool.map(concrete_task, [(target, limits, deadline, mode, labels) for labels in starts]):
+            found.extend(f)
             counts.update(c)
     found.sort(key=Structure.key)
     stats["generate"] = dict(sorted(counts.items())) | {"starts": len(starts), "structures": len(found),
@@ -110,25 +114,32 @@ def _generate(target, limits: Limits, mode: Modes, deadline: float, pool: Worker
     return found
 
 
-def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, stats: dict) -> list[tuple[Structure, Mapping]]:
+def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadline: float,
+                 stats: dict) -> list[tuple[Structure, Mapping]]:
     t0 = time.time()
     pairs: list[tuple[Structure, Mapping]] = []
     seen: set = set()
     counts = Counter()
+    matched: dict[tuple, list[Mapping]] = {}  # per structure, shared by its Mirage-mode size copies
     for st in structures:
-        problem = st.problem()
-        for m in enumerate_mappings(problem, limits.max_grid):
-            if mode.code != "SSS" and not matches_fixed(st, problem, m):
-                continue
+        if time.time() > deadline:
+            counts["timed_out"] = 1
+            break
+        shape_free = (id(st.graph), st.outputs, st.kernel_ops, st.omaps)
+        if shape_free not in matched:
+            problem = st.problem()
+            matched[shape_free] = [m for m in enumerate_mappings(problem, limits.max_grid)
+                                   if mode.code == "SSS" or matches_fixed(st, problem, m)]
+        for m in matched[shape_free]:
             counts["enumerated"] += 1
             key = (st.key()[:4], m, st.sizes)
             if key in seen:  # concrete omap choices can repeat a (structure, mapping)
                 continue
             seen.add(key)
-            if not m.loop and st.sizes is None:
+            if not m.loop:
                 # No loop: accumulators are identities, so structures that differ only in where they
                 # accumulate are one kernel; the first (smallest) in canonical order stands for all.
-                loop_free = ("loop-free", _loop_free_key(st), m)
+                loop_free = ("loop-free", _loop_free_key(st), m, st.sizes)
                 if loop_free in seen:
                     counts["loop_free_duplicates"] += 1
                     continue
@@ -136,7 +147,7 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, stats
             pairs.append((st, m))
     stats["instantiate"] = {"structures": len(structures), "mappings": counts["enumerated"],
                             "loop_free_duplicates": counts["loop_free_duplicates"], "candidates": len(pairs),
-                            "seconds": time.time() - t0}
+                            "timed_out": bool(counts["timed_out"]), "seconds": time.time() - t0}
     return pairs
 
 
@@ -149,15 +160,42 @@ def _loop_free_key(st: Structure) -> tuple:
     return tuple(sorted(map(repr, values[: len(st.outputs)]))), values[-1]
 
 
-def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, prefilter: bool, deadline: float,
-           pool: Workers, stats: dict, target) -> list[SymbolicGraph]:
+def _mirage(graph: KernelGraph, target, limits: Limits, mode: Modes, checker: Checker, deadline: float,
+            pool: Workers, stats: dict) -> list[SymbolicGraph]:
+    """The fully concrete baseline: one task per concrete imap/fmap, each searching structures for
+    every grid-size/loop-range choice and checking every concrete candidate as it appears."""
     t0 = time.time()
-    doc = serialize.dumps(graph)
-    chunks = [pairs[k:k + CHUNK] for k in range(0, len(pairs), CHUNK)]
-    results: list[dict] = []
-    tasks = [(doc, verify, verify_timeout, numeric, prefilter, deadline, ch) for ch in chunks]
-    for out in pool.map(check_task, tasks):
-        results.extend(out)
+    starts = [(labels, size_choices(target.space, labels)) for labels in label_choices(target.space, mode,
+                                                                                       limits.max_grid)]
+    starts = [(labels, sizes) for labels, sizes in starts if sizes]  # no sizes fit some choices
+    tasks = [(target, limits, deadline, mode, labels, sizes, checker) for labels, sizes in starts]
+    pairs, results, counts = [], [], Counter()
+    for found, c in pool.map(mirage_task, tasks):
+        pairs.extend((st, m) for st, m, _ in found)
+        results.extend(rec for _, _, rec in found)
+        counts.update(c)
+    stats["generate"] = dict(sorted(counts.items())) | {"starts": sum(len(s) for _, s in starts),
+                                                        "structures": len(pairs), "seconds": time.time() - t0}
+    stats["instantiate"] = {"mappings": len(pairs), "candidates": len(pairs), "timed_out": False, "seconds": 0.0}
+    graphs = _tally(graph, pairs, results, checker.numeric, checker.prefilter, stats, target)
+    stats["check_wall_seconds"] = 0.0
+    return graphs
+
+
+def _expressions(graph: KernelGraph, sg: SymbolicGraph, names: list[str]) -> tuple[str, str]:
+    """The verifier's expressions (part/comb/red/repl terms) of the program and of a candidate."""
+    from prism.verify.encode import encode
+
+    try:
+        cand = sg.instantiate(names=names, dtype=graph.inputs[0].dtype)
+        return str(encode(graph).outputs[0]), str(encode(cand).outputs[0])
+    except Exception as e:  # an expression we cannot show must not hide the event itself
+        return f"<not encodable: {e}>", f"<not encodable: {e}>"
+
+
+def _tally(graph: KernelGraph, pairs, results: list[dict], numeric: bool, prefilter: bool, stats: dict,
+           target) -> list[SymbolicGraph]:
+    """Count the check results, record unsound events, and keep the verified, cross-checked graphs."""
     v = Counter()
     graphs, events = [], []
     names = [t.name for t in graph.inputs]
@@ -181,17 +219,17 @@ def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, pre
             v["cross_check_seconds"] += rec["check_s"]
             if not rec["numeric_ok"]:
                 sg = SymbolicGraph(st, m)
-                events.append({"reference": render(target.root, names),
-                               "candidate": render(st.graph.terms[st.outputs[0]], names) if not st.kernel_ops
-                               else sg.describe(names),
+                ref_expr, cand_expr = _expressions(graph, sg, names)
+                events.append({"reference": ref_expr, "candidate": cand_expr, "program": render(target.root, names),
                                "graph": sg.describe(names), "verifier": rec["reason"],
                                "max_error": rec["numeric_error"], "detail": rec["numeric_detail"]})
                 continue
         graphs.append(SymbolicGraph(st, m))
     if any(g.structure.sizes is not None for g in graphs):  # Mirage mode: one result per graph, any size
-        unique = {}
-        for g in graphs:
-            unique.setdefault((g.structure.key()[:4], g.mapping), g)
+        unique: dict = {}
+        for g in sorted(graphs, key=SymbolicGraph.key):
+            st, m = g.structure, g.mapping
+            unique.setdefault(("loop-free", _loop_free_key(st), m) if not m.loop else (st.key()[:4], m), g)
         graphs = list(unique.values())
     graphs.sort(key=SymbolicGraph.key)
     stats["prefilter"] = {"enabled": prefilter, "rejected": v["prefiltered"], "seconds": v["prefilter_seconds"]}
@@ -199,5 +237,4 @@ def _check(graph: KernelGraph, pairs, verify, verify_timeout, numeric: bool, pre
         {"seconds": v["verify_seconds"]}
     stats["cross_check"] = {"checked": v["cross_checked"], "unsound": len(events), "events": events,
                             "seconds": v["cross_check_seconds"]}
-    stats["check_wall_seconds"] = time.time() - t0
     return graphs

@@ -16,17 +16,20 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from prism.ir import KernelGraph
 from prism.search.check import Prefilter, cross_check
+from prism.search.concrete import matches_fixed
 from prism.search.generator import Generator, Limits
 from prism.symbolic.closure import Target
-from prism.symbolic.mapping import Mapping
+from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.sgraph import SGraph
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["Workers", "check_task", "generate_task", "shutdown"]
+__all__ = ["Checker", "Workers", "check_one", "check_task", "concrete_task", "generate_task", "mirage_task",
+           "shutdown"]
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
@@ -93,6 +96,13 @@ def generate_task(target: Target, limits: Limits, deadline: float, modes: Any,
     return found, gen.stats
 
 
+def concrete_task(target: Target, limits: Limits, deadline: float, modes: Any,
+                  labels: Any) -> tuple[list[Structure], Counter]:
+    """One structure search from the concrete imap/fmap choice `labels` (the ablation modes)."""
+    gen = Generator(target, limits, deadline, modes=modes)
+    return list(gen.run(gen.start(labels))), gen.stats
+
+
 _PROGRAMS: dict[str, tuple[KernelGraph, Prefilter | None]] = {}
 
 
@@ -106,37 +116,64 @@ def _program(doc: str, prefilter: bool) -> tuple[KernelGraph, Prefilter | None]:
     return _PROGRAMS[(doc, prefilter)]  # type: ignore[index]
 
 
-def check_task(program_doc: str, verify: Callable[..., Any], verify_timeout: float | None, numeric: bool,
-               prefilter: bool, deadline: float, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
-    """Prefilter, verify on the size-free instance, and cross-check each (structure, mapping)."""
-    reference, pre = _program(program_doc, prefilter)
+@dataclass(frozen=True)
+class Checker:
+    """How candidates are checked: the program (as JSON), the verifier, its timeout, the cross-check
+    and prefilter switches. Picklable, so every worker builds the same checks."""
+
+    program_doc: str
+    verify: Callable[..., Any]
+    verify_timeout: float | None
+    numeric: bool
+    prefilter: bool
+
+
+def check_one(checker: Checker, st: Structure, m: Mapping) -> dict[str, Any]:
+    """Prefilter, verify on the size-free instance, and cross-check one (structure, mapping)."""
+    reference, pre = _program(checker.program_doc, checker.prefilter)
     names = [t.name for t in reference.inputs]
-    dtype = reference.inputs[0].dtype
-    out = []
-    for st, m in items:
-        if time.time() > deadline:
-            out.append({"skipped": True})
-            continue
-        rec: dict[str, Any] = {"skipped": False}
-        t0 = time.perf_counter()
-        if pre is not None and not pre.passes(st, m, names):
-            rec.update(prefiltered=True, equal=False, reason="numerically different", prefilter_s=time.perf_counter() - t0)
-            out.append(rec)
-            continue
-        rec["prefilter_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        try:
-            cand = instantiate(st, m, names=names, dtype=dtype)
-            kwargs = {} if verify_timeout is None else {"timeout": verify_timeout}
-            verdict = verify(reference, cand, **kwargs)
-            rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
-        except Exception as e:  # a verifier failure is a rejection, recorded with its reason
-            rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
-        rec["verify_s"] = time.perf_counter() - t0
-        if rec["equal"] and numeric:
-            t1 = time.perf_counter()
-            check = cross_check(reference, st, m, names)
-            rec["numeric_ok"], rec["numeric_error"], rec["numeric_detail"] = check.ok, check.max_error, check.detail
-            rec["check_s"] = time.perf_counter() - t1
-        out.append(rec)
-    return out
+    rec: dict[str, Any] = {"skipped": False}
+    t0 = time.perf_counter()
+    if pre is not None and not pre.passes(st, m, names):
+        return rec | {"prefiltered": True, "equal": False, "reason": "numerically different",
+                      "prefilter_s": time.perf_counter() - t0}
+    rec["prefilter_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    try:
+        cand = instantiate(st, m, names=names, dtype=reference.inputs[0].dtype)
+        kwargs = {} if checker.verify_timeout is None else {"timeout": checker.verify_timeout}
+        verdict = checker.verify(reference, cand, **kwargs)
+        rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
+    except Exception as e:  # a verifier failure is a rejection, recorded with its reason
+        rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
+    rec["verify_s"] = time.perf_counter() - t0
+    if rec["equal"] and checker.numeric:
+        t1 = time.perf_counter()
+        check = cross_check(reference, st, m, names)
+        rec["numeric_ok"], rec["numeric_error"], rec["numeric_detail"] = check.ok, check.max_error, check.detail
+        rec["check_s"] = time.perf_counter() - t1
+    return rec
+
+
+def check_task(checker: Checker, deadline: float, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+    """check_one for each item until the deadline; later items are marked skipped."""
+    return [{"skipped": True} if time.time() > deadline else check_one(checker, st, m) for st, m in items]
+
+
+def mirage_task(target: Target, limits: Limits, deadline: float, modes: Any, labels: Any, sizes: Sequence[Any],
+                checker: Checker) -> tuple[list[tuple[Structure, Mapping, dict]], Counter]:
+    """Mirage's way: for each size choice, search structures from the concrete maps `labels` and check
+    every concrete candidate as it is found (so a search stopped by its time limit keeps its finds)."""
+    gen = Generator(target, limits, deadline, modes=modes)
+    out: list[tuple[Structure, Mapping, dict]] = []
+    for size in sizes:
+        for st in gen.run(gen.start(labels)):
+            problem = st.problem()
+            for m in enumerate_mappings(problem, limits.max_grid):
+                if matches_fixed(st, problem, m):
+                    if time.time() > deadline:
+                        return out, gen.stats
+                    out.append((replace(st, sizes=size), m, check_one(checker, st, m)))
+        if gen.stats.get("timed_out"):
+            break
+    return out, gen.stats
