@@ -1,11 +1,14 @@
 """`prism.search`: generate sGraphs, instantiate their mappings, verify, cross-check; one call.
 
 Phases (each timed and counted in `SearchResult.stats`):
-  generate     structures explored / emitted / pruned (order, expression check, phase, dims, budget)
+  generate     structures explored ("states") / emitted / pruned (order, expression check, phase,
+               dims, budget)
   instantiate  mappings enumerated under the linear and equality constraints, modulo symmetry
+  prefilter    mappings rejected by one cheap numeric run before the verifier (optional, sound)
   verify       each mapping's size-free instance checked by the verifier (verified / rejected)
   cross_check  every verified graph run at two concrete parameter choices; disagreements are
                unsound-axiom events, recorded with both expressions and never returned as results
+In the Mirage-style mode ("mirage") generation and checking interleave per concrete choice.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; a module-level
         function (workers import it); default `prism.verify.equivalent`.
     workers: processes (default: all cores; 1 runs everything in this process).
-    modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS".
+    modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS";
+        "mirage" also enumerates grid sizes and loop ranges (the concrete baseline, at these shapes).
     prefilter: first run each mapping once at a small fixed size and skip the verifier for those that
         disagree (sound: a correct mapping agrees at every size); False sends every mapping to the
         verifier, as the paper does (and exposes more of the axioms to the cross-check).

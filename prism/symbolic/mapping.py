@@ -12,6 +12,10 @@ grid dim, of the classes it partitions, plus the set of classes the loop partiti
 Grid dims are interchangeable (symmetry) and one that partitions nothing only multiplies work: the
 canonical mapping lists its non-empty class sets sorted by smallest class (one idle dim if none).
 `brute_force` enumerates the raw m variables directly, for the tests to check the two agree.
+
+A mapping whose loop partitions nothing has no loop: its range is 1 and accumulators are identities
+(the verifier reads a kernel with no fmap at loop range 1 the same way). An idle grid dim is still a
+grid dim: its blocks replicate the work and an output sums them, which is right only if that cancels.
 """
 
 from __future__ import annotations

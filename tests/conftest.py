@@ -1,4 +1,4 @@
-"""Shared fixtures for the tuner tests: small search results per workload (computed once, limited so
+"""Shared fixtures (tuner and runtime tests): small search results per workload (computed once, limited so
 that all five take a few seconds) and a private cache directory for generated modules."""
 
 from __future__ import annotations
