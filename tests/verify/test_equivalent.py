@@ -35,8 +35,11 @@ def test_hand_written_fused_graph_passes_the_numeric_check(name):
 
 
 def test_mutants_are_rejected_and_numerically_wrong():
-    """Every single-node mutant of the five fused graphs: the checker never accepts a numerically
-    wrong one, and at least 20 distinct wrong mutants exist and are rejected."""
+    """Every single-node mutant of the five fused graphs: the checker never accepts a numerically wrong
+    one; at least 20 distinct wrong mutants are rejected; and each kind of mutation (wrong imap, fmap,
+    omap, swapped div operands, another unary op, a changed sum dim or constant) is among them."""
+    kinds = ["imap", "fmap", "omap", "swap div", "sum dim", "value x2", "exp->", "silu->"]  # swapped matmuls never fit
+    caught = {k: 0 for k in kinds}
     rejected_wrong = []
     for name in workloads.names():
         w = workloads.get(name)
@@ -48,24 +51,10 @@ def test_mutants_are_rejected_and_numerically_wrong():
                 assert numeric.equal, f"UNSOUND: {name} {label} accepted but {numeric.reason}"
             elif not numeric.equal:
                 rejected_wrong.append(f"{name}: {label}")
+                kind = next((k for k in kinds if k in label), None)
+                caught[kind] = caught.get(kind, 0) + 1
     assert len(set(rejected_wrong)) >= 20, rejected_wrong
-
-
-def test_every_kind_of_mutant_is_caught():
-    """Wrong imap, fmap, omap, swapped div operands, another unary op, a changed sum dim or constant: for
-    each kind some mutant is numerically wrong, and every numerically wrong one is rejected."""
-    kinds = ["imap", "fmap", "omap", "swap div", "sum dim", "value x2", "exp->", "silu->"]  # swapped matmuls never fit
-    caught = {k: 0 for k in kinds}
-    for name in workloads.names():
-        w = workloads.get(name)
-        ref = w.build(SMALL[name])
-        for label, mutant in mutants(w.fused(SMALL[name])):
-            kind = next((k for k in kinds if k in label), None)
-            if kind is None or verify.random_test(ref, mutant).equal:
-                continue
-            assert not verify.equivalent(ref, mutant).equal, f"{name}: {label}"
-            caught[kind] += 1
-    assert all(caught.values()), caught
+    assert all(caught[k] for k in kinds), caught
 
 
 @pytest.mark.parametrize("name", workloads.names())
@@ -74,7 +63,7 @@ def test_random_maps_fuzz_is_sound(name, capsys):
     ref, fused = w.build(SMALL[name]), w.fused(SMALL[name])
     rng = random.Random(name)
     accepted = gap = numeric_ok = 0
-    samples = 60
+    samples = 36
     for k in range(samples):
         cand = random_maps(fused, rng, keep=0.0 if k % 3 == 0 else 0.8)   # uniform, and near the fused maps
         verdict = verify.equivalent(ref, cand)
