@@ -12,6 +12,7 @@ processes are started once, before the first timed search (starting them costs s
 egglog imports), and reused, so the times are search times.
 
     python benchmarks/search_tables.py [--workloads rmsnorm,...] [--mirage-limit 300] [--skip-mirage]
+                                       [--json results.json]   (saved per run; rerun to resume)
 """
 
 from __future__ import annotations
@@ -39,7 +40,15 @@ NAMES = {"rmsnorm": "RMSNorm", "rmsnorm_mlp": "RMSNorm-MLP", "swiglu": "SwiGLU",
          "qk_attention": "QK-Attention"}
 
 
+DONE: dict[str, dict] = {}
+"""Measurements already made (loaded from --json when resuming), by run key."""
+OUT: Path | None = None
+
+
 def run(name: str, cfg: dict, modes: str, limit: float, workers: int | None) -> dict:
+    key = json.dumps([name, cfg, modes, limit])
+    if key in DONE:
+        return DONE[key]
     w = wl.get(name)
     t0 = time.perf_counter()
     r = search(w.build(cfg), modes=modes, time_limit=limit, workers=workers)
@@ -52,6 +61,9 @@ def run(name: str, cfg: dict, modes: str, limit: float, workers: int | None) -> 
     print(f"  [{modes:>6}] {name:<13} {json.dumps(cfg)}: {fmt_time(rec)} s, {rec['graphs']} graphs, "
           f"{rec['states']} states, {rec['structures']} structures, {rec['mappings']} mappings, "
           f"{rec['verified']} verified, {rec['unsound']} unsound", flush=True)
+    DONE[key] = rec
+    if OUT is not None:  # save after every run, so an interrupted benchmark resumes where it stopped
+        OUT.write_text(json.dumps(DONE, indent=1))
     return rec
 
 
@@ -68,8 +80,13 @@ def main() -> None:
     ap.add_argument("--skip-mirage", action="store_true")
     ap.add_argument("--skip-ablation", action="store_true")
     ap.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="write every measurement here as it is made; rerunning reuses what it holds")
     args = ap.parse_args()
+    global OUT
+    OUT = args.json
+    if OUT is not None and OUT.exists():
+        DONE.update(json.loads(OUT.read_text()))
     names = args.workloads.split(",")
     workers = Workers(args.workers)
     workers.start()  # spawn the worker processes now, untimed
@@ -114,8 +131,6 @@ def main() -> None:
 
     unsound = sum(r["unsound"] for r in records)
     print(f"\nunsound-axiom events over all searches: {unsound}")
-    if args.json:
-        args.json.write_text(json.dumps(records, indent=1))
 
 
 if __name__ == "__main__":
