@@ -1,4 +1,4 @@
-"""The paper's three search tables (§7.3–7.5), measured here, printed beside the paper's numbers.
+"""The paper's three search tables (§7.3-7.5), measured here, printed beside the paper's numbers.
 
   1. search time per workload: Prism's symbolic search (once per workload, at config 1's shapes)
      and the fully concrete Mirage-style mode (maps, grid sizes and loop ranges enumerated during the
@@ -101,7 +101,7 @@ def main() -> None:
             mirage[n] = [run(n, cfg, "mirage", args.mirage_limit, args.workers) for cfg in wl.get(n).configs]
             records += mirage[n]
 
-    print("\nTable 3 (search time, seconds; 'x' = still running at the time limit)")
+    print("\nSearch time (paper §7.3, seconds; 'x' = still running at the time limit)")
     print(f"{'workload':<14}| {'paper Mirage c1':>15} {'c2':>7} {'paper Prism':>11} | "
           f"{'ours Mirage-style c1':>20} {'c2':>7} {'ours Prism':>10}")
     for n in names:
@@ -109,7 +109,7 @@ def main() -> None:
         m1, m2 = (fmt_time(r) for r in mirage[n]) if n in mirage else ("-", "-")
         print(f"{NAMES[n]:<14}| {pm1:>15} {pm2:>7} {pp:>11} | {m1:>20} {m2:>7} {fmt_time(sym[n]):>10}")
 
-    print("\nTable 4 (unique graphs: structure + maps; sizes do not count)")
+    print("\nUnique graphs (paper §7.4: structure + maps; sizes do not count)")
     print(f"{'workload':<14}| {'paper Mirage c1':>15} {'c2':>7} {'paper Prism':>11} | "
           f"{'ours Mirage-style c1':>20} {'c2':>7} {'ours Prism':>10}")
     for n in names:
@@ -121,7 +121,7 @@ def main() -> None:
 
     if not args.skip_ablation:
         cfg = {"n": 8, "d": 4096}
-        print("\nTable 5 (ablation on RMSNorm n=8 d=4096: search seconds; S = symbolic, C = concrete)")
+        print("\nAblation (paper §7.5) on RMSNorm n=8 d=4096: search seconds; S = symbolic, C = concrete")
         print(f"{'imap fmap omap':<15}| {'paper':>7} | {'ours':>8} {'states':>10} {'structures':>11} {'graphs':>7}")
         for modes in PAPER_ABLATION:
             rec = run("rmsnorm", cfg, modes, args.ablation_limit, args.workers)

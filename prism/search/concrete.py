@@ -4,7 +4,9 @@ A concrete imap or fmap is fixed for every loader before the structure search st
 per choice); dimension matching then also compares the fixed choices (`SGraph.labels`). A concrete
 omap is chosen for each output when a structure is emitted (one structure per choice). Mapping
 instantiation afterwards enumerates only what is still symbolic, so every mode returns the same
-graphs; what changes is how much work generation does (paper §7, Table 4).
+graphs; what changes is how much work generation does (the paper's ablation, §7.5). The Mirage-style
+mode also fixes grid sizes and loop ranges (`size_choices`, Mirage's baseline ranges) and repeats the
+structure search for each, checking every concrete candidate as it appears.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from prism.search.concrete import Modes, label_choices, matches_fixed, size_choi
 from prism.search.generator import Generator, Limits
 from prism.search.parallel import Checker, Workers, check_task, concrete_task, generate_task, mirage_task
 from prism.search.result import SearchResult, SymbolicGraph
-from prism.symbolic.closure import closure
+from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
 from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.structure import Structure
@@ -94,7 +94,8 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     return SearchResult(graph, graphs, stats)
 
 
-def _generate(target, limits: Limits, mode: Modes, deadline: float, pool: Workers, stats: dict) -> list[Structure]:
+def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool: Workers,
+              stats: dict) -> list[Structure]:
     t0 = time.time()
     gen = Generator(target, limits, deadline, modes=mode)
     starts = list(label_choices(target.space, mode, limits.max_grid))
@@ -164,7 +165,7 @@ def _loop_free_key(st: Structure) -> tuple:
     return tuple(sorted(map(repr, values[: len(st.outputs)]))), values[-1]
 
 
-def _mirage(graph: KernelGraph, target, limits: Limits, mode: Modes, checker: Checker, deadline: float,
+def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, checker: Checker, deadline: float,
             pool: Workers, stats: dict) -> list[SymbolicGraph]:
     """The fully concrete baseline: one task per concrete imap/fmap, each searching structures for
     every grid-size/loop-range choice and checking every concrete candidate as it appears."""
@@ -197,8 +198,8 @@ def _expressions(graph: KernelGraph, sg: SymbolicGraph, names: list[str]) -> tup
         return f"<not encodable: {e}>", f"<not encodable: {e}>"
 
 
-def _tally(graph: KernelGraph, pairs, results: list[dict], numeric: bool, prefilter: bool, stats: dict,
-           target) -> list[SymbolicGraph]:
+def _tally(graph: KernelGraph, pairs: list[tuple[Structure, Mapping]], results: list[dict], numeric: bool,
+           prefilter: bool, stats: dict, target: Target) -> list[SymbolicGraph]:
     """Count the check results, record unsound events, and keep the verified, cross-checked graphs."""
     v = Counter()
     graphs, events = [], []

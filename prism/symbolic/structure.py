@@ -64,7 +64,8 @@ def structure_from_json(data: dict[str, Any]) -> Structure:
         if isinstance(nxt, str):
             raise MappingError(f"saved structure does not replay: op {op}{tuple(ins)} fails ({nxt})")
         g = nxt
-    kops = tuple(BOp(op, tuple(ins), tuple(attr_from_json(a) for a in attrs)) for op, ins, attrs in data["kernel_ops"])
+    kops = tuple(BOp(op, tuple(ins), tuple(attr_from_json(a) for a in attrs))
+                 for op, ins, attrs in data["kernel_ops"])
     return Structure(g, tuple(data["outputs"]), kops)
 
 

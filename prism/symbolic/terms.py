@@ -14,8 +14,8 @@ from typing import Any, Iterable, Sequence
 from prism.ir.ops import COMMUTATIVE, OPS
 from prism.symbolic.dims import UNIT, AtomSpace
 
-__all__ = ["Term", "attrs_of", "broadcast_dims", "evaluate", "flatten", "from_graph", "kids", "leaf", "mk", "op_of", "render",
-           "subterms", "term_shape"]
+__all__ = ["Term", "attrs_of", "broadcast_dims", "evaluate", "flatten", "from_graph", "kids", "leaf", "mk",
+           "op_of", "render", "subterms", "term_shape"]
 
 Term = tuple
 
