@@ -18,11 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bench import ROOT, _num, _search_result  # noqa: E402  (the shared search step)
+HERE = Path(__file__).resolve().parent
+for path in (HERE, HERE.parent):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from gpu_bench import search_options  # noqa: E402  (the same search arguments)
+
+from prism.bench.gpu import num_text, search_result  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -47,8 +50,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         cfg = ",".join(f"{k}={v}" for k, v in r["config"].items())
         regret = r["pick_us"] / r["best_us"] if r.get("pick_us") and r.get("best_us") else None
-        lines.append(f"| {r['workload']} | {cfg} | {r.get('timed', 0)} | {_num(r.get('spearman'), '{:+.2f}')} | "
-                     f"{_num(r.get('pick_us'))} | {_num(r.get('best_us'))} | {_num(regret, '{:.2f}x')} |")
+        lines.append(f"| {r['workload']} | {cfg} | {r.get('timed', 0)} | {num_text(r.get('spearman'), '{:+.2f}')} | "
+                     f"{num_text(r.get('pick_us'))} | {num_text(r.get('best_us'))} | {num_text(regret, '{:.2f}x')} |")
     return "\n".join(lines)
 
 
@@ -108,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows = []
     for name in args.names:
-        result = _search_result(name, args)
+        result = search_result(name, search_options(args))
         for cfg in workloads.get(name).configs:
             rows.append(calibrate(name, cfg, result, args))
             Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},

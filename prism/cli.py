@@ -1,31 +1,157 @@
-"""The `prism` command line. Errors end as one line on stderr and a non-zero exit, never a traceback."""
+"""The `prism` command line: check, optimize, search, tune, show, bench.
+
+Every command prints a human summary (or, with --json, one JSON document on stdout), shows progress
+bars on stderr for the long phases, and ends with a meaningful exit code (`EXIT_*`). Errors end as
+one line on stderr, never a traceback: a `PrismError` or an unusable file is the user's to fix
+(exit 2); anything else is a bug in Prism and says so (exit 3; PRISM_DEBUG=1 shows the traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import runpy
 import sys
 import time
-from typing import Sequence
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
-import torch
+from prism.errors import InputError, PrismError
 
-from prism.errors import PrismError
+__all__ = ["main", "load_program", "Program"]
 
-__all__ = ["main"]
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EPILOG = """\
+PROGRAM is a workload name (rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention) or a Python file
+that defines a prism.KernelGraph at module level (one, or one named `program`).
 
+exit codes: 0 done; 1 the work ran but its result failed (a numeric mismatch, no verified graph);
+2 bad invocation or input; 3 an internal error (a bug: please report it); 130 interrupted.
+"""
+
+
+# -- programs: a workload name or a file ------------------------------------------------------------
+
+@dataclass
+class Program:
+    """What a command works on: a name for files and titles, the kernel graph, and (for a workload)
+    its torch reference, which the final numeric check compares against."""
+
+    name: str
+    graph: Any
+    reference: Callable[..., Any] | None = None
+    config: dict[str, int] | None = None
+
+
+def load_program(spec: str, config: str | None = None) -> Program:
+    """A workload at a config (an index into its configs, or `k=v,...`), or a FILE.py's KernelGraph."""
+    from prism import workloads
+    from prism.ir import KernelGraph
+
+    if spec.endswith(".py") or os.sep in spec:
+        if config is not None:
+            raise InputError(f"--config applies to workloads, not to a program file ({spec})")
+        return Program(Path(spec).stem, _graph_from_file(Path(spec), KernelGraph))
+    w = workloads.get(spec)
+    cfg = w.check_config(_parse_config(w, config))
+    return Program(spec, w.build(cfg), w.reference, cfg)
+
+
+def _parse_config(w: Any, text: str | None) -> dict[str, int]:
+    if text is None:
+        return w.configs[0]
+    if text.isdigit():
+        if int(text) >= len(w.configs):
+            raise InputError(f"--config {text}: {w.name} has configs 0..{len(w.configs) - 1}")
+        return w.configs[int(text)]
+    cfg: dict[str, Any] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not value.strip().lstrip("-").isdigit():
+            raise InputError(f"--config {text!r}: expected an index or k=v pairs like "
+                             f"{','.join(f'{k}={v}' for k, v in w.configs[0].items())}")
+        cfg[key.strip()] = int(value)
+    return cfg
+
+
+def _graph_from_file(path: Path, kernel_graph: type) -> Any:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        scope = runpy.run_path(str(path), run_name="__prism_program__")
+    except PrismError as e:
+        raise InputError(f"{path}: building the program failed: {e}") from None
+    except SyntaxError as e:
+        raise InputError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:
+        line = traceback.extract_tb(e.__traceback__)[-1]
+        where = f":{line.lineno}" if line.filename == str(path) else ""
+        raise InputError(f"{path}{where}: running it raised {type(e).__name__}: {e}") from None
+    graphs = {k: v for k, v in scope.items() if isinstance(v, kernel_graph) and not k.startswith("_")}
+    if "program" in graphs:
+        return graphs["program"]
+    if len(graphs) != 1:
+        found = ", ".join(sorted(graphs)) or "none"
+        raise InputError(f"{path}: define one module-level prism.KernelGraph (or one named `program`); "
+                         f"found {found}")
+    return next(iter(graphs.values()))
+
+
+# -- output helpers -----------------------------------------------------------------------------
+
+def _say(args: argparse.Namespace, text: str = "") -> None:
+    """Human output: stdout unless --json asked for a machine-readable document there."""
+    if not args.json:
+        print(text, flush=True)
+
+
+def _emit_json(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str))
+
+
+def _bars(args: argparse.Namespace):
+    from prism.progress import Bars
+
+    return Bars(enabled=not args.quiet)
+
+
+def _out_dir(args: argparse.Namespace, name: str) -> Path:
+    out = Path(args.out) if args.out else Path("prism-out") / name
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _shapes(graph: Any) -> str:
+    return ", ".join(f"{t.name}{list(t.shape)}" for t in graph.inputs) + f" {graph.inputs[0].dtype}"
+
+
+# -- check ---------------------------------------------------------------------------------------
 
 def _check(args: argparse.Namespace) -> int:
     """Run each workload's hand-written fused µGraph in the reference executor; compare with torch."""
+    import torch
+
     from prism import interp, workloads
 
     names = args.workloads or workloads.names()
-    print(f"{'workload':<14} {'config':<22} {'kernels':>7} {'max |err|':>10} {'executor s':>10}  result")
-    failed = 0
-    for name in names:
-        w = workloads.get(name)
-        if not 0 <= args.config < len(w.configs):
-            raise PrismError(f"--config {args.config}: {name} has configs 0..{len(w.configs) - 1}")
-        cfg = w.configs[args.config]
+    chosen = [(n, workloads.get(n)) for n in names]  # unknown names fail before any output
+    for _, w in chosen:
+        _parse_config(w, args.config)
+    rows, docs, failed = [["workload", "config", "kernels", "max |err|", "executor s", "result"]], [], 0
+    for name, w in chosen:
+        cfg = w.check_config(_parse_config(w, args.config))
         inputs = w.inputs(cfg, seed=0, dtype=torch.float32)
         fused = w.fused(cfg)
         start = time.perf_counter()
@@ -36,28 +162,361 @@ def _check(args: argparse.Namespace) -> int:
         ok = torch.allclose(got, want, rtol=1e-4, atol=1e-4)
         failed += not ok
         kernels = sum(n.op == "custom" for n in fused.nodes)
-        cfg_text = ",".join(f"{k}={v}" for k, v in cfg.items())
-        print(f"{name:<14} {cfg_text:<22} {kernels:>7} {err:>10.2e} {seconds:>10.2f}  {'ok' if ok else 'MISMATCH'}")
-    print(f"{len(names) - failed} of {len(names)} fused kernels match torch (float32, rtol=atol=1e-4)")
-    return 1 if failed else 0
+        docs.append({"workload": name, "config": cfg, "kernels": kernels, "max_error": err, "seconds": seconds,
+                     "ok": ok})
+        rows.append([name, ",".join(f"{k}={v}" for k, v in cfg.items()), str(kernels), f"{err:.2e}",
+                     f"{seconds:.2f}", "ok" if ok else "MISMATCH"])
+        if not args.json:
+            print(_table(rows) if len(rows) == 2 else _table(rows).splitlines()[-1], flush=True)
+    _say(args, f"{len(names) - failed} of {len(names)} fused kernels match torch (float32, rtol=atol=1e-4)")
+    _emit_json(args, {"command": "check", "results": docs, "ok": not failed})
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+# -- search --------------------------------------------------------------------------------------
+
+def _search_options(args: argparse.Namespace) -> dict[str, Any]:
+    opts = {"time_limit": args.time_limit, "workers": args.workers}
+    if getattr(args, "max_block_ops", None) is not None:
+        opts["max_block_ops"] = args.max_block_ops
+    if getattr(args, "modes", None):
+        opts["modes"] = args.modes
+    return opts
+
+
+def _search_summary(result: Any) -> dict[str, Any]:
+    s = result.stats
+    return {"graphs": len(result), "seconds": s["seconds"], "timed_out": s["timed_out"],
+            "structures": s["generate"]["structures"], "states": s["generate"].get("states", 0),
+            "mappings": s["instantiate"]["mappings"], "verified": s["verify"]["verified"],
+            "prefiltered": s["prefilter"]["rejected"], "rejected": s["verify"]["rejected"],
+            "unsound": s["cross_check"]["unsound"], "workers": s["workers"]}
+
+
+def _search_lines(result: Any) -> list[str]:
+    s = _search_summary(result)
+    return [f"search     {s['graphs']} verified sGraphs from {s['structures']} structures and {s['mappings']} "
+            f"mappings in {s['seconds']:.1f} s on {s['workers']} worker(s)"
+            + (" (stopped at the time limit)" if s["timed_out"] else ""),
+            f"           {s['prefiltered']} failed a numeric prefilter, the verifier rejected {s['rejected']}; "
+            f"every verified one cross-checked numerically: {s['unsound']} unsound"]
+
+
+def _search(args: argparse.Namespace) -> int:
+    from prism.search import search
+
+    prog = load_program(args.program, args.config)
+    out = Path(args.out) if args.out else Path("prism-out") / prog.name / "search.json"
+    if out.is_dir():
+        raise InputError(f"--out {out}: is a directory; give a file name such as {out / 'search.json'}")
+    _say(args, f"{prog.name}: {_shapes(prog.graph)}")
+    bars = _bars(args)
+    result = search(prog.graph, progress=bars, **_search_options(args))
+    bars.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result.save(out)
+    rows = [["#", "grid", "loop", "block ops", "outputs", "kernel ops"]]
+    for i, g in enumerate(result.graphs):
+        rows.append([str(i), str(g.n_grid), "yes" if g.mapping.loop else "no", str(len(g.structure.graph.ops)),
+                     str(len(g.structure.outputs)), str(len(g.structure.kernel_ops))])
+    if len(result):
+        _say(args, _table(rows))
+    for line in _search_lines(result):
+        _say(args, line)
+    _say(args, f"saved      {out}  (draw one: prism show {out} --index 0)")
+    _emit_json(args, {"command": "search", "program": prog.name, "config": prog.config, "result": str(out)}
+               | _search_summary(result))
+    return EXIT_OK if len(result) else EXIT_FAILED
+
+
+# -- optimize and tune ---------------------------------------------------------------------------
+
+def _tune_and_write(args: argparse.Namespace, prog: Program, result: Any, out: Path, bars: Any,
+                    written: dict[str, Path] | None = None) -> int:
+    """superoptimize with a search result, check the chosen kernel numerically, write its files."""
+    from prism.runtime import superoptimize
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU" is stated in the summary instead
+        opt = superoptimize(prog.graph, search_result=result, budget=args.budget, workers=args.workers,
+                            cache=not args.no_cache, progress=bars)
+    bars.close()
+    check = _numeric_check(prog, opt)
+    files = (written or {}) | _write_outputs(out, prog, opt)
+    rep = opt.report
+    best, base = rep.best, next((e for e in rep.entries if e.origin == "baseline"), None)
+    if not args.json:
+        print(rep.table())
+        print()
+        print(f"method     {rep.method_text}" + (" (from the result cache)" if rep.cached else ""))
+        if best is not None:
+            speed = ""
+            key = "measured_us" if best.measured_us is not None else "estimate_us"
+            if base is not None and getattr(base, key) and getattr(best, key):
+                speed = f" ({getattr(base, key) / getattr(best, key):.2f}x the unfused program)"
+            print(f"chosen     {best.label}: {rep.reason}{speed}")
+        print(f"runs as    {rep.execution}")
+        print(f"check      {check['text']}")
+        print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))
+        print(f"picture    {files['picture']}")
+    _emit_json(args, {"command": args.command, "program": prog.name, "config": prog.config,
+                      "shapes": _shapes(prog.graph),
+                      "report": rep.to_json(), "check": check, "files": {k: str(v) for k, v in files.items()}}
+               | ({"search": _search_summary(result)} if args.command == "optimize" else {}))
+    return EXIT_OK if check["ok"] else EXIT_FAILED
+
+
+def _numeric_check(prog: Program, opt: Any) -> dict[str, Any]:
+    """The chosen kernel on random inputs against the program's meaning: the workload's torch
+    reference, or the reference executor for a program file."""
+    import torch
+
+    from prism.interp import run
+    from prism.tune.profile import close, random_inputs
+
+    inputs = random_inputs(prog.graph, seed=1, device=opt.device)
+    (got,) = opt(*inputs)[:1]
+    cpu = [t.float().cpu() for t in inputs]
+    want = prog.reference(*cpu) if prog.reference is not None else run(prog.graph, cpu)[0]
+    ok, err = close(got, want.to(torch.float32))
+    against = "the workload's torch reference" if prog.reference is not None else "the reference executor"
+    text = (f"chosen kernel vs {against} on random inputs: relative error {err:.1e} "
+            f"({'ok' if ok else 'MISMATCH'}, bound 2e-2 of max(1, |out|))")
+    return {"ok": ok, "relative_error": err, "against": against, "text": text}
+
+
+def _write_outputs(out: Path, prog: Program, opt: Any) -> dict[str, Path]:
+    from prism.viz import draw_kernel_graph
+
+    files = {"kernel": out / "kernel.py", "graph": out / "graph.json", "report": out / "report.json",
+             "picture": out / "graph.png"}
+    files["kernel"].write_text(opt.triton_source)
+    files["graph"].write_text(json.dumps(opt.graph.to_json(), indent=1))
+    files["report"].write_text(json.dumps(opt.report.to_json(), indent=1))
+    best = opt.report.best
+    draw_kernel_graph(opt.graph, files["picture"], title=f"{prog.name}: {best.label if best else 'chosen'}")
+    return files
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from prism.search import search
+
+    prog = load_program(args.program, args.config)
+    out = _out_dir(args, prog.name)
+    _say(args, f"{prog.name}: {_shapes(prog.graph)}")
+    bars = _bars(args)
+    result = search(prog.graph, progress=bars, **_search_options(args))
+    bars.close()
+    result.save(out / "search.json")
+    for line in _search_lines(result):
+        _say(args, line)
+    if not len(result):
+        _say(args, "no verified fused graph: nothing to tune (try a larger --time-limit or --max-block-ops)")
+    return _tune_and_write(args, prog, result, out, bars, {"search": out / "search.json"})
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from prism.search import SearchResult
+
+    result = _load_json_file(args.result, SearchResult.load)
+    prog = load_program(args.program, args.config) if args.program else Program(
+        Path(args.result).stem, result.program)
+    out = _out_dir(args, prog.name)
+    _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
+    return _tune_and_write(args, prog, result, out, _bars(args))
+
+
+def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:
+    if not Path(path).is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        return loader(path)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{path}: not a file this command reads ({type(e).__name__}: {e})") from None
+
+
+# -- show ------------------------------------------------------------------------------------------
+
+def _show(args: argparse.Namespace) -> int:
+    """Draw a saved search result (one sGraph), a saved kernel graph, or an optimize output folder."""
+    from prism.ir import KernelGraph, printer
+    from prism.search import SearchResult
+    from prism.viz import draw_kernel_graph, draw_symbolic_graph
+
+    path = Path(args.path)
+    if path.is_dir():
+        path = path / "graph.json"
+    doc = _load_json_file(str(path), lambda p: json.loads(Path(p).read_text()))
+    if isinstance(doc, dict) and doc.get("format") == "prism.search_result":
+        result = _load_json_file(str(path), SearchResult.load)
+        if not len(result):
+            raise InputError(f"{path}: the search result holds no graphs")
+        if not 0 <= args.index < len(result):
+            raise InputError(f"--index {args.index}: {path} holds graphs 0..{len(result) - 1}")
+        png = Path(args.out) if args.out else path.with_name(f"{path.stem}-{args.index}.png")
+        text = result.describe(args.index)
+        draw_symbolic_graph(result.graphs[args.index], result.names, png,
+                            title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
+    else:
+        graph = _load_json_file(str(path), lambda p: KernelGraph.from_json(json.loads(Path(p).read_text())))
+        png = Path(args.out) if args.out else path.with_suffix(".png")
+        text = printer.format_graph(graph)
+        draw_kernel_graph(graph, png, title=path.parent.name if path.name == "graph.json" else path.stem)
+    _say(args, text)
+    _say(args, f"picture    {png}")
+    _emit_json(args, {"command": "show", "path": str(path), "picture": str(png), "text": text})
+    return EXIT_OK
+
+
+# -- bench -----------------------------------------------------------------------------------------
+
+def _bench(args: argparse.Namespace) -> int:
+    from prism import bench
+
+    names = args.workloads.split(",") if args.workloads else None
+    quick = args.quick
+    res = bench.run(Path(args.out), workloads=names, mirage=not (quick or args.no_mirage),
+                    mirage_limit=args.mirage_limit, ablation=not (quick or args.no_ablation),
+                    ablation_limit=args.ablation_limit, time_limit=args.time_limit, gpu=args.gpu,
+                    workers=args.workers, command=" ".join(["prism", *args.argv]),
+                    progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    report = Path(args.out) / "report.md"
+    if report.is_file():
+        _say(args, report.read_text())
+    _say(args, "files      " + ", ".join(str(p) for p in res["files"]))
+    _emit_json(args, {"command": "bench", "out": args.out, "files": [str(p) for p in res["files"]],
+                      "records": res["records"]})
+    return EXIT_OK
+
+
+# -- the parser --------------------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    from prism import __version__
+
+    p = _Parser(prog="prism", description="Prism: a symbolic superoptimizer for tensor programs. "
+                                "It searches fused GPU kernels, proves each equal to the program for all "
+                                "parallel sizes, then tunes sizes and emits Triton.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"prism {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help, epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        c.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
+        c.add_argument("--quiet", "-q", action="store_true", help="no progress bars on stderr")
+        return c
+
+    def program(c: argparse.ArgumentParser, optional: bool = False) -> None:
+        c.add_argument("program", metavar="PROGRAM", nargs="?" if optional else None,
+                       help="a workload name or a FILE.py defining a KernelGraph"
+                       + (" (default: the program the result was searched for)" if optional else ""))
+        c.add_argument("--config", help="workload config: an index (default 0) or k=v pairs, e.g. n=8,d=1024")
+
+    def searching(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--time-limit", type=float, default=3600.0, help="search seconds (default %(default)s)")
+        c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+        c.add_argument("--max-block-ops", type=int, default=None, help="block ops per fused kernel, loaders "
+                       "included (default: the search's, from the program's size)")
+
+    def tuning(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--budget", type=int, default=16, help="candidates compiled (and timed on a GPU)")
+        c.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
+        c.add_argument("--out", help="output folder (default prism-out/NAME)")
+
+    c = command("check", "run each workload's hand-written fused kernel in the reference executor and "
+                "compare it with torch (the default command)")
+    c.add_argument("workloads", nargs="*", help="workload names (default: all five)")
+    c.add_argument("--config", help="config of each workload: an index (default 0) or k=v pairs")
+    c.set_defaults(run=_check)
+
+    c = command("optimize", "search verified fused kernels for a program, tune their sizes, emit Triton, "
+                "check the result numerically; writes kernel.py, graph.json, graph.png, report.json, search.json")
+    program(c)
+    searching(c)
+    tuning(c)
+    c.set_defaults(run=_optimize)
+
+    c = command("search", "search verified sGraphs (structure and maps; sizes stay symbolic) and save them")
+    program(c)
+    searching(c)
+    c.add_argument("--modes", default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), or 'mirage' "
+                   "(the concrete baseline); default SSS")
+    c.add_argument("--out", help="result file (default prism-out/NAME/search.json)")
+    c.set_defaults(run=_search)
+
+    c = command("tune", "choose grid sizes and loop ranges for a saved search result at a program's shapes, "
+                "emit Triton, check numerically")
+    c.add_argument("result", metavar="RESULT", help="a search result saved by `prism search`")
+    program(c, optional=True)
+    c.add_argument("--workers", type=int, default=None, help="compile processes (default: all cores)")
+    tuning(c)
+    c.set_defaults(run=_tune)
+
+    c = command("show", "draw a saved result as a PNG and print it as text: a search result (one sGraph, "
+                "sizes symbolic), a kernel graph JSON, or an `optimize` output folder")
+    c.add_argument("path", metavar="RESULT", help="search.json, graph.json, or an optimize output folder")
+    c.add_argument("--index", type=int, default=0, help="which sGraph of a search result (default 0)")
+    c.add_argument("--out", help="PNG path (default: beside RESULT)")
+    c.set_defaults(run=_show)
+
+    c = command("bench", "regenerate the paper's evaluation on this machine: search time, unique graphs, the "
+                "ablation, and kernel times on a GPU; markdown tables beside the paper's numbers, PNG plots")
+    c.add_argument("--out", default="prism-bench", help="output folder; a rerun resumes (default %(default)s)")
+    c.add_argument("--workloads", default="", help="comma-separated names (default: all five)")
+    c.add_argument("--quick", action="store_true", help="symbolic search only (minutes, not an hour)")
+    c.add_argument("--no-mirage", action="store_true", help="skip the Mirage-style concrete baseline")
+    c.add_argument("--no-ablation", action="store_true", help="skip the imap/fmap/omap ablation")
+    c.add_argument("--mirage-limit", type=float, default=300.0, help="seconds per concrete search")
+    c.add_argument("--ablation-limit", type=float, default=1800.0, help="seconds per ablation search")
+    c.add_argument("--time-limit", type=float, default=3600.0, help="seconds per symbolic search")
+    c.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=None,
+                   help="kernel-time benchmark (default: when torch sees a GPU)")
+    c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    c.set_defaults(run=_bench)
+    return p
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (and exit 2), like every other error of the command line."""
+
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="prism", description="Prism: a symbolic superoptimizer for "
-                                     "tensor programs.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    check = sub.add_parser("check", help="run each workload's hand-written fused kernel in the reference "
-                           "executor and compare it with torch (the default command)")
-    check.add_argument("workloads", nargs="*", help="workload names (default: all five)")
-    check.add_argument("--config", type=int, default=0, help="which of the workload's configs (default 0)")
+    """Run the command line; returns the exit code. With no command (or a workload name first) it
+    runs `check`, the main job."""
+    from prism.workloads import names
+
+    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in names() or argv[0] in ("--config", "--json", "--quiet", "-q"):
+        argv = ["check", *argv]
     args = parser.parse_args(argv)
+    args.argv = argv
     if args.command is None:
-        args = parser.parse_args(["check", *(argv or [])])
+        parser.error("no command given")
     try:
-        return {"check": _check}[args.command](args)
+        return args.run(args)
     except PrismError as e:
         print(f"prism: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except OSError as e:
+        print(f"prism: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("prism: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        if os.environ.get("PRISM_DEBUG"):
+            traceback.print_exc()
+        print(f"prism: internal error: {type(e).__name__}: {e} (a bug in Prism; PRISM_DEBUG=1 shows the "
+              "traceback)", file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

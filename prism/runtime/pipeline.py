@@ -15,6 +15,7 @@ import torch
 
 from prism.errors import InputError, PrismError
 from prism.ir import KernelGraph
+from prism.progress import Progress
 from prism.runtime.cache import ResultCache, cache_key
 from prism.runtime.optimized import OptimizedGraph
 from prism.tune.report import Report
@@ -78,7 +79,7 @@ def _load_result(search_result: Any):
 def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int = 16, device: Any = None,
                   cache: Any = True, seed: int = 0, target: Any = None, workers: int | None = None,
                   search_options: dict[str, Any] | None = None, compile: bool = True,
-                  log: Callable[[str], None] | None = None) -> OptimizedGraph:
+                  log: Callable[[str], None] | None = None, progress: Progress | None = None) -> OptimizedGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph.
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
@@ -91,6 +92,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     target: the GPU the cost model assumes without one ("h100" default, "h200").
     search_options: keyword limits for `prism.search.search` (time_limit, max_block_ops, workers, ...).
     compile: False skips ahead-of-time compilation on the CPU (faster, less informed).
+    log, progress: one line per step, and (phase, done, total) calls (`prism.progress`) while the
+        search and the tuner run.
     """
     if not isinstance(graph, KernelGraph):
         raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
@@ -120,12 +123,13 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             report.notes.append(f"loaded from the result cache {store.path} in {time.time() - start:.3f} s")
             return OptimizedGraph(graph, chosen, report, dev)
 
-    result = _load_result(search_result) if search_result is not None else _search(graph, search_options, log)
+    result = (_load_result(search_result) if search_result is not None
+              else _search(graph, search_options, log, progress))
     if _size_free(result.program) != _size_free(graph):
         raise InputError("superoptimize: the search result was made for a different program "
                          "(structural hashes differ, sizes and dtypes aside)")
     tuned = tune(result, graph, budget=budget, seed=seed, gpu=gpu, device=dev if gpu else None, target=target,
-                 workers=workers, compile=compile, log=log)
+                 workers=workers, compile=compile, log=log, progress=progress)
     report = tuned.report
     report.search = {"source": "given" if search_result is not None else "searched",
                      "graphs": len(result.graphs),
@@ -150,12 +154,13 @@ def _size_free(graph: KernelGraph) -> str:
     return KernelGraph.from_json(strip(graph.to_json())).structural_hash(shapes=False)
 
 
-def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None):
+def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
+            progress: Progress | None):
     from prism.search import search
 
     if log:
         log("searching fused µGraphs")
-    return search(graph, **(options or {}))
+    return search(graph, **({"progress": progress} | (options or {})))
 
 
 def _decode(payload: Any, program: KernelGraph) -> tuple[KernelGraph, Report]:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from prism.errors import GraphError
 from prism.ir import KernelGraph, serialize
+from prism.progress import Progress, report
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits
 from prism.search.parallel import Checker, Workers, check_task, concrete_task, generate_task, mirage_task
@@ -47,7 +48,8 @@ def default_verify() -> Callable[..., Any]:
 def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, workers: int | None = None,
            time_limit: float = 3600.0, max_block_ops: int | None = None, max_accums: int = 3,
            max_outputs: int = 2, max_kernel_ops: int = 1, max_grid: int = 3, modes: str = "SSS",
-           cross_check: bool = True, prefilter: bool = True, verify_timeout: float | None = None) -> SearchResult:
+           cross_check: bool = True, prefilter: bool = True, verify_timeout: float | None = None,
+           progress: Progress | None = None) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; a module-level
@@ -60,6 +62,8 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         verifier, as the paper does (and exposes more of the axioms to the cross-check).
     The limits bound block ops (loaders included; None: `generator.default_max_ops`), accumulators,
     block outputs, kernel-level ops after the fused kernel, grid dims, and total seconds.
+    progress: called as (phase, done, total) while the search runs: "generate" (subtrees explored),
+        "verify" (candidates checked), or "search" (the Mirage-style mode's concrete map choices).
     """
     graph.check()
     if len(graph.outputs) != 1:
@@ -77,15 +81,17 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     pool = Workers(workers)
     stats["workers"] = pool.n
     if mode.sizes:
-        structures = _generate(target, limits, mode, deadline, pool, stats)
+        structures = _generate(target, limits, mode, deadline, pool, stats, progress)
         pairs = _instantiate(structures, mode, limits, deadline, stats)
         t0 = time.time()
         chunks = [pairs[k:k + CHUNK] for k in range(0, len(pairs), CHUNK)]
-        results = [rec for out in pool.map(check_task, [(checker, deadline, ch) for ch in chunks]) for rec in out]
+        tick = _ticker(progress, "verify", [len(ch) for ch in chunks])
+        results = [rec for out in pool.map(check_task, [(checker, deadline, ch) for ch in chunks], tick)
+                   for rec in out]
         graphs = _tally(graph, pairs, results, cross_check, prefilter, stats, target)
         stats["check_wall_seconds"] = time.time() - t0
     else:
-        graphs = _mirage(graph, target, limits, mode, checker, deadline, pool, stats)
+        graphs = _mirage(graph, target, limits, mode, checker, deadline, pool, stats, progress)
     stats["limits"]["max_block_ops"] = Generator(target, limits).max_ops
     stats["target"] = {"roots": len(target.roots), "subterms": len(target.subterms), "complete": target.complete}
     stats["timed_out"] = time.time() > deadline or stats["generate"].get("timed_out", 0) > 0 or \
@@ -94,8 +100,20 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     return SearchResult(graph, graphs, stats)
 
 
+def _ticker(progress: Progress | None, phase: str, sizes: list[int]) -> Callable[[int], None]:
+    """A `Workers.map` callback reporting `phase` progress in units (task i holds sizes[i] of them)."""
+    total, done = sum(sizes), 0
+    report(progress, phase, 0, total)
+
+    def tick(i: int) -> None:
+        nonlocal done
+        done += sizes[i]
+        report(progress, phase, done, total)
+    return tick
+
+
 def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool: Workers,
-              stats: dict) -> list[Structure]:
+              stats: dict, progress: Progress | None) -> list[Structure]:
     t0 = time.time()
     gen = Generator(target, limits, deadline, modes=mode)
     starts = list(label_choices(target.space, mode, limits.max_grid))
@@ -106,11 +124,13 @@ def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool
         counts.update(gen.stats)
         if rest:
             chunks = [rest[k::pool.n * 8] for k in range(min(len(rest), pool.n * 8))]
-            for f, c in pool.map(generate_task, [(target, limits, deadline, mode, ch) for ch in chunks]):
+            tick = _ticker(progress, "generate", [1] * len(chunks))
+            for f, c in pool.map(generate_task, [(target, limits, deadline, mode, ch) for ch in chunks], tick):
                 found.extend(f)
                 counts.update(c)
     else:  # one structure search per concrete imap/fmap choice
-        for f, c in pool.map(concrete_task, [(target, limits, deadline, mode, labels) for labels in starts]):
+        tick = _ticker(progress, "generate", [1] * len(starts))
+        for f, c in pool.map(concrete_task, [(target, limits, deadline, mode, labels) for labels in starts], tick):
             found.extend(f)
             counts.update(c)
     found.sort(key=Structure.key)
@@ -166,7 +186,7 @@ def _loop_free_key(st: Structure) -> tuple:
 
 
 def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, checker: Checker, deadline: float,
-            pool: Workers, stats: dict) -> list[SymbolicGraph]:
+            pool: Workers, stats: dict, progress: Progress | None) -> list[SymbolicGraph]:
     """The fully concrete baseline: one task per concrete imap/fmap, each searching structures for
     every grid-size/loop-range choice and checking every concrete candidate as it appears."""
     t0 = time.time()
@@ -175,7 +195,7 @@ def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, che
     starts = [(labels, sizes) for labels, sizes in starts if sizes]  # no sizes fit some choices
     tasks = [(target, limits, deadline, mode, labels, sizes, checker) for labels, sizes in starts]
     pairs, results, counts = [], [], Counter()
-    for found, c in pool.map(mirage_task, tasks):
+    for found, c in pool.map(mirage_task, tasks, _ticker(progress, "search", [1] * len(tasks))):
         pairs.extend((st, m) for st, m, _ in found)
         results.extend(rec for _, _, rec in found)
         counts.update(c)

@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -57,12 +57,21 @@ class Workers:
     def __init__(self, n: int | None = None) -> None:
         self.n = (os.cpu_count() or 1) if n is None else max(1, n)
 
-    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list[Any]:
-        """fn(*task) for every task, results in task order."""
+    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
+            done: Callable[[int], None] | None = None) -> list[Any]:
+        """fn(*task) for every task, results in task order; `done(i)` as each task i finishes."""
+        done = done or (lambda i: None)
         if self.n <= 1 or len(tasks) <= 1:
-            return [fn(*t) for t in tasks]
+            out = []
+            for i, t in enumerate(tasks):
+                out.append(fn(*t))
+                done(i)
+            return out
         try:
             futures = [_pool(self.n).submit(fn, *t) for t in tasks]
+            index = {f: i for i, f in enumerate(futures)}
+            for f in as_completed(futures):
+                done(index[f])
             return [f.result() for f in futures]
         except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh next time
             _POOLS.pop(self.n, None)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from prism.ir import KernelGraph
 
@@ -96,15 +96,25 @@ def _interpreting() -> bool:
     return interpreting()
 
 
-def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90) -> list[CompileResult]:
-    """Compile every graph; results in order. Runs in this process when one worker suffices and this
-    process compiles (not interpreting), else in a `spawn` process pool of `workers` (default: cores)."""
+def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90,
+                 done: Callable[[int], None] | None = None) -> list[CompileResult]:
+    """Compile every graph; results in order, `done(k)` after k have finished. Runs in this process
+    when one worker suffices and this process compiles (not interpreting), else in a `spawn` process
+    pool of `workers` (default: cores)."""
     docs = [g.to_json() for g in graphs]
+    done = done or (lambda k: None)
     if not docs:
         return []
     workers = min(default_workers() if workers is None else max(1, workers), len(docs))
     if workers == 1 and not _interpreting():
-        return [compile_one(d, arch) for d in docs]
+        out = []
+        for d in docs:
+            out.append(compile_one(d, arch))
+            done(len(out))
+        return out
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
-        return list(pool.map(compile_one, docs, [arch] * len(docs)))
+        futures = [pool.submit(compile_one, d, arch) for d in docs]
+        for k, _ in enumerate(as_completed(futures), 1):
+            done(k)
+        return [f.result() for f in futures]

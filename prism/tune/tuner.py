@@ -20,6 +20,8 @@ from typing import Any, Callable, Sequence
 from prism.errors import MappingError, PrismError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
+from prism.progress import Progress
+from prism.progress import report as report_progress
 from prism.tune.compile import CompileResult, compile_many
 from prism.tune.cost import Cost, estimate
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report
@@ -63,13 +65,14 @@ def floor_seconds(program: KernelGraph, target: Target) -> float:
 def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: bool = False,
          device: Any = None, target: Target | str | None = None, workers: int | None = None,
          compile: bool = True, explore: float = 0.25, rank_limit: int = RANK_LIMIT,
-         log: Callable[[str], None] | None = None) -> Tuned:
+         log: Callable[[str], None] | None = None, progress: Progress | None = None) -> Tuned:
     """Pick the best (graph, grid, loop) of `result` (a SearchResult) for `program`'s input shapes.
 
     budget: candidates compiled (and on a GPU, timed), the unfused baseline not counted.
     gpu: time candidates on `device` with do_bench; else rank them by the cost model.
     compile: compile candidates ahead of time for sm_90 (drops what fails or spills, and feeds the
         compiler's registers and shared memory to the model); False ranks by the model alone (tests).
+       log, progress: one line per step; (phase, done, total) as "compile" and "profile" advance.
     """
     log = log or (lambda s: None)
     budget = max(1, int(budget))
@@ -89,7 +92,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     if compile:
         taken = {id(p) for p in picks}
         _compile_until_one_survives(picks, [p for p in ranked if id(p) not in taken], budget, seen, target,
-                                    workers, report, log)
+                                    workers, report, log, progress)
     else:
         for p in picks:
             p.entry.status = "ok"
@@ -97,7 +100,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
                             "estimated registers and shared memory")
     clock.lap("compile")
     if gpu:
-        _profile(picks, program, device, report, seed, log)
+        _profile(picks, program, device, report, seed, log, progress)
     clock.lap("profile")
     report.entries = [p.entry for p in picks]
     _choose(report, target)
@@ -155,10 +158,10 @@ def _select(space: Space, ranked: list[_Pick], budget: int, explore: float, seed
 
 def _compile_until_one_survives(picks: list[_Pick], rest: list[_Pick], budget: int, seen: set[str],
                                 target: Target, workers: int | None, report: Report,
-                                log: Callable[[str], None]) -> None:
+                                log: Callable[[str], None], progress: Progress | None) -> None:
     """Phase 3: compile every pick; if no fused one survives, compile more from the ranking (picks
     grows in place, the baseline staying last)."""
-    _compile(picks, target, workers, report, log)
+    _compile(picks, target, workers, report, log, progress)
     rounds = 0
     while not any(p.entry.ok for p in picks[:-1]) and rest and rounds < EXTRA_ROUNDS:
         more = _take(rest, budget, seen)
@@ -167,7 +170,7 @@ def _compile_until_one_survives(picks: list[_Pick], rest: list[_Pick], budget: i
         for p in more:
             p.entry.estimate_us = p.cost.seconds * 1e6
         report.notes.append(f"no compiled candidate survived; compiled {len(more)} more from the ranking")
-        _compile(more, target, workers, report, log)
+        _compile(more, target, workers, report, log, progress)
         picks[-1:-1] = more
         rounds += 1
 
@@ -223,10 +226,14 @@ def _take(ranked: Sequence[_Pick], n: int, seen: set[str]) -> list[_Pick]:
 
 
 def _compile(picks: list[_Pick], target: Target, workers: int | None, report: Report,
-             log: Callable[[str], None]) -> None:
+             log: Callable[[str], None], progress: Progress | None) -> None:
     log(f"compiling {len(picks)} candidate(s) for sm_{target.arch}")
+    def done(k: int) -> None:
+        report_progress(progress, "compile", k, len(picks))
+
+    done(0)
     try:
-        results = compile_many([p.graph for p in picks], workers, target.arch)
+        results = compile_many([p.graph for p in picks], workers, target.arch, done)
     except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn)
         report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this process")
         results = compile_many([p.graph for p in picks], 1, target.arch)
@@ -254,45 +261,52 @@ def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
 
 
 def _profile(picks: list[_Pick], program: KernelGraph, device: Any, report: Report, seed: int,
-             log: Callable[[str], None]) -> None:
-    import torch
-
-    from prism.codegen import compile_graph
+             log: Callable[[str], None], progress: Progress | None) -> None:
     from prism.interp import run
-    from prism.tune.profile import bench, close, input_copies, random_inputs
+    from prism.tune.profile import input_copies, random_inputs, spearman
 
     inputs = random_inputs(program, seed, device)
     want = run(program, [t.float().cpu() for t in inputs])[0]
     copies = input_copies(inputs)
-    for p in picks:
-        if not p.entry.ok:
-            continue
-        try:
-            cg = compile_graph(p.graph)
-            got = cg(*inputs)[0]
-            torch.cuda.synchronize(device)
-        except Exception as e:
-            p.entry.status = f"dropped: failed to run ({type(e).__name__}: {str(e)[:200]})"
-            continue
-        good, err = close(got, want)
-        if not good:
-            p.entry.status = f"dropped: wrong output (relative error {err:.2e})"
-            report.notes.append(f"{p.entry.label}: verified equal but its kernels disagree with the "
-                                f"reference (relative error {err:.2e}): a code generation bug")
-            continue
-        try:
-            p.entry.measured_us = bench(cg, copies) * 1e6
-        except Exception as e:
-            p.entry.status = f"dropped: failed while timed ({type(e).__name__}: {str(e)[:200]})"
-            continue
-        log(f"{p.entry.label}: {p.entry.measured_us:.2f} us")
-    from prism.tune.profile import spearman
-
+    report_progress(progress, "profile", 0, len(picks))
+    for k, p in enumerate(picks, 1):
+        if p.entry.ok:
+            _time_one(p, inputs, want, copies, device, report)
+            if p.entry.measured_us is not None:
+                log(f"{p.entry.label}: {p.entry.measured_us:.2f} us")
+        report_progress(progress, "profile", k, len(picks))
     pairs = [(p.entry.estimate_us, p.entry.measured_us) for p in picks
              if p.entry.measured_us is not None and p.entry.estimate_us is not None]
     report.spearman = spearman([a for a, _ in pairs], [b for _, b in pairs])
     report.notes.append(f"Spearman rank correlation of cost-model estimates and measured medians over "
                         f"{len(pairs)} candidates: {'n/a' if report.spearman is None else f'{report.spearman:+.3f}'}")
+
+
+def _time_one(p: _Pick, inputs: list, want: Any, copies: list, device: Any, report: Report) -> None:
+    """Run one candidate's generated kernels, drop it if it fails or disagrees with the reference,
+    else record its do_bench median."""
+    import torch
+
+    from prism.codegen import compile_graph
+    from prism.tune.profile import bench, close
+
+    try:
+        cg = compile_graph(p.graph)
+        got = cg(*inputs)[0]
+        torch.cuda.synchronize(device)
+    except Exception as e:
+        p.entry.status = f"dropped: failed to run ({type(e).__name__}: {str(e)[:200]})"
+        return
+    good, err = close(got, want)
+    if not good:
+        p.entry.status = f"dropped: wrong output (relative error {err:.2e})"
+        report.notes.append(f"{p.entry.label}: verified equal but its kernels disagree with the "
+                            f"reference (relative error {err:.2e}): a code generation bug")
+        return
+    try:
+        p.entry.measured_us = bench(cg, copies) * 1e6
+    except Exception as e:
+        p.entry.status = f"dropped: failed while timed ({type(e).__name__}: {str(e)[:200]})"
 
 
 def _choose(report: Report, target: Target) -> None:

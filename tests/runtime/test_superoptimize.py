@@ -60,9 +60,9 @@ def test_it_searches_when_no_result_is_given(tmp_path, monkeypatch):
     calls = []
     real = so._search
 
-    def counting(graph, options, log):
+    def counting(graph, options, log, progress):
         calls.append(options)
-        return real(graph, options, log)
+        return real(graph, options, log, progress)
 
     monkeypatch.setattr(so, "_search", counting)
     w = wl.get("swiglu")

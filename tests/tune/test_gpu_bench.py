@@ -1,4 +1,5 @@
-"""benchmarks/gpu_bench.py without a GPU: its arguments, its table, and its clean refusal."""
+"""The GPU benchmark without a GPU: the script's arguments, the table of `prism.bench.gpu`, and the
+script's clean refusal."""
 
 from __future__ import annotations
 
@@ -43,13 +44,15 @@ FAKE = {
 }
 
 
-def test_table_from_a_fake_run(bench):
-    text = bench.format_table(FAKE)
+def test_table_from_a_fake_run():
+    from prism.bench.gpu import COLUMNS, format_table
+
+    text = format_table(FAKE)
     lines = text.splitlines()
     assert "NVIDIA H100 80GB HBM3" in lines[0] and "2900 GB/s" in lines[0]
     table = [line for line in lines if line.startswith("|")]
     assert len(table) == 2 + 3
-    assert all(line.count("|") == len(bench.COLUMNS) + 1 for line in table)
+    assert all(line.count("|") == len(COLUMNS) + 1 for line in table)
     assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 29.00 | 17.40 | 1.25x | 2.00x | 1.20x | +0.81 "
                         "| #32 grid(x=1, y=64) loop=32 |")
     assert "| 5.00x | n/a | n/a |" in table[3]

@@ -1,0 +1,90 @@
+"""The paper's benchmarks, reproduced: search tables (and GPU kernel times), saved, resumed, reported (`prism.bench`).
+
+`run(out_dir)` measures whatever `out_dir/results.json` lacks, saving after every measurement (a full
+run takes hours and an interrupted one resumes where it stopped), then writes `report.md` and its
+plots there; `write_report(results, out_dir)` rewrites the report from saved results alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import prism.workloads as wl
+from prism.bench.gpu import GPUOptions, GPUUnavailable, measure_gpu, require_gpu
+from prism.bench.report import machine, write_report
+from prism.bench.search import Plan, measure_search
+from prism.errors import InputError
+
+__all__ = ["GPUOptions", "GPUUnavailable", "Plan", "load_results", "run", "write_report"]
+
+
+def run(out_dir: str | os.PathLike[str], *, workloads: Sequence[str] | None = None, mirage: bool = True,
+        mirage_limit: float = 300.0, ablation: bool = True, ablation_limit: float = 1800.0,
+        time_limit: float = 3600.0, gpu: bool | None = None, gpu_options: GPUOptions = GPUOptions(),
+        workers: int | None = None, progress: Callable[[str], None] | None = None,
+        command: str | None = None) -> dict[str, Any]:
+    """Measure what `out_dir/results.json` lacks, save it there, and write the report beside it.
+
+    workloads: names (default: all five, in the paper's order); an unknown one is an InputError.
+    mirage / ablation: also measure the Mirage-style search per config / the RMSNorm ablation; each
+        `*_limit` is the time limit of one such search (time_limit: of one symbolic search).
+    gpu: time the kernels too (None: when torch sees a CUDA GPU; True without one: GPUUnavailable).
+    workers: search processes (default: all cores). progress: called with one line per step.
+    command: how this run was started, for the report (default: this call, spelled out).
+    Returns the saved results (records by run key, plan, machine, date, command, GPU rows if any) and
+    "files": every path written.
+    """
+    plan = Plan(tuple(wl.names() if workloads is None else workloads), mirage, mirage_limit, ablation,
+                ablation_limit, time_limit)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"benchmark output {str(out)!r} is a file; give a folder")
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    elif gpu:
+        require_gpu()  # before hours of search, not after
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    results = load_results(path) if path.exists() else {"records": {}}
+    results["plan"] = plan.to_json()
+    command = command or _call(out, plan, gpu, workers)
+
+    def write() -> None:
+        path.write_text(json.dumps(results, indent=1, default=str))
+
+    def measured(_: Any) -> None:
+        """After each measurement: the machine, date and command are those of the latest one."""
+        results.update(machine=machine(), command=command, date=time.strftime("%Y-%m-%d %H:%M:%S"))
+        write()
+
+    measure_search(plan, workers=workers, records=results["records"], save=measured, progress=progress)
+    if gpu:
+        results["gpu"] = measure_gpu(list(plan.workloads), gpu_options, previous=results.get("gpu"), save=measured,
+                                     progress=progress)
+    write()
+    return results | {"files": [path] + write_report(results, out)}
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The results saved at `path` by run(), or an InputError saying why they cannot be read. A flat
+    {run key: record} file, as benchmarks/search_tables.py --json wrote before this package, is read as
+    the records of the default plan, so those measurements are reused and reported."""
+    try:
+        results = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read benchmark results {str(path)!r}: {e}") from None
+    if not isinstance(results, dict):
+        raise InputError(f"benchmark results {str(path)!r}: not a JSON object")
+    return results if "records" in results else {"records": results}
+
+
+def _call(out: Path, plan: Plan, gpu: bool, workers: int | None) -> str:
+    """This run as the Python call that repeats it."""
+    args = ", ".join(f"{k}={v!r}" for k, v in plan.to_json().items())
+    return f"prism.bench.run({str(out)!r}, {args}, gpu={gpu!r}, workers={workers!r})"

@@ -1,0 +1,230 @@
+"""GPU benchmark: Prism's chosen kernel vs torch eager vs torch.compile(max-autotune), beside the DRAM floor.
+
+For each workload config (fp16), in one process on one GPU: superoptimize the program (the symbolic
+search runs once per workload at a small config and is re-instantiated at both real configs), then
+time Prism's OptimizedGraph, the torch reference in eager mode and under
+`torch.compile(mode="max-autotune")` with `triton.testing.do_bench` medians over rotated input copies.
+The floor is the bytes a perfect kernel moves (inputs once, output once) over the device-to-device
+copy bandwidth measured at the start of the same run, so every row is compared with the same machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import prism.workloads as wl
+from prism.bench.search import config_text
+from prism.errors import PrismError
+
+__all__ = ["num_text", "COLUMNS", "SMALL", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
+           "measure_gpu", "require_gpu", "search_result"]
+
+SMALL = {("n", "d"): {"n": 4, "d": 64}, ("b", "g", "h", "d"): {"b": 2, "g": 4, "h": 32, "d": 16}}
+"""Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
+
+COLUMNS = ["workload", "config", "floor us", "Prism us", "eager us", "compile us", "Prism/floor",
+           "vs eager", "vs compile", "model rho", "chosen"]
+
+Bench = Callable[[Callable[..., Any], list], float]
+"""bench(fn, input copies) -> median seconds of one call."""
+
+
+class GPUUnavailable(PrismError):
+    """The GPU benchmark was asked for on a machine where torch sees no CUDA GPU."""
+
+
+@dataclass(frozen=True)
+class GPUOptions:
+    """How the GPU benchmark measures; saved with its rows, since a resumed run must measure alike."""
+
+    budget: int = 32  # candidates superoptimize compiles and times
+    search_dir: str | None = None  # folder of saved search results <workload>.json (read if present, else written)
+    search_time_limit: float = 900.0  # seconds per workload search
+    max_block_ops: int | None = None  # search limit (None: the search's default)
+    warmup: int = 25  # do_bench warm-up, ms
+    rep: int = 100  # do_bench repetition time, ms
+    compile: bool = True  # also time torch.compile (it can take minutes)
+    cache: bool = True  # use Prism's result cache
+    seed: int = 0
+
+
+# ---- formatting (no GPU needed) ------------------------------------------------------------------
+
+def num_text(v: Any, fmt: str = "{:.2f}") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    return [r["workload"], config_text(r["config"]), num_text(r.get("floor_us")), num_text(r.get("prism_us")),
+            num_text(r.get("eager_us")), num_text(r.get("compile_us")),
+            num_text(_ratio(r.get("prism_us"), r.get("floor_us")), "{:.2f}x"),
+            num_text(_ratio(r.get("eager_us"), r.get("prism_us")), "{:.2f}x"),
+            num_text(_ratio(r.get("compile_us"), r.get("prism_us")), "{:.2f}x"),
+            num_text(r.get("spearman"), "{:+.2f}"), r.get("chosen") or r.get("error", "n/a")]
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The markdown table of a run (`results` as `measure_gpu` returns them: device, copy bandwidth, rows)."""
+    head = (f"Device: {results.get('device', '?')}; copy bandwidth {num_text(results.get('copy_gbps'), '{:.0f}')} GB/s "
+            f"(device-to-device, measured in this run); medians of triton.testing.do_bench.\n"
+            "vs eager / vs compile: their time over Prism's (above 1x: Prism is faster).\n")
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in results.get("rows", []):
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |")
+    return head + "\n" + "\n".join(lines)
+
+
+# ---- measuring (GPU) -----------------------------------------------------------------------------
+
+def require_gpu() -> None:
+    """Raise GPUUnavailable (one line) unless torch sees a CUDA GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise GPUUnavailable("no CUDA GPU visible to torch; nothing measured")
+
+
+def copy_bandwidth(bench: Bench, nbytes: int = 1 << 30) -> float:
+    """Bytes/s of a device-to-device copy (each byte read once and written once)."""
+    import torch
+
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    seconds = bench(lambda: dst.copy_(src), [()])
+    return 2 * nbytes / seconds
+
+
+def search_result(name: str, opts: GPUOptions) -> Any:
+    """The SearchResult of `name` at its small config: loaded from `opts.search_dir` if saved there, else
+    searched (and saved there when a folder is given)."""
+    from prism.search import SearchResult, search
+
+    w = wl.get(name)
+    path = Path(opts.search_dir) / f"{name}.json" if opts.search_dir else None
+    if path is not None and path.exists():
+        return SearchResult.load(path)
+    limits: dict[str, Any] = {"time_limit": opts.search_time_limit}
+    if opts.max_block_ops is not None:
+        limits["max_block_ops"] = opts.max_block_ops
+    result = search(w.build(SMALL[w.dims]), **limits)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        result.save(path)
+    return result
+
+
+def _max_error(got: Any, want: Any) -> float:
+    got, want = got.float(), want.float()
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
+
+
+def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench: Bench,
+            copy_bps: float) -> dict[str, Any]:
+    """One row: Prism's kernel for `name` at `cfg` (from search `result`), eager and compiled torch, the floor."""
+    import torch
+
+    from prism.runtime import superoptimize
+    from prism.tune.profile import input_copies
+
+    w = wl.get(name)
+    row: dict[str, Any] = {"workload": name, "config": cfg, "io_bytes": w.io_bytes(cfg, "float16")}
+    row["floor_us"] = row["io_bytes"] / copy_bps * 1e6
+    program = w.build(cfg, "float16")
+    xs = [x.cuda() for x in w.inputs(cfg, seed=opts.seed, dtype="float16")]
+    copies = input_copies(xs)
+    want = w.reference(*[x.float() for x in xs])
+    t0 = time.time()
+    opt = superoptimize(program, search_result=result, budget=opts.budget, device="cuda", cache=opts.cache,
+                        seed=opts.seed)
+    row["superoptimize_s"] = time.time() - t0
+    rep = opt.report
+    row.update(chosen=rep.best.label if rep.best else None, method=rep.method, spearman=rep.spearman,
+               report=rep.to_json(), table=rep.table(), cached=rep.cached)
+    row["prism_error"] = _max_error(opt(*xs)[0], want)
+    row["prism_us"] = bench(lambda *a: opt(*a), copies) * 1e6
+    row["eager_error"] = _max_error(w.reference(*xs), want)
+    row["eager_us"] = bench(lambda *a: w.reference(*a), copies) * 1e6
+    if opts.compile:
+        try:
+            def reference(*a: Any) -> Any:
+                return w.reference_fn(*a)
+
+            compiled = torch.compile(reference, mode="max-autotune", dynamic=False)
+            t0 = time.time()
+            row["compile_error"] = _max_error(compiled(*xs), want)
+            row["compile_warmup_s"] = time.time() - t0
+            row["compile_us"] = bench(lambda *a: compiled(*a), copies) * 1e6
+        except Exception as e:  # report, never hide: the row says why there is no figure
+            row["compile_failure"] = f"{type(e).__name__}: {str(e)[:300]}"
+    return row
+
+
+def _error_row(name: str, cfg: dict[str, int], what: str) -> dict[str, Any]:
+    return {"workload": name, "config": cfg, "error": what}
+
+
+def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: dict[str, Any] | None = None,
+                save: Callable[[dict[str, Any]], None] | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every config of every workload in `names`: {device, torch, copy_gbps, options, started, rows}.
+
+    previous: an earlier, interrupted result on the same device with the same options; its bandwidth
+    and rows are kept and only the missing configs are measured (a row with an error counts as done:
+    the error is the finding). Anything else is measured afresh.
+    save: called with the result after every row. Raises GPUUnavailable without a CUDA GPU.
+    """
+    require_gpu()
+    import torch
+    import torch._dynamo
+
+    from prism.tune.profile import bench as rotated_bench
+
+    torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+    say = progress or (lambda line: None)
+
+    def bench(fn: Callable[..., Any], copies: list) -> float:
+        return rotated_bench(fn, copies, warmup=opts.warmup, rep=opts.rep)
+
+    device = torch.cuda.get_device_name()
+    if previous and previous.get("device") == device and previous.get("options") == asdict(opts):
+        results = previous
+    else:
+        results = {"device": device, "torch": torch.__version__, "copy_gbps": copy_bandwidth(bench) / 1e9,
+                   "options": asdict(opts), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": []}
+    done = {json.dumps([r["workload"], r["config"]]) for r in results["rows"]}
+
+    def add(row: dict[str, Any]) -> None:
+        results["rows"].append(row)
+        say(f"gpu: {row['workload']} {config_text(row['config'])}: Prism {num_text(row.get('prism_us'))} us, "
+            f"eager {num_text(row.get('eager_us'))} us, compile {num_text(row.get('compile_us'))} us"
+            + (f"; {row['error']}" if "error" in row else ""))
+        if save is not None:
+            save(results)
+
+    for name in names:
+        todo = [cfg for cfg in wl.get(name).configs if json.dumps([name, cfg]) not in done]
+        if not todo:
+            continue
+        say(f"gpu: search {name} at {config_text(SMALL[wl.get(name).dims])} ...")
+        try:
+            result = search_result(name, opts)
+        except Exception as e:  # every config of the workload gets a row that says why
+            for cfg in todo:
+                add(_error_row(name, cfg, f"search failed: {e}"))
+            continue
+        for cfg in todo:
+            say(f"gpu: measure {name} {config_text(cfg)} ...")
+            try:
+                add(measure(name, cfg, result, opts, bench, results["copy_gbps"] * 1e9))
+            except Exception as e:
+                add(_error_row(name, cfg, f"{type(e).__name__}: {str(e)[:300]}"))
+    return results

@@ -1,0 +1,181 @@
+"""The `prism` command line, run as a user runs it: each command in this process through `main(argv)`
+(fast: torch is imported once), and the bad invocations in a subprocess, where a stray traceback or a
+wrong exit code would show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prism.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = "n=4,d=64"
+
+PROGRAM_FILE = """\
+import prism
+
+g = prism.KernelGraph()
+x = g.input((4, 64), dtype="float16", name="X")
+w = g.input((64, 32), dtype="float16", name="W")
+g.output(g.matmul(g.silu(x), w))
+"""
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    code, out, _ = run(capsys, *argv, "--json", "--quiet")
+    return code, json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def searched_swiglu(tmp_path_factory) -> Path:
+    """`prism search swiglu` at a small config, saved once for the commands that read a result."""
+    path = tmp_path_factory.mktemp("search") / "swiglu.json"
+    assert main(["search", "swiglu", "--config", SMALL, "--workers", "1", "--out", str(path), "--quiet"]) == EXIT_OK
+    return path
+
+
+def test_help_explains_every_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for command in ("check", "optimize", "search", "tune", "show", "bench"):
+        assert f"    {command}  " in text or f"    {command} " in text
+    assert "exit codes" in text
+    for command in ("optimize", "search", "tune", "show", "bench"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "usage: prism " + command in capsys.readouterr().out
+
+
+def test_check_runs_the_fused_kernels(capsys):
+    code, out, _ = run(capsys, "check", "swiglu", "rmsnorm", "--config", SMALL)
+    assert code == EXIT_OK
+    assert "2 of 2 fused kernels match torch" in out
+    code, doc = run_json(capsys, "rmsnorm", "--config", SMALL)  # a workload name alone means `check`
+    assert code == EXIT_OK and doc["ok"] and doc["results"][0]["config"] == {"n": 4, "d": 64}
+
+
+def test_search_saves_a_result(capsys, searched_swiglu, tmp_path):
+    from prism.search import SearchResult
+
+    result = SearchResult.load(searched_swiglu)
+    assert len(result) > 0 and result.program.inputs[0].shape == (4, 64)
+    code, doc = run_json(capsys, "search", "swiglu", "--config", SMALL, "--workers", "1",
+                         "--out", str(tmp_path / "s.json"))
+    assert code == EXIT_OK
+    assert doc["graphs"] == len(result) and doc["unsound"] == 0 and doc["verified"] == len(result)
+    assert Path(doc["result"]).is_file()
+
+
+def test_search_a_program_file(capsys, tmp_path):
+    prog = tmp_path / "silu_linear.py"
+    prog.write_text(PROGRAM_FILE)
+    code, doc = run_json(capsys, "search", str(prog), "--workers", "1", "--out", str(tmp_path / "r.json"))
+    assert code == EXIT_OK and doc["program"] == "silu_linear" and doc["graphs"] > 0
+
+
+def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
+    out = tmp_path / "opt"
+    code, text, err = run(capsys, "optimize", "rmsnorm", "--config", SMALL, "--workers", "1", "--budget", "2",
+                          "--no-cache", "--out", str(out))
+    assert code == EXIT_OK, err
+    for name in ("kernel.py", "graph.json", "graph.png", "report.json", "search.json"):
+        assert (out / name).is_file(), name
+    assert (out / "graph.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "@triton.jit" in (out / "kernel.py").read_text()
+    assert "chosen" in text and "check      chosen kernel vs the workload's torch reference" in text
+    assert "(ok," in text and "picture    " in text
+    assert "search: verify" in err  # a progress bar on stderr
+
+
+def test_tune_a_saved_result_at_another_config(capsys, searched_swiglu, tmp_path):
+    code, doc = run_json(capsys, "tune", str(searched_swiglu), "swiglu", "--config", "n=8,d=128", "--workers", "1",
+                         "--budget", "2", "--no-cache", "--out", str(tmp_path / "t"))
+    assert code == EXIT_OK
+    assert doc["check"]["ok"] and doc["config"] == {"n": 8, "d": 128}
+    assert doc["report"]["chosen"] is not None and Path(doc["files"]["kernel"]).is_file()
+
+
+def test_show_draws_a_search_result_and_a_graph(capsys, searched_swiglu, tmp_path):
+    png = tmp_path / "one.png"
+    code, out, _ = run(capsys, "show", str(searched_swiglu), "--index", "1", "--out", str(png))
+    assert code == EXIT_OK and png.read_bytes()[:4] == b"\x89PNG"
+    assert "sGraph grid=" in out
+    import prism.workloads as wl
+
+    graph = tmp_path / "graph.json"
+    graph.write_text(json.dumps(wl.get("swiglu").fused({"n": 4, "d": 64}).to_json()))
+    code, doc = run_json(capsys, "show", str(tmp_path))  # a folder means its graph.json
+    assert code == EXIT_OK and Path(doc["picture"]) == tmp_path / "graph.png" and "custom" in doc["text"]
+
+
+def test_bench_quick_writes_report_and_plots(capsys, tmp_path):
+    code, doc = run_json(capsys, "bench", "--quick", "--workloads", "swiglu", "--no-gpu", "--workers", "1",
+                         "--out", str(tmp_path / "b"))
+    assert code == EXIT_OK
+    names = {Path(p).name for p in doc["files"]}
+    assert {"report.md", "search_time.png"} <= names
+    assert "SwiGLU" in (tmp_path / "b" / "report.md").read_text()
+
+
+def test_no_graph_found_is_exit_1(capsys, tmp_path):
+    code, doc = run_json(capsys, "search", "rmsnorm", "--config", SMALL, "--workers", "1", "--max-block-ops", "3",
+                         "--out", str(tmp_path / "none.json"))
+    assert code == EXIT_FAILED and doc["graphs"] == 0
+
+
+BAD = [
+    (["optimize", "nope"], "unknown workload 'nope'"),
+    (["show", "missing.json"], "missing.json: no such file"),
+    (["search", "rmsnorm", "--config", "7"], "--config 7: rmsnorm has configs 0..1"),
+    (["search", "rmsnorm", "--config", "n=8"], "missing key(s) 'd'"),
+    (["optimise", "rmsnorm"], "invalid choice: 'optimise'"),
+    (["search", "broken.py"], "broken.py:2: syntax error"),
+    (["search", "empty.py"], "define one module-level prism.KernelGraph"),
+    (["tune", "empty.py"], "empty.py: not JSON"),
+    (["search", "raises.py"], "raises.py:2: running it raised ZeroDivisionError"),
+]
+
+
+def _bad_files(where: Path) -> None:
+    (where / "broken.py").write_text("import prism\ng = prism.KernelGraph(\n")
+    (where / "empty.py").write_text("x = 1\n")
+    (where / "raises.py").write_text("import prism\nx = 1 / 0\n")
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_invocations_end_with_one_line(capsys, tmp_path, monkeypatch, argv, message):
+    _bad_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors leave through exit(), as they do for a user
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == EXIT_USAGE, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("prism: error: ") and message in lines[0], err
+    assert out == ""
+
+
+@pytest.mark.parametrize("argv, message", [BAD[0], BAD[4]])
+def test_bad_invocations_in_a_subprocess(tmp_path, argv, message):
+    """As a user sees them: exit code 2 and one line on stderr, no traceback, nothing on stdout."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "prism", *argv], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == EXIT_USAGE, p.stderr
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()] and message in p.stderr and "Traceback" not in p.stderr
+    assert p.stdout == ""
