@@ -5,7 +5,7 @@ GPU; refuses in one line without one):
     PYTHONPATH=. python benchmarks/gpu_bench.py [--out gpu_bench.json] [--budget 32] [--workloads rmsnorm,swiglu]
 
 Writes every figure to JSON (after every row) and prints a markdown table. For the same figures in the
-benchmark report, with plots: `python benchmarks/search_tables.py --gpu`.
+benchmark report, with plots: `prism bench --gpu`.
 """
 
 from __future__ import annotations

@@ -375,13 +375,11 @@ def _show(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from prism import bench
 
-    names = args.workloads.split(",") if args.workloads else None
-    quick = args.quick
-    res = bench.run(Path(args.out), workloads=names, mirage=not (quick or args.no_mirage),
-                    mirage_limit=args.mirage_limit, ablation=not (quick or args.no_ablation),
-                    ablation_limit=args.ablation_limit, time_limit=args.time_limit, gpu=args.gpu,
-                    workers=args.workers, command=" ".join(["prism", *args.argv]),
-                    progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    if args.report_only:
+        files = bench.write_report(bench.load_results(Path(args.out) / "results.json"), args.out)
+        res = {"files": files, "records": None}
+    else:
+        res = _bench_run(args, bench)
     report = Path(args.out) / "report.md"
     if report.is_file():
         _say(args, report.read_text())
@@ -389,6 +387,16 @@ def _bench(args: argparse.Namespace) -> int:
     _emit_json(args, {"command": "bench", "out": args.out, "files": [str(p) for p in res["files"]],
                       "records": res["records"]})
     return EXIT_OK
+
+
+def _bench_run(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
+    names = args.workloads.split(",") if args.workloads else None
+    quick = args.quick
+    return bench.run(Path(args.out), workloads=names, mirage=not (quick or args.no_mirage),
+                     mirage_limit=args.mirage_limit, ablation=not (quick or args.no_ablation),
+                     ablation_limit=args.ablation_limit, time_limit=args.time_limit, gpu=args.gpu,
+                     workers=args.workers, command=" ".join(["prism", *args.argv]),
+                     progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
 
 
 # -- the parser --------------------------------------------------------------------------------------
@@ -468,6 +476,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="prism-bench", help="output folder; a rerun resumes (default %(default)s)")
     c.add_argument("--workloads", default="", help="comma-separated names (default: all five)")
     c.add_argument("--quick", action="store_true", help="symbolic search only (minutes, not an hour)")
+    c.add_argument("--report-only", action="store_true", help="rewrite report.md and the plots from OUT/results.json; "
+                   "measure nothing")
     c.add_argument("--no-mirage", action="store_true", help="skip the Mirage-style concrete baseline")
     c.add_argument("--no-ablation", action="store_true", help="skip the imap/fmap/omap ablation")
     c.add_argument("--mirage-limit", type=float, default=300.0, help="seconds per concrete search")

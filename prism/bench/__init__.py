@@ -72,16 +72,14 @@ def run(out_dir: str | os.PathLike[str], *, workloads: Sequence[str] | None = No
 
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The results saved at `path` by run(), or an InputError saying why they cannot be read. A flat
-    {run key: record} file, as benchmarks/search_tables.py --json wrote before this package, is read as
-    the records of the default plan, so those measurements are reused and reported."""
+    """The results saved at `path` by run(), or an InputError saying why they cannot be read."""
     try:
         results = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read benchmark results {str(path)!r}: {e}") from None
-    if not isinstance(results, dict):
-        raise InputError(f"benchmark results {str(path)!r}: not a JSON object")
-    return results if "records" in results else {"records": results}
+    if not isinstance(results, dict) or not isinstance(results.get("records"), dict):
+        raise InputError(f"benchmark results {str(path)!r}: not a results file written by prism.bench.run")
+    return results
 
 
 def _call(out: Path, plan: Plan, gpu: bool, workers: int | None) -> str:

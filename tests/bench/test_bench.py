@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -17,7 +16,7 @@ from prism.bench.search import Plan, Run
 from prism.errors import InputError, PrismError
 
 ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT / "benchmarks" / "search_tables_results.json"
+REAL = ROOT / "benchmarks" / "results" / "results.json"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -46,9 +45,9 @@ def is_png(path: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def real_report(tmp_path_factory):
-    records = json.loads(REAL.read_text())
+    results = json.loads(REAL.read_text())
     out = tmp_path_factory.mktemp("real")
-    return records, out, write_report({"records": records}, out)
+    return results["records"], out, write_report(results, out)
 
 
 def test_report_from_the_real_records(real_report):
@@ -77,20 +76,19 @@ def test_report_from_the_real_records(real_report):
     assert cut, "the real Mirage-style runs hit their limit"
     assert "x" in "".join(c for row in times.values() for c in row[3:])
     assert "*" in "".join(c for row in graphs.values() for c in row[3:])
-    assert "Machine: not recorded" in md and "## GPU" not in md and not (out / "kernel_time.png").exists()
+    assert "Machine: AMD EPYC, 2 cores" in md and "## GPU" not in md and not (out / "kernel_time.png").exists()
 
 
-def test_the_script_rewrites_the_report_from_an_old_records_file(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("search_tables", ROOT / "benchmarks" / "search_tables.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_prism_bench_rewrites_the_report_from_saved_results(tmp_path, capsys):
+    from prism.cli import main
+
     (tmp_path / "out").mkdir()
-    shutil.copy(REAL, tmp_path / "out" / "results.json")  # the flat form the old --json wrote
-    assert script.main(["--out", str(tmp_path / "out"), "--report-only"]) == 0
+    shutil.copy(REAL, tmp_path / "out" / "results.json")
+    assert main(["bench", "--out", str(tmp_path / "out"), "--report-only"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("# Prism benchmark report") and "| RMSNorm-MLP | 3600x | 3600x | 871 |" in printed
     assert (tmp_path / "out" / "search_time.png").exists()
-    assert script.main(["--out", str(tmp_path / "none"), "--report-only"]) == 2
+    assert main(["bench", "--out", str(tmp_path / "none"), "--report-only"]) == 2
     assert "cannot read benchmark results" in capsys.readouterr().err
 
 
