@@ -343,7 +343,7 @@ def _show(args: argparse.Namespace) -> int:
     """Draw a saved search result (one sGraph), a saved kernel graph, or an optimize output folder."""
     from prism.ir import KernelGraph, printer
     from prism.search import SearchResult
-    from prism.viz import draw_kernel_graph, draw_symbolic_graph
+    from prism.viz import draw_kernel_graph, draw_result, draw_symbolic_graph
 
     path = Path(args.path)
     if path.is_dir():
@@ -353,12 +353,17 @@ def _show(args: argparse.Namespace) -> int:
         result = _load_json_file(str(path), SearchResult.load)
         if not len(result):
             raise InputError(f"{path}: the search result holds no graphs")
-        if not 0 <= args.index < len(result):
-            raise InputError(f"--index {args.index}: {path} holds graphs 0..{len(result) - 1}")
-        png = Path(args.out) if args.out else path.with_name(f"{path.stem}-{args.index}.png")
-        text = result.describe(args.index)
-        draw_symbolic_graph(result.graphs[args.index], result.names, png,
-                            title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
+        if args.sheet:
+            png = Path(args.out) if args.out else path.with_name(f"{path.stem}-sheet.png")
+            text = "\n".join(f"#{i}: " + result.describe(i).splitlines()[0] for i in range(len(result)))
+            draw_result(result, png)
+        else:
+            if not 0 <= args.index < len(result):
+                raise InputError(f"--index {args.index}: {path} holds graphs 0..{len(result) - 1}")
+            png = Path(args.out) if args.out else path.with_name(f"{path.stem}-{args.index}.png")
+            text = result.describe(args.index)
+            draw_symbolic_graph(result.graphs[args.index], result.names, png,
+                                title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
     else:
         graph = _load_json_file(str(path), lambda p: KernelGraph.from_json(json.loads(Path(p).read_text())))
         png = Path(args.out) if args.out else path.with_suffix(".png")
@@ -468,6 +473,7 @@ def _parser() -> argparse.ArgumentParser:
                 "sizes symbolic), a kernel graph JSON, or an `optimize` output folder")
     c.add_argument("path", metavar="RESULT", help="search.json, graph.json, or an optimize output folder")
     c.add_argument("--index", type=int, default=0, help="which sGraph of a search result (default 0)")
+    c.add_argument("--sheet", action="store_true", help="a search result's first 12 sGraphs on one sheet")
     c.add_argument("--out", help="PNG path (default: beside RESULT)")
     c.set_defaults(run=_show)
 

@@ -113,6 +113,9 @@ def test_show_draws_a_search_result_and_a_graph(capsys, searched_swiglu, tmp_pat
     code, out, _ = run(capsys, "show", str(searched_swiglu), "--index", "1", "--out", str(png))
     assert code == EXIT_OK and png.read_bytes()[:4] == b"\x89PNG"
     assert "sGraph grid=" in out
+    code, doc = run_json(capsys, "show", str(searched_swiglu), "--sheet")
+    assert code == EXIT_OK and Path(doc["picture"]).name == "swiglu-sheet.png" and Path(doc["picture"]).is_file()
+    assert doc["text"].startswith("#0: sGraph grid=")
     import prism.workloads as wl
 
     graph = tmp_path / "graph.json"
