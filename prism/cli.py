@@ -149,7 +149,9 @@ def _check(args: argparse.Namespace) -> int:
     chosen = [(n, workloads.get(n)) for n in names]  # unknown names fail before any output
     for _, w in chosen:
         _parse_config(w, args.config)
-    rows, docs, failed = [["workload", "config", "kernels", "max |err|", "executor s", "result"]], [], 0
+    row = "{:<14} {:<22} {:>7} {:>10} {:>10}  {}".format
+    _say(args, row("workload", "config", "kernels", "max |err|", "executor s", "result"))
+    docs, failed = [], 0
     for name, w in chosen:
         cfg = w.check_config(_parse_config(w, args.config))
         inputs = w.inputs(cfg, seed=0, dtype=torch.float32)
@@ -164,10 +166,8 @@ def _check(args: argparse.Namespace) -> int:
         kernels = sum(n.op == "custom" for n in fused.nodes)
         docs.append({"workload": name, "config": cfg, "kernels": kernels, "max_error": err, "seconds": seconds,
                      "ok": ok})
-        rows.append([name, ",".join(f"{k}={v}" for k, v in cfg.items()), str(kernels), f"{err:.2e}",
-                     f"{seconds:.2f}", "ok" if ok else "MISMATCH"])
-        if not args.json:
-            print(_table(rows) if len(rows) == 2 else _table(rows).splitlines()[-1], flush=True)
+        _say(args, row(name, ",".join(f"{k}={v}" for k, v in cfg.items()), kernels, f"{err:.2e}", f"{seconds:.2f}",
+                       "ok" if ok else "MISMATCH"))
     _say(args, f"{len(names) - failed} of {len(names)} fused kernels match torch (float32, rtol=atol=1e-4)")
     _emit_json(args, {"command": "check", "results": docs, "ok": not failed})
     return EXIT_FAILED if failed else EXIT_OK
@@ -521,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PrismError as e:
         print(f"prism: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader went away (`prism ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except OSError as e:
         print(f"prism: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
