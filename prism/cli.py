@@ -176,7 +176,7 @@ def _check(args: argparse.Namespace) -> int:
 # -- search --------------------------------------------------------------------------------------
 
 def _search_options(args: argparse.Namespace) -> dict[str, Any]:
-    opts = {"time_limit": args.time_limit, "workers": args.workers}
+    opts = {"time_limit": getattr(args, "time_limit", 3600.0), "workers": args.workers}
     if getattr(args, "max_block_ops", None) is not None:
         opts["max_block_ops"] = args.max_block_ops
     if getattr(args, "modes", None):
@@ -231,18 +231,28 @@ def _search(args: argparse.Namespace) -> int:
 
 # -- optimize and tune ---------------------------------------------------------------------------
 
-def _tune_and_write(args: argparse.Namespace, prog: Program, result: Any, out: Path, bars: Any,
-                    written: dict[str, Path] | None = None) -> int:
-    """superoptimize with a search result, check the chosen kernel numerically, write its files."""
+def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, bars: Any,
+                    result: Any = None) -> int:
+    """superoptimize (with `result`, or searching unless the result cache holds the answer), check the
+    chosen kernel numerically, write its files and the summary."""
     from prism.runtime import superoptimize
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU" is stated in the summary instead
         opt = superoptimize(prog.graph, search_result=result, budget=args.budget, workers=args.workers,
-                            cache=not args.no_cache, progress=bars)
+                            cache=not args.no_cache, search_options=_search_options(args), progress=bars)
     bars.close()
+    files: dict[str, Path] = {}
+    if result is None:  # this command searched (or the cache answered without a search)
+        result = opt.search_result
+        if result is not None:
+            files["search"] = out / "search.json"
+            result.save(files["search"])
+        for line in _search_lines(result) if result is not None else [
+                "search     skipped: the tuned result came from the result cache (--no-cache searches again)"]:
+            _say(args, line)
     check = _numeric_check(prog, opt)
-    files = (written or {}) | _write_outputs(out, prog, opt)
+    files |= _write_outputs(out, prog, opt)
     rep = opt.report
     best, base = rep.best, next((e for e in rep.entries if e.origin == "baseline"), None)
     if not args.json:
@@ -259,10 +269,10 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, result: Any, out: P
         print(f"check      {check['text']}")
         print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))
         print(f"picture    {files['picture']}")
+    searched = {"search": _search_summary(result)} if args.command == "optimize" and result is not None else {}
     _emit_json(args, {"command": args.command, "program": prog.name, "config": prog.config,
-                      "shapes": _shapes(prog.graph),
-                      "report": rep.to_json(), "check": check, "files": {k: str(v) for k, v in files.items()}}
-               | ({"search": _search_summary(result)} if args.command == "optimize" else {}))
+                      "shapes": _shapes(prog.graph), "report": rep.to_json(), "check": check,
+                      "files": {k: str(v) for k, v in files.items()}} | searched)
     return EXIT_OK if check["ok"] else EXIT_FAILED
 
 
@@ -299,20 +309,10 @@ def _write_outputs(out: Path, prog: Program, opt: Any) -> dict[str, Path]:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from prism.search import search
-
     prog = load_program(args.program, args.config)
     out = _out_dir(args, prog.name)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
-    bars = _bars(args)
-    result = search(prog.graph, progress=bars, **_search_options(args))
-    bars.close()
-    result.save(out / "search.json")
-    for line in _search_lines(result):
-        _say(args, line)
-    if not len(result):
-        _say(args, "no verified fused graph: nothing to tune (try a larger --time-limit or --max-block-ops)")
-    return _tune_and_write(args, prog, result, out, bars, {"search": out / "search.json"})
+    return _tune_and_write(args, prog, out, _bars(args))
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -323,7 +323,7 @@ def _tune(args: argparse.Namespace) -> int:
         Path(args.result).stem, result.program)
     out = _out_dir(args, prog.name)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
-    return _tune_and_write(args, prog, result, out, _bars(args))
+    return _tune_and_write(args, prog, out, _bars(args), result)
 
 
 def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:

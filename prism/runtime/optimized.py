@@ -46,10 +46,12 @@ class OptimizedGraph:
     """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`)."""
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", search_result: Any = None) -> None:
         self.program = program
         self.graph = graph
         self.report = report
+        self.search_result = search_result
+        """The SearchResult this was tuned from (None when it came from the result cache)."""
         self.device = torch.device(device)
         self.execution = execution_mode(self.device)
         report.execution = EXECUTION_TEXT[self.execution]

@@ -140,7 +140,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             store.put(key, {"format": PAYLOAD, "graph": tuned.graph.to_json(), "report": report.to_json()}, fields)
         except Exception as e:
             report.notes.append(f"could not write the result cache {store.path} ({type(e).__name__}: {e})")
-    return OptimizedGraph(graph, tuned.graph, report, dev)
+    return OptimizedGraph(graph, tuned.graph, report, dev, result)
 
 
 def _size_free(graph: KernelGraph) -> str:

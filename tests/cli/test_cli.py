@@ -88,9 +88,10 @@ def test_search_a_program_file(capsys, tmp_path):
 
 def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
     out = tmp_path / "opt"
-    code, text, err = run(capsys, "optimize", "rmsnorm", "--config", SMALL, "--workers", "1", "--budget", "2",
-                          "--no-cache", "--out", str(out))
+    argv = ["optimize", "rmsnorm", "--config", SMALL, "--workers", "1", "--budget", "2", "--out", str(out)]
+    code, text, err = run(capsys, *argv)
     assert code == EXIT_OK, err
+    assert "search     " in text and "verified sGraphs" in text
     for name in ("kernel.py", "graph.json", "graph.png", "report.json", "search.json"):
         assert (out / name).is_file(), name
     assert (out / "graph.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -98,6 +99,13 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
     assert "chosen" in text and "check      chosen kernel vs the workload's torch reference" in text
     assert "(ok," in text and "picture    " in text
     assert "search: verify" in err  # a progress bar on stderr
+    (out / "search.json").unlink()
+    code, again, err = run(capsys, *argv)  # the result cache answers: no search, the same choice
+    assert code == EXIT_OK, err
+    assert "search     skipped: the tuned result came from the result cache" in again
+    assert "(from the result cache)" in again and not (out / "search.json").exists()
+    chosen = [line for line in text.splitlines() if line.startswith("chosen")]
+    assert chosen == [line for line in again.splitlines() if line.startswith("chosen")]
 
 
 def test_tune_a_saved_result_at_another_config(capsys, searched_swiglu, tmp_path):
