@@ -72,22 +72,7 @@ class CompiledGraph:
         return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
 
     def _check(self, tensors: Sequence[Any]) -> torch.device:
-        expected = self.graph.inputs
-        if len(tensors) != len(expected):
-            raise InputError(f"the compiled graph takes {len(expected)} tensor(s) "
-                             f"({', '.join(t.name for t in expected)}), got {len(tensors)}")
-        devices = set()
-        for t, want in zip(tensors, expected):
-            if not isinstance(t, torch.Tensor):
-                raise InputError(f"input {want.name} must be a torch.Tensor, got {type(t).__name__}")
-            if tuple(t.shape) != want.shape:
-                raise InputError(f"input {want.name} should have shape {list(want.shape)}, got {list(t.shape)}")
-            if t.dtype != TORCH_DTYPES[want.dtype]:
-                raise InputError(f"input {want.name} should have dtype {want.dtype}, got {t.dtype}")
-            devices.add(t.device)
-        if len(devices) > 1:
-            raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
-        (device,) = devices
+        device = self.graph.check_call(tensors, "the compiled graph")
         if self.interpret and device.type != "cpu":
             raise InputError(f"Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors; "
                              f"inputs are on {device}")

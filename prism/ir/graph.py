@@ -275,6 +275,36 @@ class KernelGraph(GraphBuilder):
         """The block graphs of the custom ops, in order."""
         return [n.attrs["block"] for n in self.nodes if n.op == "custom"]
 
+    def check_call(self, tensors: Sequence[Any], who: str,
+                   device_rule: Callable[[Any], str | None] | None = None) -> Any:
+        """The torch.device of `tensors` if they fit the declared inputs exactly (count, torch.Tensor,
+        shape, dtype, one device), else an InputError naming `who` ("the compiled graph", ...).
+        `device_rule(device)` says why an input's device is wrong (None: it is fine). The reference
+        executor, which accepts wider floats, has its own check."""
+        import torch
+
+        from prism.errors import InputError
+        from prism.ir.ops import TORCH_DTYPES
+
+        expected = self.inputs
+        if len(tensors) != len(expected):
+            names = ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in expected)
+            raise InputError(f"{who} takes {len(expected)} tensor(s) ({names}), got {len(tensors)}")
+        for t, want in zip(tensors, expected):
+            if not isinstance(t, torch.Tensor):
+                raise InputError(f"input {want.name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != want.shape:
+                raise InputError(f"input {want.name} should have shape {list(want.shape)}, got {list(t.shape)}")
+            if t.dtype != TORCH_DTYPES[want.dtype]:
+                raise InputError(f"input {want.name} should have dtype {want.dtype}, got {t.dtype}")
+            why = device_rule(t.device) if device_rule else None
+            if why:
+                raise InputError(f"input {want.name} is on {t.device}; {why}")
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
+        return next(iter(devices)) if devices else None
+
     def check(self) -> KernelGraph:
         """Raise GraphError if the graph cannot be run (no output); return self for chaining."""
         if not self.outputs:

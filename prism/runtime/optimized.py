@@ -80,26 +80,14 @@ class OptimizedGraph:
         return self.compiled(*tensors)
 
     def _check(self, tensors: Sequence[Any]) -> None:
-        expected = self.program.inputs
-        names = ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in expected)
-        if len(tensors) != len(expected):
-            raise InputError(f"this optimized graph takes {len(expected)} tensor(s) ({names}), got {len(tensors)}")
-        for t, want in zip(tensors, expected):
-            if not isinstance(t, torch.Tensor):
-                raise InputError(f"input {want.name} must be a torch.Tensor, got {type(t).__name__}")
-            if tuple(t.shape) != want.shape:
-                raise InputError(f"input {want.name} should have shape {list(want.shape)}, got {list(t.shape)}")
-            if t.dtype != TORCH_DTYPES[want.dtype]:
-                raise InputError(f"input {want.name} should have dtype {want.dtype}, got {t.dtype}")
-            if self.execution == CUDA and t.device.type != "cuda":
-                raise InputError(f"input {want.name} is on {t.device}; this optimized graph runs on CUDA "
-                                 f"tensors ({self.device})")
-            if self.execution != CUDA and t.device.type != "cpu":
-                raise InputError(f"input {want.name} is on {t.device}; without a GPU this optimized graph "
-                                 "runs on CPU tensors")
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
+        self.program.check_call(tensors, "this optimized graph", self._device_rule)
+
+    def _device_rule(self, device: torch.device) -> str | None:
+        if self.execution == CUDA and device.type != "cuda":
+            return f"this optimized graph runs on CUDA tensors ({self.device})"
+        if self.execution != CUDA and device.type != "cpu":
+            return "without a GPU this optimized graph runs on CPU tensors"
+        return None
 
     def __repr__(self) -> str:
         best = self.report.best
