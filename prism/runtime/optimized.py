@@ -16,7 +16,6 @@ from typing import Any, Sequence
 
 import torch
 
-from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 from prism.tune.report import Report
