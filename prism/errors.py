@@ -11,6 +11,7 @@ __all__ = [
     "InputError",
     "SerializationError",
     "VerificationError",
+    "IllFormedTerm",
 ]
 
 
@@ -44,3 +45,8 @@ class SerializationError(PrismError):
 
 class VerificationError(PrismError):
     """The verifier was asked something it cannot answer (as opposed to answering 'not equal')."""
+
+
+class IllFormedTerm(VerificationError):
+    """A verification term means nothing: a dim that is not there, a parallel dim split twice or combined
+    when not live, operands that do not broadcast. Raised when the term is built, before any proof."""

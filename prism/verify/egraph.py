@@ -19,12 +19,12 @@ from egglog import bindings
 
 from prism.errors import VerificationError
 from prism.verify.axioms import Rule, rules
-from prism.verify.expr import OPS, Term, is_ground, pdims_of
+from prism.verify.expr import OPS, Term, pdims_of
 
 __all__ = ["CheckResult", "check", "check_all", "program", "egglog_rules", "RECREATE_EVERY"]
 
 RECREATE_EVERY = 50  # pop leaves residue: a check gets ~0.1 ms slower every 10 checks; a rebuild costs ~12 ms
-_SORTS = {"dim": "i64", "pdim": "String", "const": "f64", "name": "String"}
+_SORTS = {"dim": "i64", "pdim": "String", "const": "f64", "name": "String", "shape": "String"}
 
 
 class CheckResult(NamedTuple):
@@ -137,10 +137,18 @@ def check_all(reference: Term, candidates: Sequence[Term], *, max_iters: int = 4
     The caps are for the whole batch: a candidate that blows up the e-graph stops the others too.
     """
     terms = [reference, *candidates]
-    if not all(isinstance(t, Term) and is_ground(t) for t in terms):
-        raise VerificationError("check takes expr.Term values without pattern variables")
+    for t in terms:
+        if not isinstance(t, Term) or t.type is None:
+            raise VerificationError(f"check takes typed terms (no pattern variables, every input Var with its "
+                                    f"shape), got {t!r}")
     if not candidates:
         return []
+    # a rewrite keeps a term's type, so terms of different types are never equal: no e-graph work for them
+    mistyped = {i: f"not equal: {reference.type} vs {c.type}" for i, c in enumerate(candidates)
+                if c.type != reference.type}
+    if len(mistyped) == len(candidates):
+        return [CheckResult(False, mistyped[i], {"iterations": 0, "nodes": 0, "ms": 0.0, "rules": 0,
+                                                 "batch": len(candidates)}) for i in range(len(candidates))]
     if max_pdims is None:
         max_pdims = len(set().union(*(pdims_of(t) for t in terms)))
     start = time.perf_counter()
@@ -148,7 +156,7 @@ def check_all(reference: Term, candidates: Sequence[Term], *, max_iters: int = 4
     eg.checks += 1
     eg.eg.run_program(*eg.push)
     names = ["$l"] + (["$r"] if len(candidates) == 1 else [f"$c{i}" for i in range(len(candidates))])
-    open_ = list(range(len(candidates)))
+    open_ = [i for i in range(len(candidates)) if i not in mistyped]
     done: dict[int, int] = {}  # candidate -> iterations it took
     iters, nodes, reason = 0, 0, ""
     try:
@@ -181,7 +189,7 @@ def check_all(reference: Term, candidates: Sequence[Term], *, max_iters: int = 4
     finally:
         eg.eg.run_program(*eg.pop)
     ms = (time.perf_counter() - start) * 1e3
-    return [CheckResult(i in done, "equal" if i in done else reason,
+    return [CheckResult(i in done, "equal" if i in done else mistyped.get(i, reason),
                         {"iterations": done.get(i, iters), "nodes": nodes, "ms": ms, "rules": eg.n_rules,
                          "batch": len(candidates)})
             for i in range(len(candidates))]

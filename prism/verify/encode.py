@@ -3,33 +3,23 @@
 A loader becomes `part`/`repl` per grid dim and the loop, an accumulator `red` over the loop, a saver
 `comb`/`red` per grid dim (paper §4). Sizes never enter a term, so a proof holds for all parallel
 sizes (paper Definition 1). What the terms cannot express, that a tile shape agrees with another only
-for some sizes, is checked here on symbolic tile dims: each tile dim is its full extent D together with
-the parallel dims that split it, or a structural unit (extent 1 for every size, as a `sum` leaves).
-Broadcasting is made explicit with `bcast`, and only against structural units.
+for some sizes, shows in the terms' types (prism.verify.types): each extent is the full extent over the
+sizes of the parallel dims that split it, and a term whose extents agree only for some sizes is ill
+formed (NotEncodable here). Broadcasting is made explicit with `bcast`, against extents of 1 only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
+from prism.errors import IllFormedTerm
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph, Node, Ref
 from prism.ir.ops import OPS
 from prism.verify import expr as E
+from prism.verify.types import ONE
 
 __all__ = ["Encoding", "NotEncodable", "encode", "loop_dim", "grid_pdim"]
-
-UNIT = None
-"""A structural unit dim: extent 1 whatever the parallel sizes."""
-
-
-@dataclass(frozen=True)
-class SDim:
-    """A tile dim of full extent `extent`, split by the parallel dims in `split` (in split order)."""
-
-    extent: int
-    split: tuple[str, ...] = ()
 
 
 class NotEncodable(Exception):
@@ -55,24 +45,23 @@ def loop_dim(kernel: int) -> str:
 def encode(graph: KernelGraph) -> Encoding:
     """Encode every output of `graph`; raises NotEncodable on a size-dependent shape match."""
     graph.check()
-    values: dict[Ref, tuple[E.Term, tuple[SDim | None, ...]]] = {}
+    values: dict[Ref, E.Term] = {}
     for k, ref in enumerate(graph.input_refs):
-        values[ref] = (E.Var(f"in{k}"), tuple(_full(graph.type_of(ref).shape)))
+        values[ref] = E.Var(f"in{k}", graph.type_of(ref).shape)
     kernels = 0
-    for i, node in graph.topo():
-        args = [values[r] for r in node.inputs]
-        if node.op == "custom":
-            outs = _encode_block(node.attrs["block"], args, kernels)
-            kernels += 1
-            values.update(((i, j), o) for j, o in enumerate(outs))
-        elif node.op != "input":
-            values[(i, 0)] = _apply(node, args)
-    outputs = tuple(values[r][0] for r in graph.outputs)
+    try:
+        for i, node in graph.topo():
+            args = [values[r] for r in node.inputs]
+            if node.op == "custom":
+                outs = _encode_block(node.attrs["block"], args, kernels)
+                kernels += 1
+                values.update(((i, j), o) for j, o in enumerate(outs))
+            elif node.op != "input":
+                values[(i, 0)] = _apply(node, args)
+    except IllFormedTerm as e:
+        raise NotEncodable(str(e)) from None
+    outputs = tuple(values[r] for r in graph.outputs)
     return Encoding(outputs, frozenset().union(*(E.pdims_of(t) for t in outputs)))
-
-
-def _full(shape: Sequence[int]) -> list[SDim | None]:
-    return [UNIT if n == 1 else SDim(n) for n in shape]
 
 
 def _axis(rank: int, d: int) -> int:
@@ -80,18 +69,18 @@ def _axis(rank: int, d: int) -> int:
     return rank - 1 - d
 
 
-def _encode_block(block: BlockGraph, args: list, kernel: int) -> list:
+def _encode_block(block: BlockGraph, args: list[E.Term], kernel: int) -> list[E.Term]:
     pdims = {g: grid_pdim(g, kernel) for g in block.grid_dims}
     has_loop = any(block.nodes[i].attrs["fmap"] is not None for i in block.loaders) or block.loop > 1
     loop = loop_dim(kernel)
-    env: dict[Ref, tuple[E.Term, tuple]] = {}
+    env: dict[Ref, E.Term] = {}
     outs = []
     for i, node in block.topo():
         if node.op == "loader":
             env[(i, 0)] = _load(node, args[node.attrs["index"]], pdims, loop if has_loop else None)
         elif node.op == "accum":
-            term, dims = env[node.inputs[0]]
-            env[(i, 0)] = (E.red(term, loop) if has_loop else term, dims)
+            term = env[node.inputs[0]]
+            env[(i, 0)] = E.red(term, loop) if has_loop else term
         elif node.op == "saver":
             outs.append(_save(node, env[node.inputs[0]], pdims))
         else:
@@ -99,99 +88,58 @@ def _encode_block(block: BlockGraph, args: list, kernel: int) -> list:
     return outs
 
 
-def _load(node: Node, arg: tuple, pdims: dict[str, str], loop: str | None) -> tuple:
-    term, dims = arg
-    dims = list(dims)
-    rank = len(dims)
-    splits = [(g, node.attrs["imap"].get(g)) for g in pdims]
+def _load(node: Node, term: E.Term, pdims: dict[str, str], loop: str | None) -> E.Term:
+    rank = term.type.rank
+    splits = [(pdims[g], node.attrs["imap"].get(g)) for g in pdims]
     if loop is not None:
-        splits.append((None, node.attrs["fmap"]))
-    for g, d in splits:
-        p = pdims[g] if g is not None else loop
-        if d is None:
-            term = E.repl(term, p)
-            continue
-        if dims[d] is UNIT:
-            raise NotEncodable(f"loader {node.attrs['index']}: splits dim {d} of extent 1")
-        term = E.part(term, _axis(rank, d), p)
-        dims[d] = SDim(dims[d].extent, dims[d].split + (p,))
-    return term, tuple(dims)
+        splits.append((loop, node.attrs["fmap"]))
+    for p, d in splits:
+        term = E.repl(term, p) if d is None else E.part(term, _axis(rank, d), p)
+    return term
 
 
-def _save(node: Node, arg: tuple, pdims: dict[str, str]) -> tuple:
-    term, dims = arg
-    dims = list(dims)
-    rank = len(dims)
+def _save(node: Node, term: E.Term, pdims: dict[str, str]) -> E.Term:
+    rank = term.type.rank
     for g, p in pdims.items():
         d = node.attrs["omap"].get(g)
-        if d is None:
-            term = E.red(term, p)
-            continue
-        if dims[d] is UNIT or p not in dims[d].split:
-            raise NotEncodable(f"output {node.attrs['index']}: grid dim {g} concatenates along dim {d}, "
-                               "which it does not split, so the output extent depends on the grid size")
-        term = E.comb(term, _axis(rank, d), p)
-        dims[d] = SDim(dims[d].extent, tuple(q for q in dims[d].split if q != p))
-    for d, sd in enumerate(dims):
-        if sd is not UNIT and sd.split:
-            raise NotEncodable(f"output {node.attrs['index']}: dim {d} stays split by {', '.join(sd.split)}, "
-                               "so its extent depends on parallel sizes")
-    return term, tuple(dims)
+        term = E.red(term, p) if d is None else E.comb(term, _axis(rank, d), p)
+    if term.type.live or any(e.mono for e in term.type.extents):
+        raise NotEncodable(f"output {node.attrs['index']} has type {term.type}: its extents depend on parallel "
+                           "sizes (a grid dim concatenates along a dim it does not split, or a split dim is "
+                           "never combined)")
+    return term
 
 
-def _apply(node: Node, args: list) -> tuple:
-    """A registry op on (term, symbolic dims) operands, dispatched on the op's kind."""
+def _apply(node: Node, args: list[E.Term]) -> E.Term:
+    """A registry op on term operands, dispatched on the op's kind."""
     opdef = OPS[node.op]
-    terms, dims = [a[0] for a in args], [a[1] for a in args]
-    rank = len(dims[0])
     if opdef.kind == "matmul":
-        (a, b) = dims
-        _match(node.op, a[:-2] + a[-1:], b[:-2] + b[-2:-1])
-        return E.make(opdef.term, *terms), a[:-1] + b[-1:]
+        return E.make(opdef.term, *args)
     if opdef.kind == "binary":
-        return _broadcast(node.op, opdef.term, terms, dims)
-    (t,), (a,) = terms, dims
+        return _broadcast(opdef.term, *args)
+    (t,) = args
     if opdef.kind == "unary":
-        return E.make(opdef.term, t), a
+        return E.make(opdef.term, t)
     if opdef.kind == "scalar":
-        return E.make(opdef.term, t, attrs=(node.attrs["value"],)), a
+        return E.make(opdef.term, t, attrs=(node.attrs["value"],))
     if opdef.kind == "reduce":
-        d = node.attrs["dim"]
-        return E.make(opdef.term, t, attrs=(_axis(rank, d),)), a[:d] + (UNIT,) + a[d + 1:]
+        return E.make(opdef.term, t, attrs=(_axis(t.type.rank, node.attrs["dim"]),))
     if opdef.kind == "norm":  # rms_norm(x) = x / bcast(sqrt(sum(x*x over the last dim) / N + eps))
-        last = a[-1]
-        if last is UNIT or last.split:
-            raise NotEncodable("rms_norm over a split or unit last dim depends on parallel sizes")
-        ms = E.scale(E.sum_(E.square(t), 0), 1.0 / last.extent)
+        last = t.type.extents[0]
+        if last.mono or last == ONE:
+            raise NotEncodable(f"rms_norm over a last dim of extent {last} depends on parallel sizes")
+        ms = E.scale(E.sum_(E.square(t), 0), 1.0 / last.coef)
         if node.attrs["eps"]:
             ms = E.shift(ms, node.attrs["eps"])
-        return E.make(opdef.term, t, E.bcast(E.sqrt(ms), 0)), a
+        return E.make(opdef.term, t, E.bcast(E.sqrt(ms), 0))
     raise NotEncodable(f"op {node.op} of kind {opdef.kind} has no verification term")
 
 
-def _broadcast(name: str, term: str, terms: list, dims: list) -> tuple:
-    """Binary op: equal dims pass, a structural unit against a dim is an explicit bcast."""
-    (ta, tb), (a, b) = terms, dims
-    rank, out = len(a), []
-    for d, (x, y) in enumerate(zip(a, b)):
-        if x == y:
-            out.append(x)
-        elif x is UNIT:
-            ta = E.bcast(ta, _axis(rank, d))
-            out.append(y)
-        elif y is UNIT:
-            tb = E.bcast(tb, _axis(rank, d))
-            out.append(x)
-        else:
-            raise NotEncodable(f"{name}: dim {d} is {_show(x)} vs {_show(y)}; they agree only for some sizes")
-    return E.make(term, ta, tb), tuple(out)
-
-
-def _match(op: str, a: tuple, b: tuple) -> None:
-    for x, y in zip(a, b):
-        if x != y:
-            raise NotEncodable(f"{op}: dims {_show(x)} and {_show(y)} agree only for some parallel sizes")
-
-
-def _show(d: SDim | None) -> str:
-    return "1" if d is UNIT else f"{d.extent}/{'*'.join(d.split) or '1'}"
+def _broadcast(op: str, a: E.Term, b: E.Term) -> E.Term:
+    """Binary op: where one operand has extent 1 and the other not, the first is an explicit bcast."""
+    for d, (x, y) in enumerate(zip(a.type.extents, b.type.extents)):
+        if x == ONE and y != ONE:
+            a = E.bcast(a, d)
+        elif y == ONE and x != ONE:
+            b = E.bcast(b, d)
+    return E.make(op, a, b)

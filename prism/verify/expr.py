@@ -5,16 +5,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Iterator, Sequence, Union
 
-from prism.errors import VerificationError
+from prism.errors import IllFormedTerm, VerificationError
+from prism.verify.types import TermType, input_type, step
 
 __all__ = [
     "Term", "Sym", "OpInfo", "OPS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "CONST_UNARY",
     "PARALLEL",
     "Var", "matmul", "exp", "silu", "gelu", "relu", "sqrt", "square", "neg", "add", "sub", "mul", "div",
     "sum_", "scale", "shift", "bcast", "part", "comb", "red", "repl",
-    "Attr", "make", "parse", "pdims_of", "subterms", "is_ground",
+    "Attr", "TermType", "make", "parse", "pdims_of", "subterms", "is_ground",
 ]
 
 
@@ -29,7 +30,7 @@ class Sym:
         return self.name
 
 
-Attr = Union[int, str, float, Sym]
+Attr = Union[int, str, float, Sym, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class OpInfo:
 
     name: str
     arity: int
-    attrs: tuple[str, ...]  # kinds of the attributes after the tensor operands: "dim", "pdim", "const", "name"
+    attrs: tuple[str, ...]  # kinds of the attributes after the operands: "dim", "pdim", "const", "name", "shape"
     egg: str  # egglog constructor name
     family: bool = False  # egglog constructor shared by a family, the op name its first argument
 
@@ -54,7 +55,7 @@ PARALLEL = ("part", "comb", "red", "repl")
 # Element-wise families share one egglog constructor (`(Unary "exp" t)`), so that a rule about the whole
 # family is one egglog rule instead of one per op: egglog's cost per iteration grows with the rule count.
 OPS: dict[str, OpInfo] = {o.name: o for o in [
-    OpInfo("var", 0, ("name",), "Var"),
+    OpInfo("var", 0, ("name", "shape"), "Var"),
     OpInfo("matmul", 2, (), "MatMul"),
     *(OpInfo(n, 1, (), "Unary", True) for n in UNARY),
     *(OpInfo(n, 2, (), "Binary", True) for n in BINARY),
@@ -71,10 +72,11 @@ _BY_EGG = {(o.egg, o.name if o.family else None): o for o in OPS.values()}
 
 @dataclass(frozen=True, eq=False)
 class Term:
-    """One node: op name, tensor operands, attributes (dims, parallel dims, constants, input name).
+    """One node: op name, tensor operands, attributes (dims, parallel dims, constants, input name and shape).
 
     Equality and hash are structural; the hash and the egglog text are computed once, since terms are
-    shared DAGs that the checker hashes and prints many times.
+    shared DAGs that the checker hashes and prints many times. A ground term over inputs of known shape
+    is typed when it is built (`type`, prism.verify.types): an ill-formed one raises IllFormedTerm there.
     """
 
     op: str
@@ -82,6 +84,7 @@ class Term:
     attrs: tuple[Attr, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False)
     _text: str = field(init=False, repr=False, compare=False)
+    _type: TermType | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         info = OPS.get(self.op)
@@ -96,6 +99,26 @@ class Term:
             _check_attr(self.op, kind, a)
         object.__setattr__(self, "_text", _egg_text(self))
         object.__setattr__(self, "_hash", hash(self._text))
+        object.__setattr__(self, "_type", self._infer())
+
+    def _infer(self) -> TermType | None:
+        """The type, or None for a pattern or a term over an input of unknown shape."""
+        if self.op == "var":
+            name, shape = self.attrs
+            return input_type(shape) if shape and not name.startswith("?") else None
+        if any(a._type is None for a in self.args) or any(isinstance(a, Sym) for a in self.attrs):
+            return None
+        try:
+            return step(self.op, self.attrs, [a._type for a in self.args])
+        except IllFormedTerm as e:
+            text = str(self)
+            raise IllFormedTerm(f"ill-formed term {text if len(text) < 200 else text[:197] + '...'}: {e}") from None
+
+    @property
+    def type(self) -> TermType | None:
+        """What the term is over (prism.verify.types.TermType); None if it has pattern variables or an
+        input of unknown shape."""
+        return self._type
 
     def __hash__(self) -> int:
         return self._hash
@@ -131,6 +154,7 @@ def _check_attr(op: str, kind: str, a: Attr) -> None:
         "pdim": isinstance(a, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a) is not None,
         "const": isinstance(a, float) and math.isfinite(a),
         "name": isinstance(a, str) and re.fullmatch(r"\??[A-Za-z_][A-Za-z0-9_]*", a) is not None,
+        "shape": isinstance(a, tuple) and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in a),
     }[kind]
     if not ok:
         raise VerificationError(f"{op}: bad {kind} attribute {a!r}")
@@ -145,6 +169,8 @@ def _attr_egg(kind: str, a: Attr) -> str:
         return a.name
     if kind in ("pdim", "name"):
         return f'"{a}"'
+    if kind == "shape":
+        return '"' + "x".join(map(str, a)) + '"'
     return repr(a)  # ints; floats print with '.' or 'e', which egglog reads as f64
 
 
@@ -169,9 +195,10 @@ def make(op: str, *args: Term, attrs: tuple[Attr, ...] = ()) -> Term:
     return Term(op, tuple(args), attrs)
 
 
-def Var(name: str) -> Term:  # noqa: N802 - reads as the math
-    """An input tensor. In a rule pattern, Var("?t") is the pattern variable t."""
-    return Term("var", (), (name,))
+def Var(name: str, shape: Sequence[int] = ()) -> Term:  # noqa: N802 - reads as the math
+    """An input tensor of `shape` (first axis first). In a rule pattern, Var("?t") is the pattern
+    variable t; without a shape the input's type, and so every type above it, is unknown."""
+    return Term("var", (), (name, tuple(shape)))
 
 
 def matmul(a: Term, b: Term) -> Term:
@@ -320,7 +347,8 @@ def parse(text: str) -> Term:
         for kind in info.attrs:
             tok = tokens[i]
             i += 1
-            attrs.append(tok[1:-1] if kind in ("pdim", "name") else int(tok) if kind == "dim" else float(tok))
+            attrs.append(tok[1:-1] if kind in ("pdim", "name") else int(tok) if kind == "dim"
+                         else tuple(int(n) for n in tok[1:-1].split("x") if n) if kind == "shape" else float(tok))
         if tokens[i] != ")":
             raise VerificationError(f"expected ')' at token {i}: {tokens[i]!r}")
         return make(info.name, *args, attrs=tuple(attrs)), i + 1

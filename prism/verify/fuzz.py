@@ -1,9 +1,13 @@
-"""Mutants and random maps of a µGraph: the adversarial inputs that keep the verifier honest.
+"""Mutants and random maps of a µGraph, and mutants of terms: the adversarial inputs that keep the
+verifier honest.
 
 `mutants(graph)` yields small, named edits of a correct fused graph (a wrong imap, fmap or omap,
 swapped operands, another unary op, a changed constant or sum dim); `random_maps(graph, rng)` keeps a
 graph's structure and draws fresh imaps/fmaps/omaps. Both rebuild through the IR builders, so every
 graph they yield is well-formed; whether it is *correct* is what the checker and the numeric test decide.
+`mutate(term, rng)` edits a verification term directly (a dim, a parallel dim, an op of the same family,
+operand order, a dropped parallel op, a constant), which reaches terms no graph edit does; it returns
+only well-formed terms, since an ill-formed one is refused before any proof.
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ from __future__ import annotations
 import random
 from typing import Callable, Iterator
 
-from prism.errors import GraphError
+from prism.errors import GraphError, IllFormedTerm
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph, Node
 from prism.ir.ops import OPS, UNARY
+from prism.verify import expr as E
 
-__all__ = ["Edit", "rebuild", "mutants", "random_maps"]
+__all__ = ["Edit", "rebuild", "mutants", "random_maps", "mutate"]
 
 Edit = Callable[[int, int, Node], Node]
 """(kernel index, node index, node) -> the node to build instead (return it unchanged to keep it)."""
@@ -102,3 +107,52 @@ def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0) -> Ke
 
     blocks = graph.blocks
     return rebuild(graph, draw, grid_loop=lambda k, b: ((1,) * len(b.grid), 1))
+
+
+_FAMILIES = (E.UNARY, E.BINARY)
+_CONSTS = (0.5, 2.0, 1 / 64)
+
+
+def mutate(term: E.Term, rng: random.Random, tries: int = 50) -> E.Term | None:
+    """One random local edit of a typed `term` that is still well formed, or None if `tries` draws
+    all made ill-formed terms. Deterministic for a given `rng` state."""
+    pdims = sorted(E.pdims_of(term))
+    nodes = [n for n in E.subterms(term) if n.op != "var"]
+    for _ in range(tries):
+        n = rng.choice(nodes)
+        try:
+            new = _edit(n, rng, pdims)
+            if new != n:  # an edit that changes nothing (the same dim drawn again) is no mutant
+                return _replace(term, n, new)
+        except IllFormedTerm:
+            continue
+    return None
+
+
+def _edit(n: E.Term, rng: random.Random, pdims: list[str]) -> E.Term:
+    kinds = E.OPS[n.op].attrs
+    choices = ["swap"] if len(n.args) == 2 else []
+    choices += [k for k in ("dim", "pdim", "const") if k in kinds and (k != "pdim" or pdims)]
+    choices += ["family"] * any(n.op in f for f in _FAMILIES) + ["drop"] * (n.op in E.PARALLEL)
+    if not choices:
+        raise IllFormedTerm(f"no edit of {n.op}")
+    how = rng.choice(choices)
+    if how == "swap":
+        return E.Term(n.op, n.args[::-1], n.attrs)
+    if how == "family":
+        return E.Term(rng.choice(next(f for f in _FAMILIES if n.op in f)), n.args, n.attrs)
+    if how == "drop":
+        return n.args[0]
+    i = kinds.index(how)
+    value = {"dim": lambda: rng.randrange(3), "pdim": lambda: rng.choice(pdims),
+             "const": lambda: rng.choice(_CONSTS)}[how]()
+    return E.Term(n.op, n.args, n.attrs[:i] + (value,) + n.attrs[i + 1:])
+
+
+def _replace(t: E.Term, old: E.Term, new: E.Term) -> E.Term:
+    """t with every occurrence of `old` replaced by `new` (rebuilt, so re-typed)."""
+    if t == old:
+        return new
+    if not t.args:
+        return t
+    return E.Term(t.op, tuple(_replace(a, old, new) for a in t.args), t.attrs)

@@ -4,44 +4,28 @@ A rule must hold for every value of its pattern variables that its side conditio
 ones its author did not think of (two unconstrained parallel dims that are equal, a data dim that makes
 a matmul contract the wrong axis). So instances are enumerated, not hand-picked: every data-dim
 assignment, every way of making unconstrained parallel dims equal, inputs that are themselves families
-or broadcast. Shapes are inferred, with extents as unknown base extents times powers of the parallel
-sizes, so that a side which is well formed only when some size is 1 is not mistaken for a generic one.
+or broadcast. Shapes are inferred by the typing rules (prism.verify.types), with extents as unknown base extents
+times powers of the parallel sizes, so that a side which is well formed only when some size is 1 is
+not mistaken for a generic one.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 import torch
 
+from prism.errors import IllFormedTerm
 from prism.verify.axioms import Rule
 from prism.verify.expr import OPS, Sym, Term, Var, bcast, part, repl, subterms
+from prism.verify.types import Extent, Extents, TermType, input_type, step
 
-__all__ = [
-    "Binding", "NotGeneric", "Shapes", "bindings", "families", "ground", "infer_shapes", "wrappers", "random_env",
-]
+__all__ = ["Binding", "Shapes", "bindings", "families", "ground", "infer_shapes", "wrappers", "random_env",
+           "with_shapes"]
 
 Binding = dict[str, object]  # pattern-variable name -> data dim, parallel dim name or constant
-Mono = tuple[tuple[str, int], ...]  # product of parallel sizes with integer exponents, sorted
-Ext = tuple[int, Mono]  # an extent: unknown base number `sym` times a monomial
-
-
-class NotGeneric(Exception):
-    """The term is well formed only for special sizes (some parallel size 1), or not at all."""
-
-
-def _mono(m: Mapping[str, int]) -> Mono:
-    return tuple(sorted((k, v) for k, v in m.items() if v))
-
-
-def _times(x: Mono, y: Mono, sign: int = 1) -> Mono:
-    out = Counter(dict(x))
-    for kk, vv in y:
-        out[kk] += sign * vv
-    return _mono(out)
 
 
 def bindings(rule: Rule, rank: int = 3, consts: tuple[float, ...] = (0.75, -1.5)) -> Iterator[Binding]:
@@ -176,52 +160,61 @@ def wrappers(term: Term, rank: int = 3) -> Iterator[tuple[str, Callable[[str], T
             yield f"bcast-{name}-{dd}", (lambda n, name=name, dd=dd: bcast(leaf(n), dd) if n == name else leaf(n))
 
 
-@dataclass
-class _SV:
-    pdims: frozenset[str]
-    exts: tuple[Ext, ...]  # data dims from the last axis: exts[0] is the last axis
-    flags: frozenset[int]
+class Shapes(Extents):
+    """Input shapes that make a term well formed for all parallel sizes, as functions of the sizes.
 
-
-class Shapes:
-    """Input shapes that make a term well formed for all parallel sizes, as functions of the sizes."""
-
-    ONE = 0
+    Each dim of an input of unknown shape is an unknown extent; the typing rules (prism.verify.types)
+    unify unknowns where they call for equal extents, as union-find with monomial weights.
+    """
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
-        self.parent: dict[int, tuple[int, Mono]] = {self.ONE: (self.ONE, ())}
-        self.inputs: dict[str, tuple[Ext, ...]] = {}
-        self.used: list[Ext] = []
+        self.parent: dict[str, Extent] = {}  # unknown -> what it equals (another unknown, or 1, times sizes)
+        self.inputs: dict[str, tuple[Extent, ...]] = {}
+        self.used: list[Extent] = []
+        self.frozen = False  # True: every equality must already hold (typing a rewrite's other side)
 
-    def fresh(self) -> Ext:
-        s = len(self.parent)
-        self.parent[s] = (s, ())
-        return (s, ())
+    def type_of(self, term: Term) -> TermType:
+        """Type `term`, giving inputs of unknown shape `rank` unknown dims (IllFormedTerm if impossible)."""
+        memo: dict[Term, TermType] = {}
+        for n in subterms(term):
+            if n.op == "var":
+                name, shape = n.attrs
+                if name not in self.inputs:
+                    self.inputs[name] = input_type(shape).extents if shape else tuple(
+                        self.fresh() for _ in range(self.rank))
+                memo[n] = TermType(self.inputs[name])
+            else:
+                memo[n] = step(n.op, n.attrs, [memo[x] for x in n.args], self, what=n.op)
+            self.used.extend(memo[n].extents)
+        t = memo[term]
+        return TermType(tuple(map(self.resolve, t.extents)), t.bcast, t.live)
 
-    def find(self, s: int) -> tuple[int, Mono]:
-        """(root, w) with s = root * w."""
-        r, w = self.parent[s]
-        if r == s:
-            return s, w
-        root, w2 = self.find(r)
-        self.parent[s] = (root, _times(w, w2))
-        return self.parent[s]
+    def fresh(self) -> Extent:
+        u = f"u{len(self.parent)}"
+        self.parent[u] = Extent(u)
+        return Extent(u)
 
-    def resolve(self, x: Ext) -> Ext:
-        root, w = self.find(x[0])
-        return root, _times(w, x[1])
+    def resolve(self, e: Extent) -> Extent:
+        if isinstance(e.coef, int) or self.parent[e.coef].coef == e.coef:
+            return e
+        root = self.resolve(self.parent[e.coef])
+        self.parent[e.coef] = root
+        return root.times(e.mono)
 
-    def unify(self, x: Ext, y: Ext) -> None:
-        (rx, mx), (ry, my) = self.resolve(x), self.resolve(y)
-        if rx == ry:
-            if mx != my:
-                raise NotGeneric("extents equal only when some parallel size is 1")
-            return
-        if rx == self.ONE:  # keep ONE a root: ry = ONE * mx / my
-            self.parent[ry] = (rx, _times(mx, my, -1))
-        else:  # rx = ry * my / mx
-            self.parent[rx] = (ry, _times(my, mx, -1))
+    def unify(self, x: Extent, y: Extent, why: str) -> None:
+        rx, ry = self.resolve(x), self.resolve(y)
+        if rx.coef == ry.coef:
+            if rx.mono != ry.mono:
+                raise IllFormedTerm(f"{why}: extents {rx} and {ry} are equal only when some parallel size is 1")
+        elif self.frozen:
+            raise IllFormedTerm(f"{why}: {rx} vs {ry} are equal only for some input shapes")
+        elif isinstance(rx.coef, str):  # u * mx = ry, so u = ry / mx
+            self.parent[rx.coef] = ry.times(rx.mono, -1)
+        elif isinstance(ry.coef, str):
+            self.parent[ry.coef] = rx.times(ry.mono, -1)
+        else:
+            raise IllFormedTerm(f"{why}: {rx} vs {ry}")
 
     def extents(self, sizes: Mapping[str, int], salt: int = 0) -> dict[str, tuple[int, ...]]:
         """Concrete input shapes (first axis first) for these parallel sizes.
@@ -229,27 +222,27 @@ class Shapes:
         Unrelated extents get different base numbers (rotated by `salt`, so that a coincidence at one
         call is not repeated at the next), lest two extents agree by accident and hide a bad rule.
         """
-        need: dict[int, Counter] = {}
+        need: dict[int | str, Counter] = {}
         for x in self.used:
-            r, m = self.resolve(x)
-            for pd, ex in m:
+            r = self.resolve(x)
+            for pd, ex in r.mono:
                 if ex < 0:
-                    need.setdefault(r, Counter())[pd] = max(need.get(r, Counter())[pd], -ex)
-        if need.get(self.ONE):
-            raise NotGeneric("an extent of 1 would be split")
-        base: dict[int, int] = {}
-        for s in sorted(self.parent):
-            r, _ = self.find(s)
+                    need.setdefault(r.coef, Counter())[pd] = max(need.get(r.coef, Counter())[pd], -ex)
+        if need.get(1):
+            raise IllFormedTerm("an extent of 1 would be split")
+        base: dict[int | str, int] = {}
+        for u in self.parent:
+            r = self.resolve(Extent(u)).coef
             if r not in base:
-                value = 1 if r == self.ONE else 2 + (len(base) + salt) % 9
+                value = r if isinstance(r, int) else 2 + (len(base) + salt) % 9
                 for pd, ex in need.get(r, {}).items():
                     value *= sizes[pd] ** ex
                 base[r] = value
 
-        def val(x: Ext) -> int:
-            r, m = self.resolve(x)
-            out = float(base[r])
-            for pd, ex in m:
+        def val(x: Extent) -> int:
+            r = self.resolve(x)
+            out = float(base.get(r.coef, r.coef))
+            for pd, ex in r.mono:
                 out *= sizes[pd] ** ex
             assert out == int(out)
             return int(out)
@@ -257,80 +250,11 @@ class Shapes:
 
 
 def infer_shapes(term: Term, rank: int = 3) -> Shapes:
-    """Shapes of the inputs of a ground term that make it well formed for all sizes; NotGeneric if none."""
+    """Shapes of the inputs of a ground term that make it well formed for all sizes (inputs of unknown
+    shape get `rank` dims); IllFormedTerm if there are none."""
     sh = Shapes(rank)
-    memo: dict[Term, _SV] = {}
-    for n in subterms(term):
-        memo[n] = _infer(n, [memo[x] for x in n.args], sh)
-        sh.used.extend(memo[n].exts)
+    sh.type_of(term)
     return sh
-
-
-def _infer(t: Term, args: list[_SV], sh: Shapes) -> _SV:  # noqa: C901 - one case per op
-    op = t.op
-    if op == "var":
-        name = t.attrs[0]
-        if name not in sh.inputs:
-            sh.inputs[name] = tuple(sh.fresh() for _ in range(sh.rank))
-        return _SV(frozenset(), sh.inputs[name], frozenset())
-    x = args[0] if args else None
-    one: Ext = (Shapes.ONE, ())
-    if op in ("part", "comb", "red", "repl"):
-        pd = t.attrs[-1]
-        has = pd in x.pdims
-        if has != (op in ("comb", "red")):
-            raise NotGeneric(f"{op} over {pd} with family {sorted(x.pdims)}")
-        pdims = x.pdims - {pd} if has else x.pdims | {pd}
-        exts = list(x.exts)
-        if op in ("part", "comb") and t.attrs[0] not in x.flags:
-            dd = _dim(t.attrs[0], exts)
-            exts[dd] = (exts[dd][0], _times(exts[dd][1], ((pd, -1 if op == "part" else 1),)))
-        return _SV(pdims, tuple(exts), x.flags)
-    if op in ("sum", "bcast"):
-        dd = _dim(t.attrs[0], x.exts)
-        if dd in x.flags:
-            raise NotGeneric(f"{op} over broadcast dim {dd}")
-        exts = list(x.exts)
-        if op == "sum":
-            exts[dd] = one
-            return _SV(x.pdims, tuple(exts), x.flags)
-        sh.unify(exts[dd], one)
-        return _SV(x.pdims, x.exts, x.flags | {dd})
-    if OPS[op].arity == 1:  # element-wise
-        return x
-    y = args[1]
-    if x.pdims != y.pdims or len(x.exts) != len(y.exts):
-        raise NotGeneric("operands differ in family or rank")
-    if op == "matmul":
-        if len(x.exts) < 2:
-            raise NotGeneric("matmul of rank < 2")
-        if 0 in x.flags and 1 in y.flags:
-            raise NotGeneric("matmul contracting two broadcast dims")
-        if 0 not in x.flags and 1 not in y.flags:
-            sh.unify(x.exts[0], y.exts[1])
-        batch, bflags = _pointwise(sh, x.exts[2:], y.exts[2:], {f - 2 for f in x.flags if f >= 2},
-                                   {f - 2 for f in y.flags if f >= 2})
-        flags = {1} & x.flags | {0} & y.flags | {f + 2 for f in bflags}
-        return _SV(x.pdims, (y.exts[0], x.exts[1]) + batch, frozenset(flags))
-    exts, flags = _pointwise(sh, x.exts, y.exts, x.flags, y.flags)
-    return _SV(x.pdims, exts, flags)
-
-
-def _pointwise(sh: Shapes, xs: tuple[Ext, ...], ys: tuple[Ext, ...], fx: set | frozenset,
-               fy: set | frozenset) -> tuple[tuple[Ext, ...], frozenset[int]]:
-    """Element-wise extents: equal, or one side broadcast along the dim."""
-    exts = []
-    for dd, (ex, ey) in enumerate(zip(xs, ys)):
-        if dd not in fx and dd not in fy:
-            sh.unify(ex, ey)
-        exts.append(ey if dd in fx and dd not in fy else ex)
-    return tuple(exts), frozenset(set(fx) & set(fy))
-
-
-def _dim(dd: object, exts: list[Ext] | tuple[Ext, ...]) -> int:
-    if not isinstance(dd, int) or dd >= len(exts):
-        raise NotGeneric(f"data dim {dd} out of range")
-    return dd
 
 
 def random_env(shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, torch.Tensor]:
@@ -338,3 +262,14 @@ def random_env(shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, to
     g = torch.Generator().manual_seed(seed)
     return {n: torch.randn(s, generator=g, dtype=torch.float64) + 0.5 for n, s in shapes.items()}
 
+
+
+def with_shapes(term: Term, shapes: Mapping[str, tuple[int, ...]]) -> Term:
+    """`term` with each input Var given its shape from `shapes` (so the term is typed and checkable)."""
+    memo: dict[Term, Term] = {}
+    for n in subterms(term):
+        if n.op == "var":
+            memo[n] = Var(n.attrs[0], shapes[n.attrs[0]])
+        else:
+            memo[n] = Term(n.op, tuple(memo[x] for x in n.args), n.attrs)
+    return memo[term]

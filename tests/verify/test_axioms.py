@@ -6,7 +6,9 @@ import pytest
 
 from prism.verify.axioms import Rule, all_rules, rules, sum_forms
 from prism.verify.expr import Var, part, red, subterms, sum_
-from prism.verify.instances import NotGeneric, bindings, ground, infer_shapes, random_env, wrappers
+from prism.errors import IllFormedTerm
+from prism.verify.expr import Term
+from prism.verify.instances import Shapes, bindings, ground, infer_shapes, random_env, wrappers
 from prism.verify.model import IllFormed, evaluate, same_value
 
 ALL = all_rules(max_pdims=3)
@@ -26,12 +28,13 @@ def check_rule(rule: Rule, rank: int = 3) -> int:
                 src, dst = (ground(pat, b, lambda n, leaf=leaf: leaf(n.upper())) for pat in (src_pat, dst_pat))
                 try:
                     shapes = infer_shapes(src, rank)
-                except NotGeneric:
+                except IllFormedTerm:
                     continue  # the rewrite can never match a well-formed term here
+                well_formed(rule, src, dst, shapes)
                 for j, sizes in enumerate(SIZES):
                     try:
                         env = random_env(shapes.extents(sizes, salt=i + j), seed=100 * i + j)
-                    except NotGeneric:
+                    except IllFormedTerm:
                         break
                     try:
                         x = evaluate(src, env, sizes)
@@ -44,6 +47,20 @@ def check_rule(rule: Rule, rank: int = 3) -> int:
                     assert same_value(x, y), f"{rule}\n  {src} != {dst}\n  sizes {sizes}, inputs {wname}"
                     informative += int(x.data.isfinite().any())
     return informative
+
+
+def well_formed(rule: Rule, src: Term, dst: Term, shapes: Shapes) -> None:
+    """The side conditions make an ill-formed right-hand side impossible: where `src` is well formed
+    (for the inferred shapes, all sizes), `dst` is too, with no further equality, and of the same type."""
+    want = shapes.type_of(src)
+    shapes.frozen = True
+    try:
+        got = shapes.type_of(dst)
+    except IllFormedTerm as err:
+        pytest.fail(f"{rule}\n  {src}  is well formed but  {dst}  is not: {err}")
+    finally:
+        shapes.frozen = False
+    assert got == want, f"{rule}\n  rewrites {src} of type {want} to {dst} of type {got}"
 
 
 @pytest.mark.parametrize("rule", ALL, ids=[r.name for r in ALL])
@@ -125,6 +142,7 @@ def _unsound() -> list[Rule]:
         R("row-scale-wrong-dim", matmul(mul(a, bcast(v, 1)), b), mul(matmul(a, b), bcast(v, 1))),
         R("sum-part-same-dim", sum_(part(t, d, p), d), part(sum_(t, d), d, p)),
         R("part-bcast-any-dim", part(bcast(v, d), e, p), bcast(part(v, e, p), d)),
+        R("ill-formed-right-side", red(part(t, d, p), p), part(sum_(part(t, d, p), d), d, p)),  # splits twice
     ]
 
 

@@ -68,12 +68,18 @@ def test_spawned_workers_check_terms_sent_as_text() -> None:
 
 
 def _ground_instances(rule):
-    """The rule at every binding, with plain inputs (derived rules need no input families)."""
-    from prism.verify.instances import bindings, families, ground
+    """The rule at every binding where it is well formed, with plain inputs of inferred shapes (derived
+    rules need no input families)."""
+    from prism.errors import IllFormedTerm
+    from prism.verify.instances import bindings, families, ground, infer_shapes, with_shapes
     for b in bindings(rule):
         lhs, rhs = (ground(s, b, lambda n: Var(n.upper())) for s in (rule.lhs, rule.rhs))
         if families(lhs) == {} and families(rhs) == {}:
-            yield lhs, rhs
+            try:
+                shapes = infer_shapes(lhs).extents({f"P{k}": k + 2 for k in range(4)})
+            except IllFormedTerm:
+                continue
+            yield with_shapes(lhs, shapes), with_shapes(rhs, shapes)
 
 
 @pytest.mark.parametrize("rule", derived_rules(3), ids=[r.name for r in derived_rules(3)])

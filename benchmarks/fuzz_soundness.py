@@ -1,0 +1,179 @@
+"""Soundness fuzzing at scale: is everything the verifier proves numerically true?
+
+Candidates are well-formed mutants of every workload's hand-written fused µGraph (at small sizes):
+  terms  the fused graph's verification term edited 1-3 times (`prism.verify.fuzz.mutate`: a dim, a
+         parallel dim, an op of the same family, operand order, a dropped parallel op, a constant),
+         checked against the program's term in batches (`egraph.check_all`);
+  maps   the fused graph with its imaps/fmaps/omaps redrawn (`prism.verify.fuzz.random_maps`), checked
+         end to end by `prism.verify.equivalent`.
+Every candidate, proved or not, is also evaluated numerically (terms: `prism.verify.model` at two
+choices of parallel sizes; maps: `prism.verify.numeric.random_test` in the reference executor), so the
+table counts proved, numerically equal, and unsound (proved but numerically different) candidates.
+
+    PYTHONPATH=. python benchmarks/fuzz_soundness.py --mutants 100000 --maps 5000 --workers 2
+
+Seeded: the same arguments draw the same candidates. Prints a markdown table; --json writes the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+
+SMALL = {"n": 4, "d": 64}
+SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
+BATCH = 16
+CHUNK = 500
+
+
+def _config(w):
+    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
+
+
+def _sizes(pdims, choice: int) -> dict[str, int]:
+    """Two size choices, every parallel size > 1: all 2, then the loops 4."""
+    return {p: 4 if choice and p.startswith("i") else 2 for p in pdims}
+
+
+def _numeric(cand, ref_values, env) -> str:
+    """'equal', 'different', or 'not evaluable' (no size choice divides the candidate's extents)."""
+    from prism.verify.expr import pdims_of
+    from prism.verify.model import IllFormed, evaluate, same_value
+
+    seen = False
+    for choice, want in enumerate(ref_values):
+        try:
+            got = evaluate(cand, env, _sizes(pdims_of(cand), choice))
+        except IllFormed:
+            continue
+        seen = True
+        if not same_value(got, want):
+            return "different"
+    return "equal" if seen else "not evaluable"
+
+
+def term_task(name: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
+    """`count` term mutants of workload `name`'s fused graph, drawn with `seed`."""
+    from prism import workloads
+    from prism.verify.egraph import check_all
+    from prism.verify.encode import encode
+    from prism.verify.fuzz import mutate
+    from prism.verify.instances import random_env
+    from prism.verify.model import evaluate
+
+    w = workloads.get(name)
+    cfg = _config(w)
+    program = w.build(cfg)
+    (ref,) = encode(program).outputs
+    (fused,) = encode(w.fused(cfg)).outputs
+    env = random_env({f"in{k}": t.shape for k, t in enumerate(program.inputs)}, seed=seed)
+    ref_values = [evaluate(ref, env, {}) for _ in range(2)]
+    rng = random.Random(seed)
+    counts, unsound = Counter(), []
+    start = time.perf_counter()
+    pending = []
+    for k in range(count):
+        cand = fused
+        for _ in range(rng.randint(1, 3)):
+            cand = mutate(cand, rng) or cand
+        pending.append(cand)
+        if len(pending) == BATCH or k == count - 1:
+            for cand, res in zip(pending, check_all(ref, pending, timeout=2.0)):
+                _tally(counts, unsound, res.equal, res.reason, _numeric(cand, ref_values, env), f"{cand}")
+            pending = []
+    return counts, unsound, time.perf_counter() - start
+
+
+def map_task(name: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
+    """`count` random maps of workload `name`'s fused graph (a third uniform, the rest near it)."""
+    from prism import workloads
+    from prism.verify import equivalent
+    from prism.verify.fuzz import random_maps
+    from prism.verify.numeric import random_test
+
+    w = workloads.get(name)
+    cfg = _config(w)
+    program, fused = w.build(cfg), w.fused(cfg)
+    rng = random.Random(seed)
+    counts, unsound = Counter(), []
+    start = time.perf_counter()
+    for k in range(count):
+        cand = random_maps(fused, rng, keep=0.0 if k % 3 == 0 else 0.8)
+        verdict = equivalent(program, cand)
+        num = random_test(program, cand, seed=seed + k)
+        # equal only at sizes of 1 (the only ones that fit) says nothing about the maps
+        numeric = "different" if not num.equal else "equal" if num.all_varied else "not evaluable"
+        _tally(counts, unsound, verdict.equal, verdict.reason, numeric, str(cand))
+    return counts, unsound, time.perf_counter() - start
+
+
+def _tally(counts: Counter, unsound: list[str], proved: bool, reason: str, numeric: str, what: str) -> None:
+    counts["candidates"] += 1
+    counts["proved"] += proved
+    counts["type or shape refused"] += not proved and (reason.startswith("not equal: [")
+                                                       or "not a valid µGraph" in reason)
+    counts[f"numerically {numeric}"] += 1
+    if proved and numeric == "different":
+        counts["unsound"] += 1
+        unsound.append(what)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mutants", type=int, default=100_000, help="term mutants in all (split over workloads)")
+    ap.add_argument("--maps", type=int, default=5_000, help="random maps in all (split over workloads)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write the counts here")
+    args = ap.parse_args()
+    from prism import workloads
+
+    names = workloads.names()
+    tasks = []
+    for kind, total, fn in (("terms", args.mutants, term_task), ("maps", args.maps, map_task)):
+        per = total // len(names)
+        for i, name in enumerate(names):
+            for j, start in enumerate(range(0, per, CHUNK)):
+                tasks.append((kind, name, fn, args.seed + 1000 * i + j, min(CHUNK, per - start)))
+    t0 = time.perf_counter()
+    rows: dict[tuple[str, str], Counter] = {}
+    seconds: Counter = Counter()
+    unsound: list[str] = []
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        futures = [(kind, name, pool.submit(fn, name, seed, n)) for kind, name, fn, seed, n in tasks]
+        for kind, name, f in futures:
+            c, bad, s = f.result()
+            rows.setdefault((kind, name), Counter()).update(c)
+            seconds[(kind, name)] += s
+            unsound += bad
+    wall = time.perf_counter() - t0
+    cols = ["candidates", "proved", "numerically equal", "numerically different", "numerically not evaluable",
+            "type or shape refused", "unsound"]
+    print(f"| kind | workload | {' | '.join(cols)} | checks/s per worker |")
+    print("|---|---|" + "---|" * (len(cols) + 1))
+    total = Counter()
+    for (kind, name), c in sorted(rows.items()):
+        total.update(c)
+        rate = c["candidates"] / seconds[(kind, name)]
+        print(f"| {kind} | {name} | " + " | ".join(str(c[k]) for k in cols) + f" | {rate:.0f} |")
+    print(f"| all | | " + " | ".join(str(total[k]) for k in cols) + f" | {total['candidates'] / wall:.0f} (wall, "
+          f"{args.workers} workers) |")
+    print(f"\n{total['candidates']} candidates in {wall:.0f} s; unsound: {total['unsound']}")
+    for u in unsound[:10]:
+        print("UNSOUND:", u)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"total": dict(total), "rows": {f"{k}/{n}": dict(c) for (k, n), c in rows.items()},
+                       "seconds": wall, "unsound": unsound, "args": vars(args)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
