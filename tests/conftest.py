@@ -4,8 +4,14 @@ that all five take a few seconds) and a private cache directory for generated mo
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 import prism.workloads as wl
+
+# Property tests draw the same examples on every run (no example database, no wall-clock deadline), so
+# the suite is deterministic; the properties must hold whatever examples a hypothesis version draws.
+settings.register_profile("prism", derandomize=True, database=None, deadline=None)
+settings.load_profile("prism")
 
 SMALL = {"n": 4, "d": 64}
 SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
