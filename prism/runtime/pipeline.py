@@ -28,9 +28,13 @@ PAYLOAD = "prism.optimized"
 
 
 def resolve_device(device: Any) -> torch.device:
-    """None: the current CUDA device if there is one, else the CPU. "cuda" without a GPU is an error."""
+    """None: the current CUDA device if there is one (and Triton is not interpreting: under
+    TRITON_INTERPRET=1 kernels run on CPU tensors), else the CPU. "cuda" without a GPU is an error."""
     if device is None:
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        from prism.codegen import interpreting
+
+        gpu = torch.cuda.is_available() and not interpreting()
+        return torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:

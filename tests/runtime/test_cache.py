@@ -43,7 +43,8 @@ def swiglu(searched):
 
 def _run(swiglu, cache, cfg=None, **kw):
     w, small, result = swiglu
-    return superoptimize(w.build(cfg or small), search_result=result, budget=2, compile=False, cache=cache, **kw)
+    return superoptimize(w.build(cfg or small), search_result=result, budget=2, compile=False, cache=cache,
+                         device="cpu", **kw)
 
 
 def _correct(opt, swiglu, cfg=None):
@@ -68,8 +69,8 @@ def test_a_hit_skips_the_search_too(tmp_path, counted):
     w = wl.get("swiglu")
     g = w.build({"n": 4, "d": 64})
     opts = {"workers": 1, "max_block_ops": 9, "max_grid": 1}
-    superoptimize(g, search_options=opts, budget=2, compile=False, cache=tmp_path)
-    superoptimize(g, search_options=opts, budget=2, compile=False, cache=tmp_path)
+    superoptimize(g, search_options=opts, budget=2, compile=False, cache=tmp_path, device="cpu")
+    superoptimize(g, search_options=opts, budget=2, compile=False, cache=tmp_path, device="cpu")
     assert counted == {"tune": 1, "search": 1}
 
 
@@ -80,7 +81,8 @@ def test_shapes_dtypes_and_targets_are_part_of_the_key(swiglu, tmp_path, counted
     _run(swiglu, tmp_path, target="h200")
     assert counted["tune"] == 3
     w, cfg, result = swiglu
-    superoptimize(w.build(cfg, "float32"), search_result=result, budget=2, compile=False, cache=tmp_path)
+    superoptimize(w.build(cfg, "float32"), search_result=result, budget=2, compile=False, cache=tmp_path,
+                  device="cpu")
     assert counted["tune"] == 4
     _run(swiglu, tmp_path, cfg={"n": 4, "d": 128})
     assert counted["tune"] == 4

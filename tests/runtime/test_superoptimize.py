@@ -1,5 +1,6 @@
-"""`prism.runtime.superoptimize` on every workload, on the CPU: correct outputs through the fallback,
-a report that names the cost model, and clear errors for bad inputs."""
+"""`prism.runtime.superoptimize` on every workload with device="cpu" (which holds on a GPU machine too):
+correct outputs through the CPU fallback, a report that names the cost model, and clear errors for bad
+inputs. tests/runtime/test_gpu.py runs the generated kernels on a GPU."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def _check_outputs(opt, w, cfg, seed=0):
 @pytest.mark.parametrize("name", wl.names())
 def test_each_workload_runs_correctly_through_the_fallback(searched, name, tmp_path):
     w, cfg, result = searched(name)
-    opt = superoptimize(w.build(cfg), search_result=result, budget=4, compile=False, cache=tmp_path)
+    opt = superoptimize(w.build(cfg), search_result=result, budget=4, compile=False, cache=tmp_path,
+                        device="cpu")
     assert isinstance(opt, OptimizedGraph)
     _check_outputs(opt, w, cfg)
     _check_outputs(opt, w, cfg, seed=1)
@@ -48,7 +50,8 @@ def test_each_workload_runs_correctly_through_the_fallback(searched, name, tmp_p
 def test_compiled_candidates_and_the_fallback_warning(searched, tmp_path):
     w, cfg, result = searched("swiglu")
     with pytest.warns(RuntimeWarning, match="reference executor"):
-        opt = superoptimize(w.build(cfg), search_result=result, budget=2, workers=2, cache=tmp_path)
+        opt = superoptimize(w.build(cfg), search_result=result, budget=2, workers=2, cache=tmp_path,
+                            device="cpu")
     assert all(e.kernels and e.kernels[0]["registers"] for e in opt.report.entries)
     assert "compiled for sm_90" in opt.report.reason
     _check_outputs(opt, w, cfg)
@@ -68,7 +71,7 @@ def test_it_searches_when_no_result_is_given(tmp_path, monkeypatch):
     w = wl.get("swiglu")
     cfg = {"n": 4, "d": 64}
     opt = superoptimize(w.build(cfg), search_options={"workers": 1, "max_block_ops": 9, "max_grid": 1},
-                        budget=2, compile=False, cache=tmp_path)
+                        budget=2, compile=False, cache=tmp_path, device="cpu")
     assert calls == [{"workers": 1, "max_block_ops": 9, "max_grid": 1}]
     assert opt.report.search["source"] == "searched"
     _check_outputs(opt, w, cfg)
@@ -79,7 +82,8 @@ def test_a_saved_result_from_other_sizes_is_reinstantiated(searched, tmp_path):
     path = tmp_path / "rmsnorm.json"
     result.save(path)
     cfg = {"n": 8, "d": 128}
-    opt = superoptimize(w.build(cfg), search_result=str(path), budget=2, compile=False, cache=False)
+    opt = superoptimize(w.build(cfg), search_result=str(path), budget=2, compile=False, cache=False,
+                        device="cpu")
     _check_outputs(opt, w, cfg)
 
 
@@ -105,7 +109,7 @@ def test_bad_arguments_are_input_errors(searched):
 
 def test_wrong_tensors_are_input_errors(searched):
     w, cfg, result = searched("swiglu")
-    opt = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False)
+    opt = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False, device="cpu")
     xs = w.inputs(cfg, seed=0)
     with pytest.raises(InputError, match="takes 3 tensor"):
         opt(*xs[:2])
@@ -125,7 +129,7 @@ INTERPRETED = textwrap.dedent("""
     from prism.runtime import superoptimize
     w = wl.get("swiglu"); cfg = {"n": 4, "d": 64}
     result = search(w.build(cfg), workers=1, max_block_ops=9, max_grid=1)
-    opt = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False)
+    opt = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False, device="cpu")
     xs = w.inputs(cfg, seed=0)
     (out,) = opt(*xs)
     want = w.reference(*[x.double() for x in xs])
@@ -150,7 +154,7 @@ def test_with_no_fused_candidate_the_unfused_program_runs(searched):
 
     w, cfg, result = searched("swiglu")
     empty = SearchResult(result.program, [], {})
-    opt = superoptimize(w.build(cfg), search_result=empty, budget=2, compile=False, cache=False)
+    opt = superoptimize(w.build(cfg), search_result=empty, budget=2, compile=False, cache=False, device="cpu")
     assert not opt.graph.blocks and opt.report.best.label == "unfused program"
     assert any("only the unfused program" in n for n in opt.report.notes)
     _check_outputs(opt, w, cfg)
