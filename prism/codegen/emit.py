@@ -421,14 +421,15 @@ class _Emitter:
         return sig, lines
 
     def launcher(self, constexprs: dict[str, int]) -> list[str]:
-        """`launch_<kernel>(inputs..., outputs...)`: the host side, passing every stride and constexpr."""
+        """`launch_<kernel>(inputs..., outputs...)`: the host side, passing every stride and constexpr. It
+        returns Triton's compiled kernel, which prism.codegen.launch binds for launches without the binder."""
         args = self.bases + self.outs
         summed = [o for k, o in enumerate(self.outs) if self.summed(k)]
         note = f": {', '.join(summed)} must be zeroed first (summed across blocks)" if summed else ""
         meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={self.num_warps}"]
         return [f"def launch_{self.name}({', '.join(args)}):",
-                f'    """Launch {self.name} on a grid of {self.b.grid}{note}."""',
-                f"    {self.name}[{self.b.grid}](",
+                f'    """Launch {self.name} on a grid of {self.b.grid}{note}; returns the compiled kernel."""',
+                f"    return {self.name}[{self.b.grid}](",
                 f"        {', '.join(args)},",
                 *(f"        {', '.join(f'{a}.stride({d})' for d in range(len(self.strides[a])))}," for a in args),
                 f"        {', '.join(meta)},",

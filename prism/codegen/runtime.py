@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from prism.codegen.aot import AotKernel, compile_aot
+from prism.codegen.launch import BoundGraph
 from prism.codegen.load import interpreting, load_module
 from prism.codegen.plan import Plan, plan_graph
 from prism.codegen.spec import KernelSpec
@@ -39,6 +40,8 @@ class CompiledGraph:
     def __init__(self, graph: KernelGraph, plan: Plan, allocate: Allocator | None = None) -> None:
         self.graph, self.plan = graph, plan
         self.allocate: Allocator = allocate or _allocate
+        self.bound: dict[int, BoundGraph] = {}
+        """Per CUDA device index, the kernels bound by the first call there (prism.codegen.launch)."""
 
     @property
     def source(self) -> str:
@@ -58,6 +61,22 @@ class CompiledGraph:
         return load_module(self.plan.source, self.plan.digest)
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        """Run every kernel: through the bound fast path when `tensors` match the signature it was bound
+        with on their device, else through the generated launchers (which binds, the first time)."""
+        return self.try_bound(tensors) or self.run_generic(tensors)
+
+    def try_bound(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
+        """The outputs through the bound kernels if `tensors` match their signature, else None."""
+        if tensors and isinstance(tensors[0], torch.Tensor):
+            bound = self.bound.get(tensors[0].get_device())
+            if bound is not None:
+                return bound.try_call(tensors)
+        return None
+
+    def run_generic(self, tensors: Sequence[Any]) -> list[torch.Tensor]:
+        """Check, allocate every buffer, and launch each kernel through its generated launcher (Triton
+        re-specializes the arguments). On a GPU with the default allocator the kernels Triton returns are
+        then bound for this device (`self.bound`), so later calls with the same signature skip all that."""
         device = self._check(tensors)
         bufs: list[torch.Tensor | None] = [None] * len(self.plan.buffers)
         for j, t in zip(self.plan.inputs, tensors):
@@ -67,8 +86,11 @@ class CompiledGraph:
                 bufs[j] = self.allocate(b.shape, TORCH_DTYPES[b.dtype], device, b.zero)
         module = self.module
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            for step in self.plan.steps:
-                getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
+            kernels = [getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
+                       for step in self.plan.steps]
+        if device.type == "cuda" and self.allocate is _allocate and device.index not in self.bound \
+                and all(t.data_ptr() % 16 == 0 for t in tensors):
+            self.bound[device.index] = BoundGraph(self.plan, tensors, kernels)
         return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
 
     def _check(self, tensors: Sequence[Any]) -> torch.device:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import warnings
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 from prism.tune.report import Report
@@ -57,6 +58,11 @@ class OptimizedGraph:
         if self.execution != CUDA:
             warnings.warn(f"prism: no GPU; this OptimizedGraph runs {EXECUTION_TEXT[self.execution]}",
                           RuntimeWarning, stacklevel=3)
+        from prism.runtime.torch_op import torch_op
+
+        self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] = torch_op(self)
+        """This graph as a torch custom op, `op(list_of_tensors) -> list_of_tensors` (prism.runtime.torch_op):
+        what torch.compile traces in its place. Made here, not on first use: tracing must not build it."""
 
     @cached_property
     def compiled(self):
@@ -69,17 +75,53 @@ class OptimizedGraph:
     def triton_source(self) -> str:
         return self.compiled.source
 
-    def __call__(self, *tensors: Any) -> list[torch.Tensor]:
-        self._check(tensors)
+    def __call__(self, *tensors: Any, **kwargs: Any) -> list[torch.Tensor]:
+        """The program's outputs (a list) for `tensors`, given by position in the program's input order.
+
+        On a GPU, calls with the signature of the first call (shapes, dtypes, strides, device) take the
+        lean path: no binder, one cached workspace (prism.codegen.launch). Under torch.compile the call is
+        the custom op `self.op` instead, so the compiled code has no graph break. Inference only: inputs
+        that require grad (with grad enabled) are refused.
+        """
+        if kwargs:
+            raise InputError(f"this optimized graph takes its inputs by position "
+                             f"({', '.join(t.name for t in self.program.inputs)}), got keyword argument(s) "
+                             f"{', '.join(sorted(kwargs))}")
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+            raise InputError("inputs require grad, but Prism's kernels have no backward (inference only): "
+                             "call under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+        if torch.compiler.is_compiling():
+            return self.op(list(tensors))
+        return self.run(tensors)
+
+    def run(self, tensors: Sequence[Any]) -> list[torch.Tensor]:
+        """Run the chosen µGraph by this graph's execution mode (what the call and the custom op do)."""
+        if self.execution == CUDA:
+            out = self.compiled.try_bound(tensors)
+            if out is not None:
+                return out
+        self.check_inputs(tensors)
         if self.execution == REFERENCE:
             from prism.interp import run
 
             outs = run(self.graph, tensors)
             return [o.to(TORCH_DTYPES[t.dtype]) for o, t in zip(outs, self.graph.output_tensors)]
-        return self.compiled(*tensors)
+        return self.compiled.run_generic(tensors)
 
-    def _check(self, tensors: Sequence[Any]) -> None:
+    def check_inputs(self, tensors: Sequence[Any]) -> None:
+        """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device)."""
         self.program.check_call(tensors, "this optimized graph", self._device_rule)
+
+
+    def cuda_graph(self, *example: torch.Tensor, static: bool = False) -> Any:
+        """This graph captured in one CUDA graph for tensors like `example` (prism.runtime.graphed): a call
+        then costs one replay. static=False copies each call's tensors into the graph's own inputs;
+        static=True reads `example` itself (pass those tensors again). Outputs are reused buffers."""
+        from prism.runtime.graphed import GraphedCall
+
+        if self.execution != CUDA:
+            raise InputError(f"CUDA graphs need the GPU; this optimized graph runs {EXECUTION_TEXT[self.execution]}")
+        return GraphedCall(self, example, static)
 
     def _device_rule(self, device: torch.device) -> str | None:
         if self.execution == CUDA and device.type != "cuda":

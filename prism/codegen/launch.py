@@ -1,0 +1,200 @@
+"""Launching a compiled graph's kernels without Triton's per-call binder: the lean call path on a GPU.
+
+`kernel[grid](...)` re-binds and re-specializes every argument on every call (tens of µs on a slow
+host). A graph's kernels are launched with the same argument values every time except the pointers, so
+after the first call (through the generated launchers, which return Triton's compiled kernels) a
+`BoundGraph` keeps, per kernel, the loaded function, its launch configuration and every argument but
+the pointers. A call then checks the tensors against the signature it was bound with (shapes, dtypes,
+strides, device, 16-byte-aligned data: what the kernels were specialized for), collects the buffer
+addresses, and launches the whole graph in one call of the C launcher (prism.codegen.native). Where that
+cannot be built, or a kernel needs what it does not do (scratch memory, clusters), each kernel goes
+through `CompiledKernel.run`, as Triton's `JITFunction.run` launches it. A call that does not match the
+signature takes the generic path, which re-specializes.
+
+Buffers: outputs are allocated per call (they are the caller's); tensors passed between kernels live
+at fixed offsets in one workspace per CUDA stream, kept between calls, with the buffers that must start
+at zero (sums across blocks by atomic adds) first, so one memset clears them all. While a CUDA graph is
+being captured the workspace is allocated afresh (from the graph's private pool), so every captured
+graph owns its intermediates and replays never share them with other calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from prism.codegen import native
+from prism.codegen.plan import Plan
+from prism.ir.ops import TORCH_DTYPES
+
+__all__ = ["BoundGraph", "ALIGN", "native_steps"]
+
+ALIGN = 256
+"""Byte alignment of each buffer in the workspace (Triton specializes pointers on 16-byte alignment)."""
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One kernel launch through Triton: its launcher, the loaded function, every argument but pointers."""
+
+    run: Any
+    function: Any
+    metadata: Any
+    grid: tuple[int, int, int]
+    slots: tuple[int, ...]  # plan buffer of each pointer argument, in order
+    tail: tuple[Any, ...]   # the strides and constexprs that follow the pointers
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+class BoundGraph:
+    """A plan's kernels bound to one CUDA device and one input signature; `bound.try_call(tensors)` runs them.
+
+    Made from the compiled kernels the generic path returned for `tensors` (`kernels[k]` launched step
+    k), so every argument it passes is one those kernels were specialized for.
+    """
+
+    def __init__(self, plan: Plan, tensors: Sequence[torch.Tensor], kernels: Sequence[Any]) -> None:
+        self.device = tensors[0].device
+        self.index = tensors[0].get_device()
+        self.signature = tuple((t.shape, t.dtype, t.stride()) for t in tensors)
+        strides: dict[int, tuple[int, ...]] = {j: t.stride() for j, t in zip(plan.inputs, tensors)}
+        inputs = set(plan.inputs)
+        outputs = [j for j in dict.fromkeys(plan.outputs) if j not in inputs]
+        inter = sorted((j for j in range(len(plan.buffers)) if j not in inputs and j not in outputs),
+                       key=lambda j: not plan.buffers[j].zero)  # zeroed ones first: one memset clears them
+        self.offsets: list[tuple[int, int]] = []
+        size = self.zero_bytes = 0
+        for j in inter:
+            b = plan.buffers[j]
+            self.offsets.append((j, size))
+            size += -(-math.prod(b.shape) * TORCH_DTYPES[b.dtype].itemsize // ALIGN) * ALIGN
+            if b.zero:
+                self.zero_bytes = size
+        self.workspace_bytes = size
+        self.workspace_slot = len(plan.buffers)  # the workspace's own address, for the memset
+        self.outputs = [(j, plan.buffers[j].shape, TORCH_DTYPES[plan.buffers[j].dtype], plan.buffers[j].zero)
+                        for j in outputs]
+        self.inputs = tuple(plan.inputs)
+        self.results = tuple(plan.outputs)
+        self.n_buffers = len(plan.buffers)
+        self.single_device = torch.cuda.is_available() and torch.cuda.device_count() == 1
+        self.launches = []
+        for step, kernel in zip(plan.steps, kernels):
+            slots = step.inputs + step.outputs
+            tail = [s for j in slots for s in strides.get(j) or _contiguous(plan.buffers[j].shape)]
+            tail += list(step.kernel.constexprs.values())
+            if len(slots) + len(tail) != len(step.kernel.signature):
+                raise RuntimeError(f"{step.kernel.name}: {len(slots) + len(tail)} arguments for a signature of "
+                                   f"{len(step.kernel.signature)}")
+            grid = tuple(step.kernel.grid) + (1,) * (3 - len(step.kernel.grid))
+            self.launches.append(_Launch(kernel.run, kernel.function, kernel.packed_metadata, grid,  # type: ignore
+                                         slots, tuple(tail)))
+        module = native.load()
+        steps = native_steps(self.launches, kernels, self.workspace_slot, self.zero_bytes) if module else None
+        self.native = module.make(steps) if module and steps is not None else None  # type: ignore[union-attr]
+        self._workspaces: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def addresses(self, tensors: Sequence[Any]) -> list[Any] | None:
+        """Each buffer's address slot list with the inputs' addresses filled in, if `tensors` match the
+        bound signature (so the bound arguments are right for them); else None."""
+        if len(tensors) != len(self.signature):
+            return None
+        out: list[Any] = [0] * (self.n_buffers + 1)
+        for t, (shape, dtype, stride), j in zip(tensors, self.signature, self.inputs):
+            if (not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.shape != shape
+                    or t.stride() != stride or t.get_device() != self.index):
+                return None
+            out[j] = t.data_ptr()
+            if out[j] & 15:
+                return None
+        return out
+
+    def accepts(self, tensors: Sequence[Any]) -> bool:
+        return self.addresses(tensors) is not None
+
+    def try_call(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
+        """The outputs for `tensors` through the bound kernels, or None if they do not match the signature."""
+        addresses = self.addresses(tensors)
+        if addresses is None:
+            return None
+        if not self.single_device and torch.cuda.current_device() != self.index:
+            with torch.cuda.device(self.index):  # a function runs in the context it was loaded in
+                return self.try_call(tensors)
+        stream = torch._C._cuda_getCurrentRawStream(self.index)
+        zero = None
+        if self.workspace_bytes:
+            base, zero = self._workspace(stream)
+            addresses[self.workspace_slot] = base
+            for j, off in self.offsets:
+                addresses[j] = base + off
+        made: dict[int, torch.Tensor] = {}
+        for j, shape, dtype, zeroed in self.outputs:
+            t = made[j] = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=self.device)
+            addresses[j] = t.data_ptr()
+        if self.native is not None:
+            native.load().run(self.native, stream, tuple(addresses))  # type: ignore[union-attr]
+        else:
+            if zero is not None:
+                zero.zero_()
+            for k in self.launches:
+                k.run(*k.grid, stream, k.function, k.metadata, None, None, None,
+                      *[addresses[j] for j in k.slots], *k.tail)
+        if len(made) == len(self.results):
+            return [made[j] for j in self.results]
+        given = dict(zip(self.inputs, tensors))
+        return [made[j] if j in made else given[j] for j in self.results]
+
+    def _workspace(self, stream: int) -> tuple[int, torch.Tensor | None]:
+        """(address, the view to zero) of this stream's workspace; fresh while a graph is captured."""
+        if torch.cuda.is_current_stream_capturing():
+            ws = self._allocate()
+        else:
+            ws = self._workspaces.get(stream)
+            if ws is None:
+                ws = self._workspaces[stream] = self._allocate()
+        return ws[0].data_ptr(), ws[1]
+
+    def _allocate(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
+        return ws, ws[: self.zero_bytes] if self.zero_bytes else None
+
+
+def native_steps(launches: Sequence[_Launch], kernels: Sequence[Any], workspace_slot: int,
+                 zero_bytes: int) -> tuple | None:
+    """The steps of the C launcher's plan for these launches (see launcher.c), or None for a kernel it
+    cannot launch: one that needs scratch memory, clusters, or a cooperative or PDL launch."""
+    steps: list[tuple] = [("memset", workspace_slot, zero_bytes)] if zero_bytes else []
+    for launch, kernel in zip(launches, kernels):
+        md = getattr(kernel, "metadata", None)
+        if (md is None or not hasattr(kernel, "src") or getattr(md, "global_scratch_size", 0)
+                or getattr(md, "profile_scratch_size", 0) or getattr(md, "num_ctas", 1) != 1
+                or getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False)):
+            return None
+        types = list(kernel.src.signature.values())
+        values = [("ptr", j) for j in launch.slots] + list(launch.tail)
+        if len(types) != len(values):
+            return None
+        params = []
+        for ty, value in zip(types, values):
+            if ty == "constexpr":  # compiled in (constexprs, and ints Triton specialized, such as strides of 1)
+                continue
+            if isinstance(ty, str) and ty.startswith("*") and isinstance(value, tuple):
+                params.append(value)
+            elif ty in ("i1", "i32") and isinstance(value, int):  # both travel as 32 bits
+                params.append(("i32", value))
+            elif ty == "i64" and isinstance(value, int):
+                params.append(("i64", value))
+            else:
+                return None
+        steps.append(("kernel", kernel.function, *launch.grid, 32 * md.num_warps, md.shared, tuple(params)))
+    return tuple(steps)

@@ -1,0 +1,48 @@
+"""An OptimizedGraph as a torch custom op: what torch.compile traces, and CUDA graphs capture, in its place.
+
+Dynamo cannot trace into Triton launches or the reference executor, so under `torch.compile` an
+OptimizedGraph call becomes one call of a `torch.library` op (`prism::g<hash>`, schema
+`(Tensor[] xs) -> Tensor[]`) with a fake implementation that only makes outputs of the right shapes:
+`torch.compile(fullgraph=True)` over code that calls it has no graph break, and Inductor's CUDA graphs
+(`mode="reduce-overhead"`) capture the kernels it launches. The op's name comes from the chosen graph's
+structural hash, so OptimizedGraphs that run the same kernels share one op. Inference only: no autograd
+formula is registered, and OptimizedGraph refuses inputs that require grad before calling it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from prism.ir.ops import TORCH_DTYPES
+
+if TYPE_CHECKING:
+    from prism.runtime.optimized import OptimizedGraph
+
+__all__ = ["torch_op", "NAMESPACE"]
+
+NAMESPACE = "prism"
+_OPS: dict[str, Callable[[list[torch.Tensor]], list[torch.Tensor]]] = {}
+_RUNNERS: dict[str, OptimizedGraph] = {}
+
+
+def torch_op(opt: OptimizedGraph) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """The custom op running `opt` (registered once per chosen graph and execution mode)."""
+    name = f"g{opt.graph.structural_hash()[:16]}_{opt.execution}"
+    _RUNNERS[name] = opt
+    if name not in _OPS:
+        outs = [(t.shape, TORCH_DTYPES[t.dtype]) for t in opt.graph.output_tensors]
+
+        def run(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+            inputs = {id(x) for x in xs}  # an op's outputs may not alias its inputs
+            return [y.clone() if id(y) in inputs else y for y in _RUNNERS[name].run(xs)]
+
+        def fake(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [torch.empty(shape, dtype=dtype, device=xs[0].device) for shape, dtype in outs]
+
+        op: Any = torch.library.custom_op(f"{NAMESPACE}::{name}", run, mutates_args=(),
+                                          schema="(Tensor[] xs) -> Tensor[]")
+        op.register_fake(fake)
+        _OPS[name] = getattr(getattr(torch.ops, NAMESPACE), name)
+    return _OPS[name]

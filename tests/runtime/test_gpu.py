@@ -1,0 +1,98 @@
+"""On a GPU: the generated kernels of every workload run and match torch, through the generic path, the
+lean (bound) path, CUDA graphs and torch.compile. Skipped without a CUDA GPU (tests/runtime/
+test_lean_path.py checks what can be checked on a CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import prism.workloads as wl
+from prism.errors import InputError
+from prism.runtime import superoptimize
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: runs the generated kernels")
+
+
+def _inputs(w, cfg, seed):
+    return [x.cuda() for x in w.inputs(cfg, seed=seed)]
+
+
+def _assert_matches(out, w, xs):
+    want = w.reference(*[x.double().cpu() for x in xs])
+    assert out.dtype == torch.float16 and out.is_cuda
+    assert torch.allclose(out.double().cpu(), want, rtol=2e-2, atol=2e-3), (out.double().cpu() - want).abs().max()
+
+
+@pytest.fixture(scope="module")
+def optimized(searched):
+    made = {}
+
+    def get(name):
+        if name not in made:
+            w, cfg, result = searched(name)
+            made[name] = (w, cfg, superoptimize(w.build(cfg), search_result=result, budget=2, cache=False,
+                                                device="cuda"))
+        return made[name]
+    return get
+
+
+@pytest.mark.parametrize("name", wl.names())
+def test_each_workload_runs_on_the_gpu_generic_then_bound(optimized, name):
+    w, cfg, opt = optimized(name)
+    assert opt.execution == "cuda" and opt.report.method != "cost-model"
+    xs = _inputs(w, cfg, 0)
+    first = opt(*xs)[0]                       # the generated launchers; binds the compiled kernels
+    assert opt.compiled.bound, "the first call binds the kernels"
+    _assert_matches(first, w, xs)
+    for seed in (1, 2):                       # the bound path, fresh inputs each time
+        ys = _inputs(w, cfg, seed)
+        _assert_matches(opt(*ys)[0], w, ys)
+
+
+def test_a_new_signature_takes_the_generic_path_and_is_correct(optimized):
+    w, cfg, opt = optimized("rmsnorm")
+    xs = _inputs(w, cfg, 3)
+    opt(*xs)
+    x, wt = xs
+    strided = wt.t().contiguous().t()         # same values, column-major
+    assert not opt.compiled.bound[x.get_device()].accepts([x, strided])
+    _assert_matches(opt(x, strided)[0], w, [x, strided])
+    with pytest.raises(InputError, match="should have dtype float16"):
+        opt(x.float(), wt)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("name", ["rmsnorm", "attention"])
+def test_cuda_graph_replays_the_call(optimized, name, static):
+    w, cfg, opt = optimized(name)
+    xs = _inputs(w, cfg, 4)
+    graphed = opt.cuda_graph(*xs, static=static)
+    _assert_matches(graphed(*xs)[0].clone(), w, xs)
+    ys = _inputs(w, cfg, 5)
+    if static:
+        for x, y in zip(xs, ys):
+            x.copy_(y)                        # new values, written into the captured inputs
+        _assert_matches(graphed(*xs)[0].clone(), w, ys)
+        with pytest.raises(InputError, match="static=True"):
+            graphed(*ys)
+    else:
+        _assert_matches(graphed(*ys)[0].clone(), w, ys)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_torch_compile_runs_the_kernels_as_a_custom_op(optimized, mode):
+    import torch._dynamo
+
+    w, cfg, opt = optimized("swiglu")
+
+    def layer(x, wg, wu):
+        return opt(x, wg, wu)[0] * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, mode=mode)
+    for seed in (6, 7, 8):                    # reduce-overhead records, then replays a CUDA graph
+        xs = _inputs(w, cfg, seed)
+        got = compiled(*xs).clone()
+        want = w.reference(*[x.double().cpu() for x in xs]) * 2
+        assert torch.allclose(got.double().cpu(), want, rtol=2e-2, atol=4e-3)
