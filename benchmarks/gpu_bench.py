@@ -1,8 +1,9 @@
-"""GPU benchmark: Prism's chosen kernel vs torch eager vs torch.compile(max-autotune), next to the DRAM floor.
+"""GPU benchmark: Prism's chosen kernels vs torch eager vs torch.compile, as called and in CUDA graphs, next to
+the DRAM floor.
 
 A command line over `prism.bench.gpu` (see there for how each figure is measured). Run (needs a CUDA
 GPU; refuses in one line without one):
-    PYTHONPATH=. python benchmarks/gpu_bench.py [--out gpu_bench.json] [--budget 32] [--workloads rmsnorm,swiglu]
+    PYTHONPATH=. python benchmarks/gpu_bench.py [--out gpu_bench.json] [--budget 16] [--workloads rmsnorm,swiglu]
 
 Writes every figure to JSON (after every row) and prints a markdown table. For the same figures in the
 benchmark report, with plots: `prism bench --gpu`.
@@ -28,7 +29,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="gpu_bench.json", help="JSON file for every figure (default %(default)s)")
     p.add_argument("--workloads", default="", help="comma-separated workload names (default: all five)")
-    p.add_argument("--budget", type=int, default=32, help="candidates superoptimize compiles and times")
+    p.add_argument("--budget", type=int, default=16, help="candidates superoptimize compiles and times")
     p.add_argument("--search-dir", default="", help="folder of saved search results <workload>.json "
                    "(read if present, written otherwise)")
     p.add_argument("--search-time-limit", type=float, default=900.0, help="seconds per workload search")
@@ -36,6 +37,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (it can take minutes)")
+    p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs", help="torch.compile mode of the torch "
+                   "formula (default %(default)s; its graph column is captured by hand)")
     p.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -58,7 +61,7 @@ def search_options(args: argparse.Namespace) -> GPUOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     opts = replace(search_options(args), budget=args.budget, warmup=args.warmup, rep=args.rep,
-                   compile=not args.no_compile, cache=not args.no_cache)
+                   compile=not args.no_compile, compile_mode=args.compile_mode, cache=not args.no_cache)
 
     def save(results: dict[str, Any]) -> None:
         Path(args.out).write_text(json.dumps(results, indent=1, default=str))

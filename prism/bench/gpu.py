@@ -1,11 +1,17 @@
-"""GPU benchmark: Prism's chosen kernel vs torch eager vs torch.compile(max-autotune), beside the DRAM floor.
+"""GPU benchmark: Prism's chosen kernels against torch eager and torch.compile, as called and in CUDA graphs.
 
 For each workload config (fp16), in one process on one GPU: superoptimize the program (the symbolic
 search runs once per workload at a small config and is re-instantiated at both real configs), then
-time Prism's OptimizedGraph, the torch reference in eager mode and under
-`torch.compile(mode="max-autotune")` with `triton.testing.do_bench` medians over rotated input copies.
-The floor is the bytes a perfect kernel moves (inputs once, output once) over the device-to-device
-copy bandwidth measured at the start of the same run, so every row is compared with the same machine.
+time, with `triton.testing.do_bench` medians over rotated input copies:
+  called   each side as a user calls it from Python (`opt(*xs)`, the torch formula, the compiled formula):
+           device time plus whatever host time the GPU waits for;
+  graph    the same calls captured in one CUDA graph and replayed: the device time of the kernels alone;
+  Prism in torch.compile(mode="reduce-overhead"): a module holding every input but the first (weights,
+           KV cache) as buffers, its forward calling the OptimizedGraph (the custom op), as called.
+torch.compile runs in `GPUOptions.compile_mode` (default max-autotune-no-cudagraphs, so its graph column
+is captured by hand like the others). The floor is the bytes a perfect kernel moves (inputs once, output
+once) over the device-to-device copy bandwidth measured at the start of the same run. Host overhead is
+Prism called minus Prism graph.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ __all__ = ["num_text", "COLUMNS", "SMALL", "GPUOptions", "GPUUnavailable", "copy
 SMALL = {("n", "d"): {"n": 4, "d": 64}, ("b", "g", "h", "d"): {"b": 2, "g": 4, "h": 32, "d": 16}}
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
 
-COLUMNS = ["workload", "config", "floor us", "Prism us", "eager us", "compile us", "Prism/floor",
-           "vs eager", "vs compile", "model rho", "chosen"]
+COLUMNS = ["workload", "config", "floor", "Prism graph", "compile graph", "eager graph", "Prism called",
+           "Prism in compile(ro)", "compile called", "eager called", "host overhead", "floor/Prism graph",
+           "graph: compile/Prism", "called: best torch/Prism", "kernels", "chosen"]
 
 Bench = Callable[[Callable[..., Any], list], float]
 """bench(fn, input copies) -> median seconds of one call."""
@@ -42,13 +49,14 @@ class GPUUnavailable(PrismError):
 class GPUOptions:
     """How the GPU benchmark measures; saved with its rows, since a resumed run must measure alike."""
 
-    budget: int = 32  # candidates superoptimize compiles and times
+    budget: int = 16  # candidates superoptimize compiles and times
     search_dir: str | None = None  # folder of saved search results <workload>.json (read if present, else written)
     search_time_limit: float = 900.0  # seconds per workload search
     max_block_ops: int | None = None  # search limit (None: the search's default)
     warmup: int = 25  # do_bench warm-up, ms
     rep: int = 100  # do_bench repetition time, ms
     compile: bool = True  # also time torch.compile (it can take minutes)
+    compile_mode: str = "max-autotune-no-cudagraphs"  # torch.compile's mode for the torch formula
     cache: bool = True  # use Prism's result cache
     seed: int = 0
 
@@ -64,19 +72,25 @@ def _ratio(a: Any, b: Any) -> float | None:
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
-    return [r["workload"], config_text(r["config"]), num_text(r.get("floor_us")), num_text(r.get("prism_us")),
-            num_text(r.get("eager_us")), num_text(r.get("compile_us")),
-            num_text(_ratio(r.get("prism_us"), r.get("floor_us")), "{:.2f}x"),
-            num_text(_ratio(r.get("eager_us"), r.get("prism_us")), "{:.2f}x"),
-            num_text(_ratio(r.get("compile_us"), r.get("prism_us")), "{:.2f}x"),
-            num_text(r.get("spearman"), "{:+.2f}"), r.get("chosen") or r.get("error", "n/a")]
+    torch_called = min((v for v in (r.get("eager_us"), r.get("compile_us")) if v is not None), default=None)
+    host = None if r.get("prism_us") is None or r.get("prism_graph_us") is None else r["prism_us"] - r["prism_graph_us"]
+    return [r["workload"], config_text(r["config"]), num_text(r.get("floor_us"))] + [
+        num_text(r.get(k)) for k in ("prism_graph_us", "compile_graph_us", "eager_graph_us", "prism_us",
+                                     "prism_ro_us", "compile_us", "eager_us")] + [
+        num_text(host), num_text(_ratio(r.get("floor_us"), r.get("prism_graph_us")), "{:.0%}"),
+        num_text(_ratio(r.get("compile_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
+        num_text(_ratio(torch_called, r.get("prism_us")), "{:.2f}x"),
+        str(r.get("kernels", "n/a")), r.get("chosen") or r.get("error", "n/a")]
 
 
 def format_table(results: dict[str, Any]) -> str:
     """The markdown table of a run (`results` as `measure_gpu` returns them: device, copy bandwidth, rows)."""
+    mode = (results.get("options") or {}).get("compile_mode", "max-autotune-no-cudagraphs")
     head = (f"Device: {results.get('device', '?')}; copy bandwidth {num_text(results.get('copy_gbps'), '{:.0f}')} GB/s "
-            f"(device-to-device, measured in this run); medians of triton.testing.do_bench.\n"
-            "vs eager / vs compile: their time over Prism's (above 1x: Prism is faster).\n")
+            f"(device-to-device, measured in this run); µs, medians of triton.testing.do_bench over rotated inputs.\n"
+            f"compile: torch.compile(mode={mode!r}) of the torch formula; graph: captured in one CUDA graph and "
+            "replayed; called: as called from Python; Prism in compile(ro): inside torch.compile(mode="
+            "'reduce-overhead'), weights held by the module. Ratios above 1x: Prism is faster.\n")
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in results.get("rows", []):
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |")
@@ -129,11 +143,16 @@ def _max_error(got: Any, want: Any) -> float:
 
 def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench: Bench,
             copy_bps: float) -> dict[str, Any]:
-    """One row: Prism's kernel for `name` at `cfg` (from search `result`), eager and compiled torch, the floor."""
+    """One row: Prism's kernels for `name` at `cfg` (from search `result`), eager and compiled torch, each
+    as called and in a CUDA graph; Prism inside torch.compile(reduce-overhead); the floor."""
     import torch
+    import torch._dynamo
 
     from prism.runtime import superoptimize
-    from prism.tune.profile import input_copies
+    from prism.tune.profile import bench_graph, input_copies
+
+    def graphed(fn: Callable[..., Any], copies: list) -> float:
+        return bench_graph(fn, copies, warmup=opts.warmup, rep=opts.rep)
 
     w = wl.get(name)
     row: dict[str, Any] = {"workload": name, "config": cfg, "io_bytes": w.io_bytes(cfg, "float16")}
@@ -148,24 +167,55 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
     row["superoptimize_s"] = time.time() - t0
     rep = opt.report
     row.update(chosen=rep.best.label if rep.best else None, method=rep.method, spearman=rep.spearman,
-               report=rep.to_json(), table=rep.table(), cached=rep.cached)
+               report=rep.to_json(), table=rep.table(), cached=rep.cached, kernels=len(opt.compiled.plan.steps))
     row["prism_error"] = _max_error(opt(*xs)[0], want)
     row["prism_us"] = bench(lambda *a: opt(*a), copies) * 1e6
+    row["prism_graph_us"] = graphed(lambda *a: opt(*a), copies) * 1e6
     row["eager_error"] = _max_error(w.reference(*xs), want)
-    row["eager_us"] = bench(lambda *a: w.reference(*a), copies) * 1e6
-    if opts.compile:
+    row["eager_us"] = bench(w.reference_fn, copies) * 1e6
+    row["eager_graph_us"] = graphed(w.reference_fn, copies) * 1e6
+    for key, run in (("prism_ro", lambda: _prism_in_compile(opt, xs, copies, bench)),
+                     ("compile", lambda: _compiled_torch(w, opts.compile_mode, xs, copies, want, bench, graphed))):
+        if key == "compile" and not opts.compile:
+            continue
+        torch._dynamo.reset()
         try:
-            def reference(*a: Any) -> Any:
-                return w.reference_fn(*a)
-
-            compiled = torch.compile(reference, mode="max-autotune", dynamic=False)
-            t0 = time.time()
-            row["compile_error"] = _max_error(compiled(*xs), want)
-            row["compile_warmup_s"] = time.time() - t0
-            row["compile_us"] = bench(lambda *a: compiled(*a), copies) * 1e6
+            row.update(run())
         except Exception as e:  # report, never hide: the row says why there is no figure
-            row["compile_failure"] = f"{type(e).__name__}: {str(e)[:300]}"
+            row[f"{key}_failure"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
+
+
+def _prism_in_compile(opt: Any, xs: list, copies: list, bench: Bench) -> dict[str, Any]:
+    """The OptimizedGraph called from a module's forward under torch.compile(mode="reduce-overhead"), the
+    weights (every input but the first) held as buffers, as a model holds them; as called."""
+    import torch
+
+    class Layer(torch.nn.Module):
+        def __init__(self, rest: list) -> None:
+            super().__init__()
+            for k, t in enumerate(rest):
+                self.register_buffer(f"w{k}", t)
+
+        def forward(self, x: Any) -> Any:
+            return opt(x, *self.buffers())[0]
+
+    layer = torch.compile(Layer(xs[1:]), mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):  # record, then replay
+        layer(xs[0])
+    return {"prism_ro_us": bench(lambda x, *rest: layer(x), copies) * 1e6}
+
+
+def _compiled_torch(w: Any, mode: str, xs: list, copies: list, want: Any, bench: Bench,
+                    graphed: Bench) -> dict[str, Any]:
+    import torch
+
+    compiled = torch.compile(w.reference_fn, mode=mode, dynamic=False)
+    t0 = time.time()
+    out = {"compile_error": _max_error(compiled(*xs), want), "compile_warmup_s": time.time() - t0}
+    out["compile_us"] = bench(compiled, copies) * 1e6
+    out["compile_graph_us"] = graphed(compiled, copies) * 1e6
+    return out
 
 
 def _error_row(name: str, cfg: dict[str, int], what: str) -> dict[str, Any]:
@@ -204,8 +254,9 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
 
     def add(row: dict[str, Any]) -> None:
         results["rows"].append(row)
-        say(f"gpu: {row['workload']} {config_text(row['config'])}: Prism {num_text(row.get('prism_us'))} us, "
-            f"eager {num_text(row.get('eager_us'))} us, compile {num_text(row.get('compile_us'))} us"
+        say(f"gpu: {row['workload']} {config_text(row['config'])}: Prism graph {num_text(row.get('prism_graph_us'))} "
+            f"us, called {num_text(row.get('prism_us'))} us; compile graph {num_text(row.get('compile_graph_us'))} us, "
+            f"called {num_text(row.get('compile_us'))} us"
             + (f"; {row['error']}" if "error" in row else ""))
         if save is not None:
             save(results)

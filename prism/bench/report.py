@@ -248,8 +248,9 @@ def _search_plots(plan: Plan, records: dict[str, dict[str, Any]], out: Path) -> 
 def _kernel_plot(gpu: dict[str, Any], out: Path) -> Path:
     rows = gpu["rows"]
     series = []
-    for label, key, color in [("Prism", "prism_us", "#e6550d"), ("torch eager", "eager_us", "#3182bd"),
-                              ("torch.compile", "compile_us", "#31a354"), ("DRAM floor", "floor_us", "#969696")]:
+    for label, key, color in [("Prism (graph)", "prism_graph_us", "#e6550d"), ("Prism (called)", "prism_us", "#fdae6b"),
+                              ("torch.compile (graph)", "compile_graph_us", "#31a354"),
+                              ("torch eager (graph)", "eager_graph_us", "#3182bd"), ("DRAM floor", "floor_us", "#969696")]:
         values = [r.get(key) for r in rows]
         series.append(Series(label, values, ["-" if v is None else f"{v:.1f}" for v in values],
                              [False] * len(rows), color))

@@ -16,7 +16,7 @@ import torch
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
-__all__ = ["L2_BYTES", "bench", "copies_for", "input_copies", "random_inputs", "spearman", "ranks", "close"]
+__all__ = ["L2_BYTES", "bench", "bench_graph", "copies_for", "input_copies", "random_inputs", "spearman", "ranks", "close"]
 
 L2_BYTES = 50 * 2**20
 """L2 cache of an H100/H200 (50 MiB)."""
@@ -89,6 +89,26 @@ def bench(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]], warm
         fn(*next(cycle))
 
     return triton.testing.do_bench(run, warmup=warmup, rep=rep, return_mode="median") * 1e-3
+
+
+def bench_graph(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]], warmup: int = 25,
+                rep: int = 100) -> float:
+    """Median seconds of one `fn(*copy)` replayed from a CUDA graph that holds one call per copy: the
+    device time of what `fn` launches, with no host launch path (CUDA only)."""
+    import triton.testing
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capturing stream, as capture requires
+        for c in copies:
+            fn(*c)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in copies:
+            fn(*c)
+    seconds = triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median") * 1e-3
+    return seconds / len(copies)
 
 
 def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> tuple[bool, float]:

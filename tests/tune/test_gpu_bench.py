@@ -24,7 +24,8 @@ def bench():
 def test_arguments(bench):
     args = bench.parse_args([])
     assert args.names == ["rmsnorm", "rmsnorm_mlp", "swiglu", "attention", "qk_attention"]
-    assert args.budget == 32 and args.out == "gpu_bench.json" and not args.no_compile
+    assert args.budget == 16 and args.out == "gpu_bench.json" and not args.no_compile
+    assert args.compile_mode == "max-autotune-no-cudagraphs"
     args = bench.parse_args(["--workloads", "swiglu,attention", "--budget", "8", "--no-compile"])
     assert args.names == ["swiglu", "attention"] and args.budget == 8 and args.no_compile
     with pytest.raises(SystemExit):
@@ -34,11 +35,12 @@ def test_arguments(bench):
 FAKE = {
     "device": "NVIDIA H100 80GB HBM3", "copy_gbps": 2900.0,
     "rows": [
-        {"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "floor_us": 11.6, "prism_us": 14.5,
-         "eager_us": 29.0, "compile_us": 17.4, "spearman": 0.81, "chosen": "#32 grid(x=1, y=64) loop=32"},
+        {"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "floor_us": 11.6, "prism_graph_us": 14.5,
+         "compile_graph_us": 17.4, "eager_graph_us": 29.0, "prism_us": 20.0, "prism_ro_us": 18.0,
+         "compile_us": 40.0, "eager_us": 30.0, "kernels": 1, "chosen": "#32 grid(x=1, y=64) loop=32"},
         {"workload": "attention", "config": {"b": 2, "g": 8, "h": 8192, "d": 128}, "floor_us": 2.9,
-         "prism_us": 9.0, "eager_us": 45.0, "compile_us": None, "spearman": None,
-         "chosen": "#13 grid(x=2, y=32) loop=8"},
+         "prism_graph_us": 9.0, "prism_us": 12.0, "eager_graph_us": 45.0, "eager_us": 48.0, "compile_us": None,
+         "kernels": 2, "chosen": "#13 grid(x=2, y=32) loop=8"},
         {"workload": "swiglu", "config": {"n": 8, "d": 1024}, "error": "search failed: boom"},
     ],
 }
@@ -53,10 +55,10 @@ def test_table_from_a_fake_run():
     table = [line for line in lines if line.startswith("|")]
     assert len(table) == 2 + 3
     assert all(line.count("|") == len(COLUMNS) + 1 for line in table)
-    assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 29.00 | 17.40 | 1.25x | 2.00x | 1.20x | +0.81 "
-                        "| #32 grid(x=1, y=64) loop=32 |")
-    assert "| 5.00x | n/a | n/a |" in table[3]
-    assert table[4].endswith("| search failed: boom |") and table[4].count("n/a") >= 8
+    assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 17.40 | 29.00 | 20.00 | 18.00 | 40.00 | 30.00 | "
+                        "5.50 | 80% | 1.20x | 1.50x | 1 | #32 grid(x=1, y=64) loop=32 |")
+    assert "| 3.00 | 32% | n/a | 4.00x | 2 |" in table[3]          # compile missing: eager is the best torch
+    assert table[4].endswith("| search failed: boom |") and table[4].count("n/a") >= 12
 
 
 def test_refuses_in_one_line_without_a_gpu():
