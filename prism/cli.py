@@ -17,6 +17,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,6 +29,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EPILOG = """\
 PROGRAM is a workload name (rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention) or a Python file
 that defines a prism.KernelGraph at module level (one, or one named `program`).
+
+output: files are written whole and together once the work is done: a command stopped by Ctrl-C or
+an error leaves none, and no empty folder.
 
 exit codes: 0 done; 1 the work ran but its result failed (a numeric mismatch, no verified graph);
 2 bad invocation or input; 3 an internal error (a bug: please report it); 130 interrupted.
@@ -121,10 +125,10 @@ def _bars(args: argparse.Namespace):
 
 
 def _out_dir(args: argparse.Namespace, name: str) -> Path:
+    """The output folder; made only when the results are written (`prism.outputs`), never empty."""
     out = Path(args.out) if args.out else Path("prism-out") / name
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -210,10 +214,8 @@ def _search(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory; give a file name such as {out / 'search.json'}")
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
-    bars = _bars(args)
-    result = search(prog.graph, progress=bars, **_search_options(args))
-    bars.close()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with _bars(args) as bars:
+        result = search(prog.graph, progress=bars, **_search_options(args))
     result.save(out)
     rows = [["#", "grid", "loop", "block ops", "outputs", "kernel ops"]]
     for i, g in enumerate(result.graphs):
@@ -231,28 +233,23 @@ def _search(args: argparse.Namespace) -> int:
 
 # -- optimize and tune ---------------------------------------------------------------------------
 
-def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, bars: Any,
-                    result: Any = None) -> int:
+def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: Any = None) -> int:
     """superoptimize (with `result`, or searching unless the result cache holds the answer), check the
     chosen kernel numerically, write its files and the summary."""
     from prism.runtime import superoptimize
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU" is stated in the summary instead
+    with _bars(args) as bars, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "prism: no GPU", RuntimeWarning)  # the summary states it instead
         opt = superoptimize(prog.graph, search_result=result, budget=args.budget, workers=args.workers,
                             cache=not args.no_cache, search_options=_search_options(args), progress=bars)
-    bars.close()
-    files: dict[str, Path] = {}
-    if result is None:  # this command searched (or the cache answered without a search)
+    searched = result is None and opt.search_result is not None  # else given, or the cache answered
+    if result is None:
         result = opt.search_result
-        if result is not None:
-            files["search"] = out / "search.json"
-            result.save(files["search"])
         for line in _search_lines(result) if result is not None else [
                 "search     skipped: the tuned result came from the result cache (--no-cache searches again)"]:
             _say(args, line)
     check = _numeric_check(prog, opt)
-    files |= _write_outputs(out, prog, opt)
+    files = _write_outputs(out, prog, opt, result if searched else None)
     rep = opt.report
     best, base = rep.best, next((e for e in rep.entries if e.origin == "baseline"), None)
     if not args.json:
@@ -269,10 +266,10 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, bars: An
         print(f"check      {check['text']}")
         print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))
         print(f"picture    {files['picture']}")
-    searched = {"search": _search_summary(result)} if args.command == "optimize" and result is not None else {}
+    summary = {"search": _search_summary(result)} if args.command == "optimize" and result is not None else {}
     _emit_json(args, {"command": args.command, "program": prog.name, "config": prog.config,
                       "shapes": _shapes(prog.graph), "report": rep.to_json(), "check": check,
-                      "files": {k: str(v) for k, v in files.items()}} | searched)
+                      "files": {k: str(v) for k, v in files.items()}} | summary)
     return EXIT_OK if check["ok"] else EXIT_FAILED
 
 
@@ -295,24 +292,31 @@ def _numeric_check(prog: Program, opt: Any) -> dict[str, Any]:
     return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
 
-def _write_outputs(out: Path, prog: Program, opt: Any) -> dict[str, Path]:
+def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None) -> dict[str, Path]:
+    """The chosen kernel's files (and the search result this command made, if any), all at once."""
+    from prism.outputs import write_files
     from prism.viz import draw_kernel_graph
 
-    files = {"kernel": out / "kernel.py", "graph": out / "graph.json", "report": out / "report.json",
-             "picture": out / "graph.png"}
-    files["kernel"].write_text(opt.triton_source)
-    files["graph"].write_text(json.dumps(opt.graph.to_json(), indent=1))
-    files["report"].write_text(json.dumps(opt.report.to_json(), indent=1))
-    best = opt.report.best
-    draw_kernel_graph(opt.graph, files["picture"], title=f"{prog.name}: {best.label if best else 'chosen'}")
-    return files
+    title = f"{prog.name}: {opt.report.best.label if opt.report.best else 'chosen'}"
+    writers: dict[str, Callable[[Path], Any]] = {
+        "kernel.py": lambda p: p.write_text(opt.triton_source),
+        "graph.json": lambda p: p.write_text(json.dumps(opt.graph.to_json(), indent=1)),
+        "report.json": lambda p: p.write_text(json.dumps(opt.report.to_json(), indent=1)),
+        "graph.png": lambda p: draw_kernel_graph(opt.graph, p, title=title),
+    }
+    if searched is not None:
+        writers["search.json"] = lambda p: p.write_text(json.dumps(searched.to_json(), indent=1))
+    paths = write_files(out, writers)
+    return {key: paths[name] for key, name in (("kernel", "kernel.py"), ("graph", "graph.json"),
+                                               ("report", "report.json"), ("picture", "graph.png"),
+                                               ("search", "search.json")) if name in paths}
 
 
 def _optimize(args: argparse.Namespace) -> int:
     prog = load_program(args.program, args.config)
     out = _out_dir(args, prog.name)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
-    return _tune_and_write(args, prog, out, _bars(args))
+    return _tune_and_write(args, prog, out)
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -323,7 +327,7 @@ def _tune(args: argparse.Namespace) -> int:
         Path(args.result).stem, result.program)
     out = _out_dir(args, prog.name)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
-    return _tune_and_write(args, prog, out, _bars(args), result)
+    return _tune_and_write(args, prog, out, result)
 
 
 def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:
@@ -342,6 +346,7 @@ def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:
 def _show(args: argparse.Namespace) -> int:
     """Draw a saved search result (one sGraph), a saved kernel graph, or an optimize output folder."""
     from prism.ir import KernelGraph, printer
+    from prism.outputs import write_files
     from prism.search import SearchResult
     from prism.viz import draw_kernel_graph, draw_result, draw_symbolic_graph
 
@@ -356,19 +361,20 @@ def _show(args: argparse.Namespace) -> int:
         if args.sheet:
             png = Path(args.out) if args.out else path.with_name(f"{path.stem}-sheet.png")
             text = "\n".join(f"#{i}: " + result.describe(i).splitlines()[0] for i in range(len(result)))
-            draw_result(result, png)
+            draw = partial(draw_result, result)
         else:
             if not 0 <= args.index < len(result):
                 raise InputError(f"--index {args.index}: {path} holds graphs 0..{len(result) - 1}")
             png = Path(args.out) if args.out else path.with_name(f"{path.stem}-{args.index}.png")
             text = result.describe(args.index)
-            draw_symbolic_graph(result.graphs[args.index], result.names, png,
-                                title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
+            draw = partial(draw_symbolic_graph, result.graphs[args.index], result.names,
+                           title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
     else:
         graph = _load_json_file(str(path), lambda p: KernelGraph.from_json(json.loads(Path(p).read_text())))
         png = Path(args.out) if args.out else path.with_suffix(".png")
         text = printer.format_graph(graph)
-        draw_kernel_graph(graph, png, title=path.parent.name if path.name == "graph.json" else path.stem)
+        draw = partial(draw_kernel_graph, graph, title=path.parent.name if path.name == "graph.json" else path.stem)
+    write_files(png.parent, {png.name: draw})
     _say(args, text)
     _say(args, f"picture    {png}")
     _emit_json(args, {"command": "show", "path": str(path), "picture": str(png), "text": text})
@@ -505,11 +511,18 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. With no command (or a workload name first) it
-    runs `check`, the main job."""
+    runs `check`, the main job. Ctrl-C at any point, imports included, ends it with one line."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("prism: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
     from prism.workloads import names
 
     parser = _parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in names() or argv[0] in ("--config", "--json", "--quiet", "-q"):
         argv = ["check", *argv]
     args = parser.parse_args(argv)
@@ -527,9 +540,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         print(f"prism: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("prism: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except Exception as e:
         if os.environ.get("PRISM_DEBUG"):
             traceback.print_exc()

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from prism.errors import SerializationError
 from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS
+from prism.outputs import write_text
 from prism.symbolic.mapping import Mapping
 from prism.symbolic.structure import Structure, instantiate, structure_from_json
 
@@ -120,7 +121,8 @@ class SearchResult:
         return cls(program, graphs, data.get("stats", {}))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        """Write the result as JSON, whole or not at all (an interrupted save leaves no partial file)."""
+        write_text(path, json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> SearchResult:
