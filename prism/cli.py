@@ -499,11 +499,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="kernel-time benchmark (default: when torch sees a GPU)")
     c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     c.set_defaults(run=_bench)
+    p.commands = list(sub.choices)
     return p
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (and exit 2), like every other error of the command line."""
+
+    commands: list[str]
+    """The subcommands' names (set by _parser)."""
 
     def error(self, message: str) -> Any:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -520,10 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from prism.workloads import names
-
-    parser = _parser()
-    if not argv or argv[0] in names() or argv[0] in ("--config", "--json", "--quiet", "-q"):
+    parser = _parser()  # before anything heavy is imported: `prism --help` imports no torch, no egglog
+    if not argv or argv[0] in ("--config", "--json", "--quiet", "-q") or _is_workload(argv[0], parser):
         argv = ["check", *argv]
     args = parser.parse_args(argv)
     args.argv = argv
@@ -546,6 +548,16 @@ def _main(argv: list[str]) -> int:
         print(f"prism: internal error: {type(e).__name__}: {e} (a bug in Prism; PRISM_DEBUG=1 shows the "
               "traceback)", file=sys.stderr)
         return EXIT_BUG
+
+
+def _is_workload(word: str, parser: _Parser) -> bool:
+    """Whether `word` names a workload (`prism rmsnorm` means `prism check rmsnorm`); importing the
+    workloads is left to words that are neither commands nor options."""
+    if word.startswith("-") or word in parser.commands:
+        return False
+    from prism.workloads import names
+
+    return word in names()
 
 
 if __name__ == "__main__":
