@@ -320,23 +320,28 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from prism.runtime.pipeline import check_search_result
     from prism.search import SearchResult
 
-    result = _load_json_file(args.result, SearchResult.load)
+    result = _load_json_file(args.result, SearchResult.from_json)
     prog = load_program(args.program, args.config) if args.program else Program(
         Path(args.result).stem, result.program)
+    check_search_result(result, prog.graph, args.result)
     out = _out_dir(args, prog.name)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
     return _tune_and_write(args, prog, out, result)
 
 
-def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:
+def _load_json_file(path: str, loader: Callable[[Any], Any]) -> Any:
+    """`loader` of the JSON document in the file at `path`; whatever is wrong with it names the file."""
     if not Path(path).is_file():
         raise InputError(f"{path}: no such file")
     try:
-        return loader(path)
+        return loader(json.loads(Path(path).read_text()))
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except PrismError as e:
+        raise InputError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"{path}: not a file this command reads ({type(e).__name__}: {e})") from None
 
@@ -353,9 +358,9 @@ def _show(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if path.is_dir():
         path = path / "graph.json"
-    doc = _load_json_file(str(path), lambda p: json.loads(Path(p).read_text()))
+    doc = _load_json_file(str(path), lambda d: d)
     if isinstance(doc, dict) and doc.get("format") == "prism.search_result":
-        result = _load_json_file(str(path), SearchResult.load)
+        result = _load_json_file(str(path), SearchResult.from_json)
         if not len(result):
             raise InputError(f"{path}: the search result holds no graphs")
         if args.sheet:
@@ -370,7 +375,7 @@ def _show(args: argparse.Namespace) -> int:
             draw = partial(draw_symbolic_graph, result.graphs[args.index], result.names,
                            title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
     else:
-        graph = _load_json_file(str(path), lambda p: KernelGraph.from_json(json.loads(Path(p).read_text())))
+        graph = _load_json_file(str(path), KernelGraph.from_json)
         png = Path(args.out) if args.out else path.with_suffix(".png")
         text = printer.format_graph(graph)
         draw = partial(draw_kernel_graph, graph, title=path.parent.name if path.name == "graph.json" else path.stem)
@@ -436,13 +441,16 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--config", help="workload config: an index (default 0) or k=v pairs, e.g. n=8,d=1024")
 
     def searching(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--time-limit", type=float, default=3600.0, help="search seconds (default %(default)s)")
-        c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-        c.add_argument("--max-block-ops", type=int, default=None, help="block ops per fused kernel, loaders "
-                       "included (default: the search's, from the program's size)")
+        c.add_argument("--time-limit", type=_positive(float), default=3600.0,
+                       help="search seconds (default %(default)s)")
+        c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
+        c.add_argument("--max-block-ops", type=_positive(int), default=None,
+                       help="block ops per fused kernel, loaders included (default: the search's, from the "
+                       "program's size)")
 
     def tuning(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--budget", type=int, default=16, help="candidates compiled (and timed on a GPU)")
+        c.add_argument("--budget", type=_positive(int), default=16,
+                       help="candidates compiled (and timed on a GPU)")
         c.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
         c.add_argument("--out", help="output folder (default prism-out/NAME)")
 
@@ -462,8 +470,8 @@ def _parser() -> argparse.ArgumentParser:
     c = command("search", "search verified sGraphs (structure and maps; sizes stay symbolic) and save them")
     program(c)
     searching(c)
-    c.add_argument("--modes", default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), or 'mirage' "
-                   "(the concrete baseline); default SSS")
+    c.add_argument("--modes", type=_modes, default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), "
+                   "or 'mirage' (the concrete baseline); default SSS")
     c.add_argument("--out", help="result file (default prism-out/NAME/search.json)")
     c.set_defaults(run=_search)
 
@@ -471,7 +479,7 @@ def _parser() -> argparse.ArgumentParser:
                 "emit Triton, check numerically")
     c.add_argument("result", metavar="RESULT", help="a search result saved by `prism search`")
     program(c, optional=True)
-    c.add_argument("--workers", type=int, default=None, help="compile processes (default: all cores)")
+    c.add_argument("--workers", type=_positive(int), default=None, help="compile processes (default: all cores)")
     tuning(c)
     c.set_defaults(run=_tune)
 
@@ -492,15 +500,39 @@ def _parser() -> argparse.ArgumentParser:
                    "measure nothing")
     c.add_argument("--no-mirage", action="store_true", help="skip the Mirage-style concrete baseline")
     c.add_argument("--no-ablation", action="store_true", help="skip the imap/fmap/omap ablation")
-    c.add_argument("--mirage-limit", type=float, default=300.0, help="seconds per concrete search")
-    c.add_argument("--ablation-limit", type=float, default=1800.0, help="seconds per ablation search")
-    c.add_argument("--time-limit", type=float, default=3600.0, help="seconds per symbolic search")
+    c.add_argument("--mirage-limit", type=_positive(float), default=300.0, help="seconds per concrete search")
+    c.add_argument("--ablation-limit", type=_positive(float), default=1800.0, help="seconds per ablation search")
+    c.add_argument("--time-limit", type=_positive(float), default=3600.0, help="seconds per symbolic search")
     c.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=None,
                    help="kernel-time benchmark (default: when torch sees a GPU)")
-    c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
     c.set_defaults(run=_bench)
     p.commands = list(sub.choices)
     return p
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a positive int or float (a zero or negative limit would do nothing)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {'whole ' if kind is int else ''}number, "
+                                             f"got {text!r}")
+        return value
+    return parse
+
+
+def _modes(text: str) -> str:
+    """An argparse type: a search mode, checked by the search's own parser."""
+    from prism.search.concrete import Modes
+
+    try:
+        return Modes.parse(text).code
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("modes: ")) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -510,7 +542,7 @@ class _Parser(argparse.ArgumentParser):
     """The subcommands' names (set by _parser)."""
 
     def error(self, message: str) -> Any:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"prism: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ __all__ = [
     "InputError",
     "SerializationError",
     "VerificationError",
+    "check_positive",
 ]
 
 
@@ -44,3 +45,11 @@ class SerializationError(PrismError):
 
 class VerificationError(PrismError):
     """The verifier was asked something it cannot answer (as opposed to answering 'not equal')."""
+
+
+def check_positive(who: str, name: str, value: object, whole: bool = False) -> None:
+    """Raise InputError unless `value` is a positive number (a positive int if `whole`): a zero or
+    negative limit would silently do nothing, or be changed behind the caller's back."""
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:  # NaN fails `> 0` too
+        raise InputError(f"{who}: {name} must be a positive {'whole number' if whole else 'number'}, got {value!r}")

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
+from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 from prism.tune.report import Report
@@ -42,7 +43,8 @@ def execution_mode(device: torch.device) -> str:
 
 
 class OptimizedGraph:
-    """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`)."""
+    """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`). Inference only:
+    inputs that require grad are refused unless autograd is off (torch.no_grad())."""
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
                  device: torch.device | str = "cpu", search_result: Any = None) -> None:
@@ -69,7 +71,11 @@ class OptimizedGraph:
     def triton_source(self) -> str:
         return self.compiled.source
 
-    def __call__(self, *tensors: Any) -> list[torch.Tensor]:
+    def __call__(self, *tensors: Any, **by_name: Any) -> list[torch.Tensor]:
+        if by_name:
+            names = ", ".join(t.name for t in self.program.inputs)
+            raise InputError(f"this optimized graph takes its inputs by position ({names}), not by keyword "
+                             f"({', '.join(by_name)})")
         self._check(tensors)
         if self.execution == REFERENCE:
             from prism.interp import run

@@ -18,7 +18,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from prism.errors import GraphError
+from prism.errors import GraphError, InputError, check_positive
 from prism.ir import KernelGraph, serialize
 from prism.pool import importable
 from prism.progress import Progress, report
@@ -69,6 +69,7 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     progress: called as (phase, done, total) while the search runs: "generate" (subtrees explored),
         "verify" (candidates checked), or "search" (the Mirage-style mode's concrete map choices).
     """
+    _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout)
     graph.check()
     if len(graph.outputs) != 1:
         raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}")
@@ -107,6 +108,20 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     stats["seconds"] = time.time() - start
     stats["workers"] = pool.n  # 1 if workers could not be started
     return SearchResult(graph, graphs, stats)
+
+
+def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: Any, verify_timeout: Any) -> None:
+    """InputError for a call that could only do nothing, or something other than what was asked."""
+    if not isinstance(graph, KernelGraph):
+        hint = f" (for a built-in workload: prism.workloads.get({graph!r}).build(config))" \
+            if isinstance(graph, str) else ""
+        raise InputError(f"search: expected a KernelGraph, got {type(graph).__name__}{hint}")
+    check_positive("search", "time_limit", time_limit)
+    for name, value in (("workers", workers), ("max_block_ops", max_block_ops)):
+        if value is not None:
+            check_positive("search", name, value, whole=True)
+    if verify_timeout is not None:
+        check_positive("search", "verify_timeout", verify_timeout)
 
 
 def _ticker(progress: Progress | None, phase: str, sizes: list[int]) -> Callable[[int], None]:
