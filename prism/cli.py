@@ -30,7 +30,9 @@ EPILOG = """\
 PROGRAM is a workload name (rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention) or a Python file
 that defines a prism.KernelGraph at module level (one, or one named `program`).
 
-output: files are written whole and together once the work is done: a command stopped by Ctrl-C or
+output: results go to prism-out/NAME (a workload at its first config, or a program file's name) or
+prism-out/NAME-K1V1-K2V2 at another config (rmsnorm --config 1: prism-out/rmsnorm-n8-d1024); --out
+chooses. Files are written whole and together once the work is done: a command stopped by Ctrl-C or
 an error leaves none, and no empty folder.
 
 exit codes: 0 done; 1 the work ran but its result failed (a numeric mismatch, no verified graph);
@@ -49,6 +51,11 @@ class Program:
     graph: Any
     reference: Callable[..., Any] | None = None
     config: dict[str, int] | None = None
+    folder: str = ""
+    """Its results' default folder under prism-out/ (default: the name)."""
+
+    def __post_init__(self) -> None:
+        self.folder = self.folder or self.name
 
 
 def load_program(spec: str, config: str | None = None) -> Program:
@@ -62,7 +69,8 @@ def load_program(spec: str, config: str | None = None) -> Program:
         return Program(Path(spec).stem, _graph_from_file(Path(spec), KernelGraph))
     w = workloads.get(spec)
     cfg = w.check_config(_parse_config(w, config))
-    return Program(spec, w.build(cfg), w.reference, cfg)
+    folder = spec if cfg == w.configs[0] else spec + "-" + "-".join(f"{k}{v}" for k, v in cfg.items())
+    return Program(spec, w.build(cfg), w.reference, cfg, folder)
 
 
 def _parse_config(w: Any, text: str | None) -> dict[str, int]:
@@ -124,9 +132,9 @@ def _bars(args: argparse.Namespace):
     return Bars(enabled=not args.quiet)
 
 
-def _out_dir(args: argparse.Namespace, name: str) -> Path:
+def _out_dir(args: argparse.Namespace, prog: Program) -> Path:
     """The output folder; made only when the results are written (`prism.outputs`), never empty."""
-    out = Path(args.out) if args.out else Path("prism-out") / name
+    out = Path(args.out) if args.out else Path("prism-out") / prog.folder
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
     return out
@@ -210,7 +218,7 @@ def _search(args: argparse.Namespace) -> int:
     from prism.search import search
 
     prog = load_program(args.program, args.config)
-    out = Path(args.out) if args.out else Path("prism-out") / prog.name / "search.json"
+    out = Path(args.out) if args.out else Path("prism-out") / prog.folder / "search.json"
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory; give a file name such as {out / 'search.json'}")
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
@@ -314,7 +322,7 @@ def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None) -> 
 
 def _optimize(args: argparse.Namespace) -> int:
     prog = load_program(args.program, args.config)
-    out = _out_dir(args, prog.name)
+    out = _out_dir(args, prog)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
     return _tune_and_write(args, prog, out)
 
@@ -327,7 +335,7 @@ def _tune(args: argparse.Namespace) -> int:
     prog = load_program(args.program, args.config) if args.program else Program(
         Path(args.result).stem, result.program)
     check_search_result(result, prog.graph, args.result)
-    out = _out_dir(args, prog.name)
+    out = _out_dir(args, prog)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
     return _tune_and_write(args, prog, out, result)
 
@@ -452,7 +460,7 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--budget", type=_positive(int), default=16,
                        help="candidates compiled (and timed on a GPU)")
         c.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
-        c.add_argument("--out", help="output folder (default prism-out/NAME)")
+        c.add_argument("--out", help="output folder (default prism-out/NAME, see below)")
 
     c = command("check", "run each workload's hand-written fused kernel in the reference executor and "
                 "compare it with torch (the default command)")
@@ -472,7 +480,7 @@ def _parser() -> argparse.ArgumentParser:
     searching(c)
     c.add_argument("--modes", type=_modes, default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), "
                    "or 'mirage' (the concrete baseline); default SSS")
-    c.add_argument("--out", help="result file (default prism-out/NAME/search.json)")
+    c.add_argument("--out", help="result file (default prism-out/NAME/search.json, see below)")
     c.set_defaults(run=_search)
 
     c = command("tune", "choose grid sizes and loop ranges for a saved search result at a program's shapes, "

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import prism
-from prism.cli import EXIT_USAGE, main
+from prism.cli import EXIT_USAGE, load_program, main
 from prism.errors import InputError, SerializationError
 
 pytestmark = pytest.mark.filterwarnings("ignore:prism. no GPU:RuntimeWarning")
@@ -110,6 +110,15 @@ def test_an_optimized_graph_takes_tensors_by_position_and_no_gradients(searched)
     with torch.no_grad():  # without autograd a tensor that requires grad is just a tensor
         (out,) = opt(x, wanted)
     assert torch.equal(out, opt(x, weight)[0])
+
+
+def test_each_config_has_its_own_default_output_folder(capsys, here):
+    assert load_program("rmsnorm").folder == load_program("rmsnorm", "n=8,d=4096").folder == "rmsnorm"
+    assert load_program("rmsnorm", "1").folder == load_program("rmsnorm", "n=8,d=1024").folder == "rmsnorm-n8-d1024"
+    for config in (SMALL, "n=4,d=128"):  # --max-block-ops 3 finds nothing, quickly, and still saves
+        main(["search", "rmsnorm", "--config", config, "--workers", "1", "--max-block-ops", "3", "-q"])
+    capsys.readouterr()
+    assert sorted(p.name for p in (here / "prism-out").iterdir()) == ["rmsnorm-n4-d128", "rmsnorm-n4-d64"]
 
 
 def test_a_failed_command_leaves_no_output_folder(capsys, here, monkeypatch):
