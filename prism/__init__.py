@@ -1,11 +1,51 @@
-"""Prism: a symbolic superoptimizer that turns a tensor program into a proven-equal fused GPU kernel."""
+"""Prism: a symbolic superoptimizer that turns a tensor program into a proven-equal fused GPU kernel.
 
-from prism import errors, interp, verify, workloads
-from prism.ir import BlockGraph, KernelGraph, Tensor
-from prism.runtime import OptimizedGraph, superoptimize
-from prism.search import SearchResult
-from prism.search import search  # the function; the subpackage stays importable as prism.search.*
+Names are imported on first use (torch, egglog and Triton take seconds), so `import prism` and
+`prism --help` are quick.
+"""
+
+import importlib
+import sys
+import types
+from typing import Any
+
+from prism import errors
 
 __all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchResult", "Tensor", "errors", "interp",
            "search", "superoptimize", "verify", "workloads"]
 __version__ = "0.1.0"
+
+_HOME = {"BlockGraph": "prism.ir", "KernelGraph": "prism.ir", "Tensor": "prism.ir", "OptimizedGraph": "prism.runtime",
+         "superoptimize": "prism.runtime", "SearchResult": "prism.search"}
+_SUBPACKAGES = ("interp", "verify", "workloads")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"prism.{name}")
+    if name in _HOME:
+        value = globals()[name] = getattr(importlib.import_module(_HOME[name]), name)
+        return value
+    raise AttributeError(f"module 'prism' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Prism(types.ModuleType):
+    """`prism.search` is the search function: importing the subpackage `prism.search` would otherwise
+    bind the module to that name (the subpackage stays importable as prism.search.*)."""
+
+    @property
+    def search(self) -> Any:
+        from prism.search.driver import search
+
+        return search
+
+    @search.setter
+    def search(self, subpackage: Any) -> None:
+        pass
+
+
+sys.modules[__name__].__class__ = _Prism

@@ -2,6 +2,10 @@
 
 import sys
 
-from prism.cli import main
+try:
+    from prism.cli import main
+except KeyboardInterrupt:  # Ctrl-C this early still gets one line, not a traceback
+    print("prism: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -17,6 +17,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,6 +29,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EPILOG = """\
 PROGRAM is a workload name (rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention) or a Python file
 that defines a prism.KernelGraph at module level (one, or one named `program`).
+
+output: results go to prism-out/NAME (a workload at its first config, or a program file's name) or
+prism-out/NAME-K1V1-K2V2 at another config (rmsnorm --config 1: prism-out/rmsnorm-n8-d1024); --out
+chooses. Files are written whole and together once the work is done: a command stopped by Ctrl-C or
+an error leaves none, and no empty folder.
 
 exit codes: 0 done; 1 the work ran but its result failed (a numeric mismatch, no verified graph);
 2 bad invocation or input; 3 an internal error (a bug: please report it); 130 interrupted.
@@ -45,6 +51,11 @@ class Program:
     graph: Any
     reference: Callable[..., Any] | None = None
     config: dict[str, int] | None = None
+    folder: str = ""
+    """Its results' default folder under prism-out/ (default: the name)."""
+
+    def __post_init__(self) -> None:
+        self.folder = self.folder or self.name
 
 
 def load_program(spec: str, config: str | None = None) -> Program:
@@ -58,7 +69,8 @@ def load_program(spec: str, config: str | None = None) -> Program:
         return Program(Path(spec).stem, _graph_from_file(Path(spec), KernelGraph))
     w = workloads.get(spec)
     cfg = w.check_config(_parse_config(w, config))
-    return Program(spec, w.build(cfg), w.reference, cfg)
+    folder = spec if cfg == w.configs[0] else spec + "-" + "-".join(f"{k}{v}" for k, v in cfg.items())
+    return Program(spec, w.build(cfg), w.reference, cfg, folder)
 
 
 def _parse_config(w: Any, text: str | None) -> dict[str, int]:
@@ -120,11 +132,11 @@ def _bars(args: argparse.Namespace):
     return Bars(enabled=not args.quiet)
 
 
-def _out_dir(args: argparse.Namespace, name: str) -> Path:
-    out = Path(args.out) if args.out else Path("prism-out") / name
+def _out_dir(args: argparse.Namespace, prog: Program) -> Path:
+    """The output folder; made only when the results are written (`prism.outputs`), never empty."""
+    out = Path(args.out) if args.out else Path("prism-out") / prog.folder
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -206,14 +218,12 @@ def _search(args: argparse.Namespace) -> int:
     from prism.search import search
 
     prog = load_program(args.program, args.config)
-    out = Path(args.out) if args.out else Path("prism-out") / prog.name / "search.json"
+    out = Path(args.out) if args.out else Path("prism-out") / prog.folder / "search.json"
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory; give a file name such as {out / 'search.json'}")
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
-    bars = _bars(args)
-    result = search(prog.graph, progress=bars, **_search_options(args))
-    bars.close()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with _bars(args) as bars:
+        result = search(prog.graph, progress=bars, **_search_options(args))
     result.save(out)
     rows = [["#", "grid", "loop", "block ops", "outputs", "kernel ops"]]
     for i, g in enumerate(result.graphs):
@@ -231,28 +241,23 @@ def _search(args: argparse.Namespace) -> int:
 
 # -- optimize and tune ---------------------------------------------------------------------------
 
-def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, bars: Any,
-                    result: Any = None) -> int:
+def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: Any = None) -> int:
     """superoptimize (with `result`, or searching unless the result cache holds the answer), check the
     chosen kernel numerically, write its files and the summary."""
     from prism.runtime import superoptimize
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU" is stated in the summary instead
+    with _bars(args) as bars, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "prism: no GPU", RuntimeWarning)  # the summary states it instead
         opt = superoptimize(prog.graph, search_result=result, budget=args.budget, workers=args.workers,
                             cache=not args.no_cache, search_options=_search_options(args), progress=bars)
-    bars.close()
-    files: dict[str, Path] = {}
-    if result is None:  # this command searched (or the cache answered without a search)
+    searched = result is None and opt.search_result is not None  # else given, or the cache answered
+    if result is None:
         result = opt.search_result
-        if result is not None:
-            files["search"] = out / "search.json"
-            result.save(files["search"])
         for line in _search_lines(result) if result is not None else [
                 "search     skipped: the tuned result came from the result cache (--no-cache searches again)"]:
             _say(args, line)
     check = _numeric_check(prog, opt)
-    files |= _write_outputs(out, prog, opt)
+    files = _write_outputs(out, prog, opt, result if searched else None)
     rep = opt.report
     best, base = rep.best, next((e for e in rep.entries if e.origin == "baseline"), None)
     if not args.json:
@@ -269,10 +274,10 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, bars: An
         print(f"check      {check['text']}")
         print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))
         print(f"picture    {files['picture']}")
-    searched = {"search": _search_summary(result)} if args.command == "optimize" and result is not None else {}
+    summary = {"search": _search_summary(result)} if args.command == "optimize" and result is not None else {}
     _emit_json(args, {"command": args.command, "program": prog.name, "config": prog.config,
                       "shapes": _shapes(prog.graph), "report": rep.to_json(), "check": check,
-                      "files": {k: str(v) for k, v in files.items()}} | searched)
+                      "files": {k: str(v) for k, v in files.items()}} | summary)
     return EXIT_OK if check["ok"] else EXIT_FAILED
 
 
@@ -295,44 +300,56 @@ def _numeric_check(prog: Program, opt: Any) -> dict[str, Any]:
     return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
 
-def _write_outputs(out: Path, prog: Program, opt: Any) -> dict[str, Path]:
+def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None) -> dict[str, Path]:
+    """The chosen kernel's files (and the search result this command made, if any), all at once."""
+    from prism.outputs import write_files
     from prism.viz import draw_kernel_graph
 
-    files = {"kernel": out / "kernel.py", "graph": out / "graph.json", "report": out / "report.json",
-             "picture": out / "graph.png"}
-    files["kernel"].write_text(opt.triton_source)
-    files["graph"].write_text(json.dumps(opt.graph.to_json(), indent=1))
-    files["report"].write_text(json.dumps(opt.report.to_json(), indent=1))
-    best = opt.report.best
-    draw_kernel_graph(opt.graph, files["picture"], title=f"{prog.name}: {best.label if best else 'chosen'}")
-    return files
+    title = f"{prog.name}: {opt.report.best.label if opt.report.best else 'chosen'}"
+    writers: dict[str, Callable[[Path], Any]] = {
+        "kernel.py": lambda p: p.write_text(opt.triton_source),
+        "graph.json": lambda p: p.write_text(json.dumps(opt.graph.to_json(), indent=1)),
+        "report.json": lambda p: p.write_text(json.dumps(opt.report.to_json(), indent=1)),
+        "graph.png": lambda p: draw_kernel_graph(opt.graph, p, title=title),
+    }
+    if searched is not None:
+        writers["search.json"] = lambda p: p.write_text(json.dumps(searched.to_json(), indent=1))
+    paths = write_files(out, writers)
+    return {key: paths[name] for key, name in (("kernel", "kernel.py"), ("graph", "graph.json"),
+                                               ("report", "report.json"), ("picture", "graph.png"),
+                                               ("search", "search.json")) if name in paths}
 
 
 def _optimize(args: argparse.Namespace) -> int:
     prog = load_program(args.program, args.config)
-    out = _out_dir(args, prog.name)
+    out = _out_dir(args, prog)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
-    return _tune_and_write(args, prog, out, _bars(args))
+    return _tune_and_write(args, prog, out)
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from prism.runtime.pipeline import check_search_result
     from prism.search import SearchResult
 
-    result = _load_json_file(args.result, SearchResult.load)
+    result = _load_json_file(args.result, SearchResult.from_json)
     prog = load_program(args.program, args.config) if args.program else Program(
         Path(args.result).stem, result.program)
-    out = _out_dir(args, prog.name)
+    check_search_result(result, prog.graph, args.result)
+    out = _out_dir(args, prog)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
-    return _tune_and_write(args, prog, out, _bars(args), result)
+    return _tune_and_write(args, prog, out, result)
 
 
-def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:
+def _load_json_file(path: str, loader: Callable[[Any], Any]) -> Any:
+    """`loader` of the JSON document in the file at `path`; whatever is wrong with it names the file."""
     if not Path(path).is_file():
         raise InputError(f"{path}: no such file")
     try:
-        return loader(path)
+        return loader(json.loads(Path(path).read_text()))
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except PrismError as e:
+        raise InputError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"{path}: not a file this command reads ({type(e).__name__}: {e})") from None
 
@@ -342,33 +359,35 @@ def _load_json_file(path: str, loader: Callable[[str], Any]) -> Any:
 def _show(args: argparse.Namespace) -> int:
     """Draw a saved search result (one sGraph), a saved kernel graph, or an optimize output folder."""
     from prism.ir import KernelGraph, printer
+    from prism.outputs import write_files
     from prism.search import SearchResult
     from prism.viz import draw_kernel_graph, draw_result, draw_symbolic_graph
 
     path = Path(args.path)
     if path.is_dir():
         path = path / "graph.json"
-    doc = _load_json_file(str(path), lambda p: json.loads(Path(p).read_text()))
+    doc = _load_json_file(str(path), lambda d: d)
     if isinstance(doc, dict) and doc.get("format") == "prism.search_result":
-        result = _load_json_file(str(path), SearchResult.load)
+        result = _load_json_file(str(path), SearchResult.from_json)
         if not len(result):
             raise InputError(f"{path}: the search result holds no graphs")
         if args.sheet:
             png = Path(args.out) if args.out else path.with_name(f"{path.stem}-sheet.png")
             text = "\n".join(f"#{i}: " + result.describe(i).splitlines()[0] for i in range(len(result)))
-            draw_result(result, png)
+            draw = partial(draw_result, result)
         else:
             if not 0 <= args.index < len(result):
                 raise InputError(f"--index {args.index}: {path} holds graphs 0..{len(result) - 1}")
             png = Path(args.out) if args.out else path.with_name(f"{path.stem}-{args.index}.png")
             text = result.describe(args.index)
-            draw_symbolic_graph(result.graphs[args.index], result.names, png,
-                                title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
+            draw = partial(draw_symbolic_graph, result.graphs[args.index], result.names,
+                           title=f"{path.stem} #{args.index} of {len(result)} (sizes symbolic)")
     else:
-        graph = _load_json_file(str(path), lambda p: KernelGraph.from_json(json.loads(Path(p).read_text())))
+        graph = _load_json_file(str(path), KernelGraph.from_json)
         png = Path(args.out) if args.out else path.with_suffix(".png")
         text = printer.format_graph(graph)
-        draw_kernel_graph(graph, png, title=path.parent.name if path.name == "graph.json" else path.stem)
+        draw = partial(draw_kernel_graph, graph, title=path.parent.name if path.name == "graph.json" else path.stem)
+    write_files(png.parent, {png.name: draw})
     _say(args, text)
     _say(args, f"picture    {png}")
     _emit_json(args, {"command": "show", "path": str(path), "picture": str(png), "text": text})
@@ -430,15 +449,18 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--config", help="workload config: an index (default 0) or k=v pairs, e.g. n=8,d=1024")
 
     def searching(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--time-limit", type=float, default=3600.0, help="search seconds (default %(default)s)")
-        c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-        c.add_argument("--max-block-ops", type=int, default=None, help="block ops per fused kernel, loaders "
-                       "included (default: the search's, from the program's size)")
+        c.add_argument("--time-limit", type=_positive(float), default=3600.0,
+                       help="search seconds (default %(default)s)")
+        c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
+        c.add_argument("--max-block-ops", type=_positive(int), default=None,
+                       help="block ops per fused kernel, loaders included (default: the search's, from the "
+                       "program's size)")
 
     def tuning(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--budget", type=int, default=16, help="candidates compiled (and timed on a GPU)")
+        c.add_argument("--budget", type=_positive(int), default=16,
+                       help="candidates compiled (and timed on a GPU)")
         c.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
-        c.add_argument("--out", help="output folder (default prism-out/NAME)")
+        c.add_argument("--out", help="output folder (default prism-out/NAME, see below)")
 
     c = command("check", "run each workload's hand-written fused kernel in the reference executor and "
                 "compare it with torch (the default command)")
@@ -456,16 +478,16 @@ def _parser() -> argparse.ArgumentParser:
     c = command("search", "search verified sGraphs (structure and maps; sizes stay symbolic) and save them")
     program(c)
     searching(c)
-    c.add_argument("--modes", default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), or 'mirage' "
-                   "(the concrete baseline); default SSS")
-    c.add_argument("--out", help="result file (default prism-out/NAME/search.json)")
+    c.add_argument("--modes", type=_modes, default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), "
+                   "or 'mirage' (the concrete baseline); default SSS")
+    c.add_argument("--out", help="result file (default prism-out/NAME/search.json, see below)")
     c.set_defaults(run=_search)
 
     c = command("tune", "choose grid sizes and loop ranges for a saved search result at a program's shapes, "
                 "emit Triton, check numerically")
     c.add_argument("result", metavar="RESULT", help="a search result saved by `prism search`")
     program(c, optional=True)
-    c.add_argument("--workers", type=int, default=None, help="compile processes (default: all cores)")
+    c.add_argument("--workers", type=_positive(int), default=None, help="compile processes (default: all cores)")
     tuning(c)
     c.set_defaults(run=_tune)
 
@@ -486,31 +508,64 @@ def _parser() -> argparse.ArgumentParser:
                    "measure nothing")
     c.add_argument("--no-mirage", action="store_true", help="skip the Mirage-style concrete baseline")
     c.add_argument("--no-ablation", action="store_true", help="skip the imap/fmap/omap ablation")
-    c.add_argument("--mirage-limit", type=float, default=300.0, help="seconds per concrete search")
-    c.add_argument("--ablation-limit", type=float, default=1800.0, help="seconds per ablation search")
-    c.add_argument("--time-limit", type=float, default=3600.0, help="seconds per symbolic search")
+    c.add_argument("--mirage-limit", type=_positive(float), default=300.0, help="seconds per concrete search")
+    c.add_argument("--ablation-limit", type=_positive(float), default=1800.0, help="seconds per ablation search")
+    c.add_argument("--time-limit", type=_positive(float), default=3600.0, help="seconds per symbolic search")
     c.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=None,
                    help="kernel-time benchmark (default: when torch sees a GPU)")
-    c.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
     c.set_defaults(run=_bench)
+    p.commands = list(sub.choices)
     return p
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a positive int or float (a zero or negative limit would do nothing)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {'whole ' if kind is int else ''}number, "
+                                             f"got {text!r}")
+        return value
+    return parse
+
+
+def _modes(text: str) -> str:
+    """An argparse type: a search mode, checked by the search's own parser."""
+    from prism.search.concrete import Modes
+
+    try:
+        return Modes.parse(text).code
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("modes: ")) from None
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (and exit 2), like every other error of the command line."""
 
+    commands: list[str]
+    """The subcommands' names (set by _parser)."""
+
     def error(self, message: str) -> Any:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"prism: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. With no command (or a workload name first) it
-    runs `check`, the main job."""
-    from prism.workloads import names
+    runs `check`, the main job. Ctrl-C at any point, imports included, ends it with one line."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("prism: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
-    parser = _parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in names() or argv[0] in ("--config", "--json", "--quiet", "-q"):
+
+def _main(argv: list[str]) -> int:
+    parser = _parser()  # before anything heavy is imported: `prism --help` imports no torch, no egglog
+    if not argv or argv[0] in ("--config", "--json", "--quiet", "-q") or _is_workload(argv[0], parser):
         argv = ["check", *argv]
     args = parser.parse_args(argv)
     args.argv = argv
@@ -527,15 +582,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         print(f"prism: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("prism: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except Exception as e:
         if os.environ.get("PRISM_DEBUG"):
             traceback.print_exc()
         print(f"prism: internal error: {type(e).__name__}: {e} (a bug in Prism; PRISM_DEBUG=1 shows the "
               "traceback)", file=sys.stderr)
         return EXIT_BUG
+
+
+def _is_workload(word: str, parser: _Parser) -> bool:
+    """Whether `word` names a workload (`prism rmsnorm` means `prism check rmsnorm`); importing the
+    workloads is left to words that are neither commands nor options."""
+    if word.startswith("-") or word in parser.commands:
+        return False
+    from prism.workloads import names
+
+    return word in names()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ __all__ = [
     "SerializationError",
     "VerificationError",
     "IllFormedTerm",
+    "check_positive",
 ]
 
 
@@ -50,3 +51,11 @@ class VerificationError(PrismError):
 class IllFormedTerm(VerificationError):
     """A verification term means nothing: a dim that is not there, a parallel dim split twice or combined
     when not live, operands that do not broadcast. Raised when the term is built, before any proof."""
+
+
+def check_positive(who: str, name: str, value: object, whole: bool = False) -> None:
+    """Raise InputError unless `value` is a positive number (a positive int if `whole`): a zero or
+    negative limit would silently do nothing, or be changed behind the caller's back."""
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:  # NaN fails `> 0` too
+        raise InputError(f"{who}: {name} must be a positive {'whole number' if whole else 'number'}, got {value!r}")

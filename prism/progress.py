@@ -24,7 +24,7 @@ def report(progress: Progress | None, phase: str, done: int, total: int) -> None
 
 class Bars:
     """One tqdm bar per phase on `stream` (stderr by default): count, rate, time left. A bar closes
-    when its phase reaches its total, or when the next phase starts."""
+    when its phase reaches its total, when the next phase starts, or on leaving a `with Bars()` block."""
 
     LABELS = {"generate": "search: structures", "verify": "search: verify", "search": "search: concrete",
               "compile": "tune: compile", "profile": "tune: profile"}
@@ -54,3 +54,9 @@ class Bars:
         if self.bar is not None:
             self.bar.close()
             self.bar, self.phase = None, None
+
+    def __enter__(self) -> Bars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # an interrupted phase's bar ends before any message that follows it

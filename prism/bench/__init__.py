@@ -18,6 +18,7 @@ from prism.bench.gpu import GPUOptions, GPUUnavailable, measure_gpu, require_gpu
 from prism.bench.report import machine, write_report
 from prism.bench.search import Plan, measure_search
 from prism.errors import InputError
+from prism.outputs import write_text
 
 __all__ = ["GPUOptions", "GPUUnavailable", "Plan", "load_results", "run", "write_report"]
 
@@ -56,7 +57,7 @@ def run(out_dir: str | os.PathLike[str], *, workloads: Sequence[str] | None = No
     command = command or _call(out, plan, gpu, workers)
 
     def write() -> None:
-        path.write_text(json.dumps(results, indent=1, default=str))
+        write_text(path, json.dumps(results, indent=1, default=str))  # whole: an interrupted run resumes
 
     def measured(_: Any) -> None:
         """After each measurement: the machine, date and command are those of the latest one."""

@@ -278,9 +278,11 @@ class KernelGraph(GraphBuilder):
     def check_call(self, tensors: Sequence[Any], who: str,
                    device_rule: Callable[[Any], str | None] | None = None) -> Any:
         """The torch.device of `tensors` if they fit the declared inputs exactly (count, torch.Tensor,
-        shape, dtype, one device), else an InputError naming `who` ("the compiled graph", ...).
-        `device_rule(device)` says why an input's device is wrong (None: it is fine). The reference
-        executor, which accepts wider floats, has its own check."""
+        shape, dtype, one device, no gradient wanted), else an InputError naming `who` ("the compiled
+        graph", ...). `device_rule(device)` says why an input's device is wrong (None: it is fine). The
+        generated kernels are inference-only: an input that requires grad while autograd is on is refused
+        (its gradient would silently be lost); under torch.no_grad() it is fine. The reference executor,
+        which accepts wider floats, has its own check."""
         import torch
 
         from prism.errors import InputError
@@ -300,6 +302,9 @@ class KernelGraph(GraphBuilder):
             why = device_rule(t.device) if device_rule else None
             if why:
                 raise InputError(f"input {want.name} is on {t.device}; {why}")
+            if t.requires_grad and torch.is_grad_enabled():
+                raise InputError(f"input {want.name} requires grad, but {who} is inference-only (autograd cannot "
+                                 "differentiate through it): call it under torch.no_grad(), or pass .detach()")
         devices = {t.device for t in tensors}
         if len(devices) > 1:
             raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")

@@ -1,12 +1,13 @@
 """The on-disk result cache: one SQLite file of superoptimization results, safe to share and to corrupt.
 
-A row is keyed by (program structural hash, input shapes, dtypes, target, Prism version), hashed to one
-hex key, and holds a JSON payload with its length and sha256. A read returns the payload only if the
-row is whole: the length and checksum match, the JSON parses, and the caller's `validate` accepts it
-(e.g. the stored graph still loads). Anything else is discarded and reported as a miss, so a corrupt
-or partial entry is recomputed, never returned. A file that is not a SQLite database at all is moved
-aside (`*.corrupt-<time>`) and a fresh one started. Connections are short-lived, so several
-processes may share the file.
+A row is keyed by (program structural hash, input shapes, dtypes, target, Prism version, and the
+hash of the search result tuned when one was given), hashed to one hex key, and holds a JSON payload
+with its length and sha256. A read returns the payload only if the row is whole: the length and
+checksum match, the JSON parses, and the caller's `validate` accepts it (e.g. the stored graph still
+loads). Anything else is discarded and reported as a miss, so a corrupt or partial entry is
+recomputed, never returned. A file that is not a SQLite database at all is moved aside
+(`*.corrupt-<time>`) and a fresh one started. Connections are short-lived, so several processes may
+share the file.
 
 Location: the `path` argument, else `$PRISM_CACHE_DIR/results.sqlite`, else
 `$XDG_CACHE_HOME/prism/results.sqlite` (default `~/.cache/prism/results.sqlite`).
@@ -43,10 +44,11 @@ def default_path() -> Path:
 
 
 def cache_key(structural_hash: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[str], target: str,
-              version: str) -> tuple[str, dict[str, Any]]:
-    """(hex key, the fields it hashes) for one program, its input shapes and dtypes, target and version."""
+              version: str, search: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(hex key, the fields it hashes) for one program, its input shapes and dtypes, target and version,
+    and the identity of the search result it was tuned from when one was given (`search`)."""
     fields = {"program": structural_hash, "shapes": [list(s) for s in shapes], "dtypes": list(dtypes),
-              "target": target, "version": version}
+              "target": target, "version": version} | ({} if search is None else {"search": search})
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest(), fields
 

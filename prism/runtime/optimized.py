@@ -43,7 +43,8 @@ def execution_mode(device: torch.device) -> str:
 
 
 class OptimizedGraph:
-    """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`)."""
+    """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`). Inference only:
+    inputs that require grad are refused unless autograd is off (torch.no_grad())."""
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
                  device: torch.device | str = "cpu", search_result: Any = None) -> None:
@@ -84,12 +85,11 @@ class OptimizedGraph:
         that require grad (with grad enabled) are refused.
         """
         if kwargs:
-            raise InputError(f"this optimized graph takes its inputs by position "
-                             f"({', '.join(t.name for t in self.program.inputs)}), got keyword argument(s) "
-                             f"{', '.join(sorted(kwargs))}")
+            names = ", ".join(t.name for t in self.program.inputs)
+            raise InputError(f"this optimized graph takes its inputs by position ({names}), not by keyword "
+                             f"({', '.join(kwargs)})")
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-            raise InputError("inputs require grad, but Prism's kernels have no backward (inference only): "
-                             "call under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+            self.check_inputs(tensors)  # names the first input that requires grad (KernelGraph.check_call)
         if torch.compiler.is_compiling():
             return self.op(list(tensors))
         return self.run(tensors)
@@ -111,7 +111,6 @@ class OptimizedGraph:
     def check_inputs(self, tensors: Sequence[Any]) -> None:
         """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device)."""
         self.program.check_call(tensors, "this optimized graph", self._device_rule)
-
 
     def cuda_graph(self, *example: torch.Tensor, static: bool = False) -> Any:
         """This graph captured in one CUDA graph for tensors like `example` (prism.runtime.graphed): a call

@@ -7,13 +7,15 @@ when there is one), store the chosen µGraph and its report; wrap it in an Optim
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from prism.errors import InputError, PrismError
+from prism.errors import InputError, PrismError, check_positive
 from prism.ir import KernelGraph
 from prism.progress import Progress
 from prism.runtime.cache import ResultCache, cache_key
@@ -22,7 +24,7 @@ from prism.tune.report import Report
 from prism.tune.target import get_target
 from prism.tune.tuner import tune
 
-__all__ = ["superoptimize", "resolve_device", "target_key"]
+__all__ = ["check_search_result", "superoptimize", "resolve_device", "target_key"]
 
 PAYLOAD = "prism.optimized"
 
@@ -87,7 +89,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     """The fastest verified fused form of `graph` found, as an OptimizedGraph.
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
-        been searched at other sizes of the same program.
+        been searched at other sizes of the same program (another program is an InputError). It is part
+        of the cache key: a cached answer is reused only for the same graphs.
     budget: candidates compiled ahead of time and, on a GPU, timed (the model's best plus a uniform draw).
     device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu". On the CPU candidates
         are ranked by the cost model (`prism.tune.cost`) and the result runs in Triton's interpreter
@@ -102,17 +105,22 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     if not isinstance(graph, KernelGraph):
         raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
     graph.check()
+    check_positive("superoptimize", "budget", budget, whole=True)
+    if workers is not None:
+        check_positive("superoptimize", "workers", workers, whole=True)
     from prism import __version__
 
     start = time.time()
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
+    given = None if search_result is None else check_search_result(_load_result(search_result), graph)
     store = _open_cache(cache)
     notes: list[str] = []
     key = fields = None
     if store is not None:
         key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
-                                [t.dtype for t in graph.inputs], target_key(dev, target), __version__)
+                                [t.dtype for t in graph.inputs], target_key(dev, target), __version__,
+                                None if given is None else _identity(given))
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
         except Exception as e:  # an unreadable cache never stops the optimizer
@@ -127,11 +135,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             report.notes.append(f"loaded from the result cache {store.path} in {time.time() - start:.3f} s")
             return OptimizedGraph(graph, chosen, report, dev)
 
-    result = (_load_result(search_result) if search_result is not None
-              else _search(graph, search_options, log, progress))
-    if _size_free(result.program) != _size_free(graph):
-        raise InputError("superoptimize: the search result was made for a different program "
-                         "(structural hashes differ, sizes and dtypes aside)")
+    result = given if given is not None else _search(graph, search_options, log, progress)
     tuned = tune(result, graph, budget=budget, seed=seed, gpu=gpu, device=dev if gpu else None, target=target,
                  workers=workers, compile=compile, log=log, progress=progress)
     report = tuned.report
@@ -145,6 +149,23 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
         except Exception as e:
             report.notes.append(f"could not write the result cache {store.path} ({type(e).__name__}: {e})")
     return OptimizedGraph(graph, tuned.graph, report, dev, result)
+
+
+def check_search_result(result: Any, graph: KernelGraph, who: str = "superoptimize") -> Any:
+    """`result` if it was searched for `graph`'s program (at any sizes and dtypes), else an InputError
+    that starts with `who`."""
+    if _size_free(result.program) != _size_free(graph):
+        theirs, ours = (", ".join(f"{t.name}{list(t.shape)}" for t in g.inputs) for g in (result.program, graph))
+        raise InputError(f"{who}: the search result was made for a different program (inputs {theirs}) than this "
+                         f"one (inputs {ours}); it holds at other sizes and dtypes of its own program only")
+    return result
+
+
+def _identity(result: Any) -> str:
+    """A given search result's part of the cache key: a hash of its graphs (tuning another set of graphs
+    is another question, even for the same program)."""
+    text = json.dumps([g.to_json() for g in result.graphs], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _size_free(graph: KernelGraph) -> str:

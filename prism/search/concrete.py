@@ -15,6 +15,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+from prism.errors import InputError
 from prism.symbolic.dims import UNIT, AtomSpace
 from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.sgraph import Labels, SGraph
@@ -50,7 +51,8 @@ class Modes:
         if code == "mirage":
             return cls(False, False, False, False)
         if not isinstance(code, str) or len(code) != 3 or set(code) - {"S", "C"}:
-            raise ValueError(f"modes: expected three letters S/C for imap, fmap, omap, or 'mirage', got {code!r}")
+            raise InputError(f"modes: expected three letters S (symbolic) or C (concrete) for imap, fmap, omap, "
+                             f"such as SSS or CCS, or 'mirage'; got {code!r}")
         return cls(*(c == "S" for c in code))
 
     @property

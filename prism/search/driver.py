@@ -14,11 +14,13 @@ In the Mirage-style mode ("mirage") generation and checking interleave per concr
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from prism.errors import GraphError
+from prism.errors import GraphError, InputError, check_positive
 from prism.ir import KernelGraph, serialize
+from prism.pool import importable
 from prism.progress import Progress, report
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits
@@ -52,9 +54,11 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
            progress: Progress | None = None) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
-    verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; a module-level
-        function (workers import it); default `prism.verify.equivalent`.
-    workers: processes (default: all cores; 1 runs everything in this process).
+    verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default
+        `prism.verify.equivalent`. Workers import it by name: one defined in the `__main__` script (or
+        a lambda) makes the search run in this process, with a warning.
+    workers: processes (default: all cores; 1 runs everything in this process, as does a process
+        that cannot start workers, with a warning). Results are the same either way.
     modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS";
         "mirage" also enumerates grid sizes and loop ranges (the concrete baseline, at these shapes).
     prefilter: first run each mapping once at a small fixed size and skip the verifier for those that
@@ -65,6 +69,7 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     progress: called as (phase, done, total) while the search runs: "generate" (subtrees explored),
         "verify" (candidates checked), or "search" (the Mirage-style mode's concrete map choices).
     """
+    _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout)
     graph.check()
     if len(graph.outputs) != 1:
         raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}")
@@ -79,6 +84,10 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     stats: dict[str, Any] = {"modes": mode.code, "limits": limits.__dict__ | {"max_block_ops": None}}
     checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
     pool = Workers(workers)
+    if pool.n > 1 and not importable(verify):
+        warnings.warn(f"search: worker processes cannot import the verifier {verify!r} (define it in a module, "
+                      "not in the __main__ script); searching in this process", RuntimeWarning, stacklevel=2)
+        pool.n = 1
     stats["workers"] = pool.n
     if mode.sizes:
         structures = _generate(target, limits, mode, deadline, pool, stats, progress)
@@ -97,7 +106,22 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     stats["timed_out"] = time.time() > deadline or stats["generate"].get("timed_out", 0) > 0 or \
         stats["instantiate"]["timed_out"]
     stats["seconds"] = time.time() - start
+    stats["workers"] = pool.n  # 1 if workers could not be started
     return SearchResult(graph, graphs, stats)
+
+
+def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: Any, verify_timeout: Any) -> None:
+    """InputError for a call that could only do nothing, or something other than what was asked."""
+    if not isinstance(graph, KernelGraph):
+        hint = f" (for a built-in workload: prism.workloads.get({graph!r}).build(config))" \
+            if isinstance(graph, str) else ""
+        raise InputError(f"search: expected a KernelGraph, got {type(graph).__name__}{hint}")
+    check_positive("search", "time_limit", time_limit)
+    for name, value in (("workers", workers), ("max_block_ops", max_block_ops)):
+        if value is not None:
+            check_positive("search", name, value, whole=True)
+    if verify_timeout is not None:
+        check_positive("search", "verify_timeout", verify_timeout)
 
 
 def _ticker(progress: Progress | None, phase: str, sizes: list[int]) -> Callable[[int], None]:

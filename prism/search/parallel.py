@@ -1,24 +1,22 @@
-"""Worker processes for the search: generation subtrees and candidate checks, spawned, never forked.
+"""Tasks for the search's worker processes: generation subtrees and candidate checks.
 
-egglog starts a Rust thread pool when imported, and a forked child of a process holding one can
-deadlock, so workers are always started with the `spawn` context. Work crosses the process boundary
-as picklable values (sGraph states, structures, mappings, the program as JSON); the verifier is
-passed as a module-level function. Results come back in task order, so a parallel run returns what
-a one-process run returns.
+Workers come from `prism.pool` (spawned; no main guard needed; killed at once on Ctrl-C). Work
+crosses the process boundary as picklable values (sGraph states, structures, mappings, the program as
+JSON); the verifier is passed as a function workers import by name. Results come back in task order,
+so a parallel run returns what a one-process run returns.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
+from prism import pool
 from prism.ir import KernelGraph
 from prism.search.check import Prefilter, cross_check
 from prism.search.concrete import matches_fixed
@@ -35,14 +33,21 @@ __all__ = ["Checker", "Workers", "check_one", "check_task", "concrete_task", "ge
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 
-def _pool(n: int) -> ProcessPoolExecutor:
-    """The process pool of `n` spawned workers, started once per process and reused by later searches
-    (starting a worker imports torch and egglog, seconds each); shut down when the interpreter exits."""
+def _pool(n: int) -> ProcessPoolExecutor | None:
+    """The pool of `n` workers, started once per process and reused by later searches (starting a
+    worker imports torch and egglog, seconds each); None if this process cannot start workers."""
     if n not in _POOLS:
-        _POOLS[n] = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+        started = pool.start(n, _import_verifier)
+        if started is None:
+            return None
+        _POOLS[n] = started
         if len(_POOLS) == 1:
             atexit.register(shutdown)
     return _POOLS[n]
+
+
+def _import_verifier() -> None:
+    import prism.verify  # noqa: F401  egglog and its thread pool come up here, in the worker
 
 
 def shutdown() -> None:
@@ -52,47 +57,38 @@ def shutdown() -> None:
 
 
 class Workers:
-    """Runs tasks on `n` spawned processes (default: all cores); with n <= 1, in this process."""
+    """Runs tasks on `n` worker processes (default: all cores); with n == 1, or where workers cannot be
+    started, in this process (`n` then says 1)."""
 
     def __init__(self, n: int | None = None) -> None:
-        self.n = (os.cpu_count() or 1) if n is None else max(1, n)
+        self.n = (os.cpu_count() or 1) if n is None else n
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
             done: Callable[[int], None] | None = None) -> list[Any]:
         """fn(*task) for every task, results in task order; `done(i)` as each task i finishes."""
-        done = done or (lambda i: None)
-        if self.n <= 1 or len(tasks) <= 1:
-            out = []
-            for i, t in enumerate(tasks):
-                out.append(fn(*t))
+        workers = self._started() if len(tasks) > 1 else None
+        if workers is not None:
+            try:
+                return pool.run(workers, fn, tasks, done)
+            except BaseException:  # run() killed the pool: the next search starts a fresh one
+                _POOLS.pop(self.n, None)
+                raise
+        out = []
+        for i, t in enumerate(tasks):
+            out.append(fn(*t))
+            if done is not None:
                 done(i)
-            return out
-        try:
-            futures = [_pool(self.n).submit(fn, *t) for t in tasks]
-            index = {f: i for i, f in enumerate(futures)}
-            for f in as_completed(futures):
-                done(index[f])
-            return [f.result() for f in futures]
-        except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh next time
-            _POOLS.pop(self.n, None)
-            raise
+        return out
 
     def start(self) -> None:
         """Start the worker processes now (each imports the verifier), so later calls do not wait."""
-        if self.n > 1:
-            self.map(_ready, [()] * self.n)
+        self._started()
 
-    def __enter__(self) -> Workers:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-
-def _ready() -> int:
-    import prism.verify  # egglog and its thread pool come up here, in the worker
-
-    return os.getpid() if prism.verify.equivalent else 0
+    def _started(self) -> ProcessPoolExecutor | None:
+        workers = _pool(self.n) if self.n > 1 else None
+        if workers is None:
+            self.n = 1
+        return workers
 
 
 def generate_task(target: Target, limits: Limits, deadline: float, modes: Any,

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from prism.errors import SerializationError
 from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS
+from prism.outputs import write_text
 from prism.symbolic.mapping import Mapping
 from prism.symbolic.structure import Structure, instantiate, structure_from_json
 
@@ -109,7 +110,10 @@ class SearchResult:
     @classmethod
     def from_json(cls, data: Any) -> SearchResult:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise SerializationError(f"not a {FORMAT} document")
+            found = f"its format is {data['format']!r}" if isinstance(data, dict) and "format" in data else \
+                "it has no 'format' field"
+            raise SerializationError(f"not a {FORMAT} document ({found}; `prism search` and SearchResult.save "
+                                     "write them)")
         if data.get("version") != VERSION:
             raise SerializationError(f"{FORMAT}: unknown version {data.get('version')!r}")
         try:
@@ -120,11 +124,18 @@ class SearchResult:
         return cls(program, graphs, data.get("stats", {}))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        """Write the result as JSON, whole or not at all (an interrupted save leaves no partial file)."""
+        write_text(path, json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> SearchResult:
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """A saved result; a file that is not one is a SerializationError naming the file."""
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except json.JSONDecodeError as e:
+            raise SerializationError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+        except SerializationError as e:
+            raise SerializationError(f"{path}: {e}") from None
 
     def __len__(self) -> int:
         return len(self.graphs)

@@ -3,19 +3,19 @@
 Each candidate travels to a worker as kernel-graph JSON; the worker generates its Triton module,
 compiles every kernel for the target (sm_90 by default) and sends back what the tuner needs: per
 kernel its shared memory, registers, stack frame (spills) and warps, or the compiler's error. Workers
-are started with `spawn` (a forked child of a process holding Triton or egglog state can deadlock)
-and with Triton's interpreter switched off, since interpreted kernels cannot be compiled.
+come from `prism.pool` (spawned: a forked child of a process holding Triton or egglog state can
+deadlock) with Triton's interpreter switched off, since interpreted kernels cannot be compiled.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import itertools
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from prism import pool
 from prism.ir import KernelGraph
 
 __all__ = ["KernelInfo", "CompileResult", "compile_one", "compile_many", "default_workers"]
@@ -99,22 +99,20 @@ def _interpreting() -> bool:
 def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90,
                  done: Callable[[int], None] | None = None) -> list[CompileResult]:
     """Compile every graph; results in order, `done(k)` after k have finished. Runs in this process
-    when one worker suffices and this process compiles (not interpreting), else in a `spawn` process
-    pool of `workers` (default: cores)."""
-    docs = [g.to_json() for g in graphs]
+    when one worker suffices and this process compiles (not interpreting), or when no worker process
+    can be started; else in a pool of `workers` processes (default: cores)."""
     done = done or (lambda k: None)
-    if not docs:
-        return []
-    workers = min(default_workers() if workers is None else max(1, workers), len(docs))
-    if workers == 1 and not _interpreting():
+    tasks = [(g.to_json(), arch) for g in graphs]
+    workers = min(default_workers() if workers is None else max(1, workers), len(tasks))
+    started = pool.start(workers, _worker_init) if workers > 1 or (tasks and _interpreting()) else None
+    if started is None:
         out = []
-        for d in docs:
-            out.append(compile_one(d, arch))
-            done(len(out))
-        return out
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
-        futures = [pool.submit(compile_one, d, arch) for d in docs]
-        for k, _ in enumerate(as_completed(futures), 1):
+        for k, t in enumerate(tasks, 1):
+            out.append(compile_one(*t))
             done(k)
-        return [f.result() for f in futures]
+        return out
+    finished = itertools.count(1)
+    try:
+        return pool.run(started, compile_one, tasks, lambda _: done(next(finished)))
+    finally:
+        started.shutdown()

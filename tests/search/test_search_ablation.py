@@ -3,6 +3,7 @@
 import pytest
 
 import prism.workloads as wl
+from prism.errors import InputError
 from prism.search import search
 from search_helpers import small_cfg
 
@@ -29,7 +30,7 @@ def test_concrete_maps_find_the_same_graphs_with_more_generation_work(symbolic, 
 
 def test_bad_mode_strings_are_refused():
     w = wl.get("rmsnorm")
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError, match="modes: expected three letters"):
         search(w.build(small_cfg(w)), workers=1, modes="SXS")
 
 

@@ -1,0 +1,113 @@
+"""Worker processes for the search and the tuner: no main guard needed, and Ctrl-C stops them at once.
+
+Workers are spawned, never forked (egglog starts a Rust thread pool at import, and a forked child of
+a process holding one can deadlock). Three things differ from a plain spawn pool:
+  - A spawned child re-runs the parent's `__main__` script unless it is guarded by
+    `if __name__ == "__main__":`. Workers need nothing from it (every task is a function of Prism's
+    own modules), so the script is hidden from multiprocessing while they start.
+  - Workers start with SIGINT blocked: Ctrl-C reaches the parent alone, and `run` kills the workers
+    on any exception (KeyboardInterrupt included) instead of waiting for the checks they are running.
+  - Where workers cannot be started at all (a daemon process, a child that is itself still starting,
+    no OS support), `start` warns once and returns None, and callers work in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import Any, Callable, Iterator, Sequence
+
+__all__ = ["importable", "kill", "run", "sigint_blocked", "start"]
+
+_UNAVAILABLE: list[str] = []
+"""Why this process cannot start workers, once a start has failed (later starts are not tried)."""
+
+
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Hold Ctrl-C back (it is delivered on leaving); a process spawned meanwhile inherits it blocked."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Make `__main__` look like an interactive session's, which spawned children do not re-run."""
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+class _Worker(SpawnProcess):
+    """A spawned process that neither re-runs the parent's script nor sees Ctrl-C."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        with _main_hidden(), sigint_blocked():
+            return SpawnProcess._Popen(process_obj)
+
+
+class _Spawn(SpawnContext):
+    """The spawn context, starting `_Worker`s (what ProcessPoolExecutor takes to start its processes)."""
+
+    Process = _Worker
+
+
+def importable(fn: Callable[..., Any]) -> bool:
+    """Whether a worker can import `fn` by name (not a lambda, a local function, or the `__main__` script's)."""
+    return getattr(fn, "__module__", "__main__") != "__main__" and "<" not in getattr(fn, "__qualname__", "<")
+
+
+def start(n: int, initializer: Callable[[], Any] | None = None) -> ProcessPoolExecutor | None:
+    """A pool of `n` started workers (each has run `initializer`), or None when this process cannot
+    start workers (a RuntimeWarning says why, the first time)."""
+    if not _UNAVAILABLE:
+        pool = None
+        try:
+            pool = ProcessPoolExecutor(n, mp_context=_Spawn(), initializer=initializer)
+            run(pool, os.getpid, [()] * n)
+            return pool
+        except Exception as e:  # KeyboardInterrupt passes: the caller was interrupted, not refused
+            if pool is not None:
+                kill(pool)
+            _UNAVAILABLE.append(f"{type(e).__name__}: {e}")
+            warnings.warn(f"prism: cannot start worker processes ({_UNAVAILABLE[0]}); working in this process "
+                          "instead", RuntimeWarning, stacklevel=2)
+    return None
+
+
+def run(pool: ProcessPoolExecutor, fn: Callable[..., Any], tasks: Sequence[tuple],
+        done: Callable[[int], None] | None = None) -> list[Any]:
+    """fn(*task) for every task on `pool`, results in task order; `done(i)` as task i finishes. On any
+    exception (a task's, a dead worker, Ctrl-C) the pool is killed before the exception goes on."""
+    try:
+        with sigint_blocked():  # a worker spawned by submit must be on the books before Ctrl-C can land
+            futures = [pool.submit(fn, *t) for t in tasks]
+        index = {f: i for i, f in enumerate(futures)}
+        for f in as_completed(futures):
+            if done is not None:
+                done(index[f])
+        return [f.result() for f in futures]
+    except BaseException:
+        kill(pool)
+        raise
+
+
+def kill(pool: ProcessPoolExecutor) -> None:
+    """Stop `pool` now: kill its workers, whatever they are running, and drop its queued tasks."""
+    for p in list((pool._processes or {}).values()):  # no public way to do this before Python 3.14
+        p.kill()
+    pool.shutdown(wait=False, cancel_futures=True)

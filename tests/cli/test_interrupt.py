@@ -1,0 +1,51 @@
+"""Ctrl-C while worker processes verify candidates: the command ends within 2 s with one line and exit
+130, leaving no traceback and no output behind. SIGINT goes to the command's whole process group, as
+a terminal sends it: the workers see it too, and must neither die noisily nor be waited for."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from prism.cli import EXIT_INTERRUPTED
+
+ROOT = Path(__file__).resolve().parents[2]
+VERIFYING = re.compile(r"search: verify:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+")
+"""A progress bar line once workers have finished a first chunk of checks (so they are mid-verify)."""
+
+
+def test_ctrl_c_during_verification_ends_at_once(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "PRISM_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "prism", "search", "rmsnorm", "--workers", "2"], cwd=work,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 180  # start-up on a slow machine: imports, spawning workers, generation
+    while not VERIFYING.search("".join(err)):
+        assert proc.poll() is None, "".join(err)
+        assert time.monotonic() < deadline, "never saw the workers verify:\n" + "".join(err)
+        time.sleep(0.05)
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    took = time.monotonic() - sent
+    reader.join(timeout=10)
+    text = "".join(err)
+    assert code == EXIT_INTERRUPTED, text
+    assert took < 2.0, f"took {took:.2f} s to stop"
+    assert text.endswith("prism: interrupted\n") and "Traceback" not in text, text
+    assert list(work.iterdir()) == []  # no prism-out/, no half-written search.json
