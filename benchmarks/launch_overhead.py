@@ -52,6 +52,25 @@ def replay_us(fn) -> float:
     return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
+def control(calls: int, mode: str | None) -> float:
+    """Host µs per call of a trivial module (x + w, w a buffer), eager or under torch.compile(mode): the
+    machinery's own cost on this host, against which a compiled Prism call is read."""
+    import torch
+
+    class Add(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("w", torch.randn(8, 1024, device="cuda", dtype=torch.float16))
+
+        def forward(self, x):
+            return x + self.w
+
+    module = Add()
+    fn = module if mode is None else torch.compile(module, mode=mode, fullgraph=True)
+    x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
+    return host_us(lambda: fn(x), calls)
+
+
 def breakdown(name: str, calls: int) -> None:
     """The parts of one bound call of workload `name`, each timed alone (µs per call, host-bound)."""
     import torch
@@ -108,10 +127,12 @@ def main() -> None:
     import prism
     from prism.codegen import compile_graph
 
+    from prism.codegen import native
+
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"triton {__import__('triton').__version__}")
-    print("| workload | kernels | generic | bound | replay | eager op | bound - replay |")
-    print("|---|---|---|---|---|---|---|")
+          f"triton {__import__('triton').__version__}; C launcher: {native.why_not() or 'built'}")
+    print("| workload | kernels | launched by | generic | bound | replay | eager op | bound - replay |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in prism.workloads.names():
         w = prism.workloads.get(name)
         cfg = w.configs[0]
@@ -128,8 +149,11 @@ def main() -> None:
         bound = host_us(lambda: cg(*xs), args.calls)
         replay = replay_us(lambda: cg(*xs))
         eager = host_us(lambda: xs[0] + 1, args.calls)
-        print(f"| {name} | {len(cg.plan.steps)} | {generic:.1f} | {bound:.1f} | {replay:.1f} | {eager:.1f} | "
+        by = "C launcher" if cg.bound[xs[0].get_device()].native is not None else "CompiledKernel.run"
+        print(f"| {name} | {len(cg.plan.steps)} | {by} | {generic:.1f} | {bound:.1f} | {replay:.1f} | {eager:.1f} | "
               f"{bound - replay:.1f} |", flush=True)
+    print(f"\ncontrol: x + w (w held by a module) as called, µs: eager {control(args.calls, None):.1f}, "
+          f"torch.compile(mode='reduce-overhead') {control(args.calls, 'reduce-overhead'):.1f}")
     if args.breakdown:
         for name in ("swiglu", "attention"):
             breakdown(name, args.calls)
