@@ -12,10 +12,10 @@ through `CompiledKernel.run`, as Triton's `JITFunction.run` launches it. A call 
 signature takes the generic path, which re-specializes.
 
 Buffers: outputs are allocated per call (they are the caller's); tensors passed between kernels live
-at fixed offsets in one workspace per CUDA stream, kept between calls, with the buffers that must start
-at zero (sums across blocks by atomic adds) first, so one memset clears them all. While a CUDA graph is
-being captured the workspace is allocated afresh (from the graph's private pool), so every captured
-graph owns its intermediates and replays never share them with other calls.
+at fixed offsets in one workspace, also allocated per call (one allocation, freed in stream order when
+the call returns), with the buffers that must start at zero (sums across blocks by atomic adds) first,
+so one memset clears them all. Nothing is kept between calls, so a call is safe to capture in a CUDA
+graph, by hand or by torch.compile's CUDA graphs, whose memory pools must own every live allocation.
 """
 
 from __future__ import annotations
@@ -102,7 +102,6 @@ class BoundGraph:
         module = native.load()
         steps = native_steps(self.launches, kernels, self.workspace_slot, self.zero_bytes) if module else None
         self.native = module.make(steps) if module and steps is not None else None  # type: ignore[union-attr]
-        self._workspaces: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def addresses(self, tensors: Sequence[Any]) -> list[Any] | None:
         """Each buffer's address slot list with the inputs' addresses filled in, if `tensors` match the
@@ -131,10 +130,9 @@ class BoundGraph:
             with torch.cuda.device(self.index):  # a function runs in the context it was loaded in
                 return self.try_call(tensors)
         stream = torch._C._cuda_getCurrentRawStream(self.index)
-        zero = None
         if self.workspace_bytes:
-            base, zero = self._workspace(stream)
-            addresses[self.workspace_slot] = base
+            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
+            base = addresses[self.workspace_slot] = workspace.data_ptr()
             for j, off in self.offsets:
                 addresses[j] = base + off
         made: dict[int, torch.Tensor] = {}
@@ -144,8 +142,8 @@ class BoundGraph:
         if self.native is not None:
             native.load().run(self.native, stream, tuple(addresses))  # type: ignore[union-attr]
         else:
-            if zero is not None:
-                zero.zero_()
+            if self.zero_bytes:
+                workspace[: self.zero_bytes].zero_()
             for k in self.launches:
                 k.run(*k.grid, stream, k.function, k.metadata, None, None, None,
                       *[addresses[j] for j in k.slots], *k.tail)
@@ -153,20 +151,6 @@ class BoundGraph:
             return [made[j] for j in self.results]
         given = dict(zip(self.inputs, tensors))
         return [made[j] if j in made else given[j] for j in self.results]
-
-    def _workspace(self, stream: int) -> tuple[int, torch.Tensor | None]:
-        """(address, the view to zero) of this stream's workspace; fresh while a graph is captured."""
-        if torch.cuda.is_current_stream_capturing():
-            ws = self._allocate()
-        else:
-            ws = self._workspaces.get(stream)
-            if ws is None:
-                ws = self._workspaces[stream] = self._allocate()
-        return ws[0].data_ptr(), ws[1]
-
-    def _allocate(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
-        return ws, ws[: self.zero_bytes] if self.zero_bytes else None
 
 
 def native_steps(launches: Sequence[_Launch], kernels: Sequence[Any], workspace_slot: int,
