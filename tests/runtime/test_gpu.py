@@ -81,13 +81,14 @@ def test_cuda_graph_replays_the_call(optimized, name, static):
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_torch_compile_runs_the_kernels_as_a_custom_op(optimized, mode):
+@pytest.mark.parametrize("name", ["swiglu", "attention"])    # attention: two kernels and a workspace
+def test_torch_compile_runs_the_kernels_as_a_custom_op(optimized, name, mode):
     import torch._dynamo
 
-    w, cfg, opt = optimized("swiglu")
+    w, cfg, opt = optimized(name)
 
-    def layer(x, wg, wu):
-        return opt(x, wg, wu)[0] * 2
+    def layer(*xs):
+        return opt(*xs)[0] * 2
 
     torch._dynamo.reset()
     compiled = torch.compile(layer, fullgraph=True, mode=mode)
