@@ -100,7 +100,8 @@ def test_api_arguments_that_could_only_do_nothing_are_input_errors(searched):
 
 def test_an_optimized_graph_takes_tensors_by_position_and_no_gradients(searched):
     w, cfg, result = searched("rmsnorm")
-    opt = prism.superoptimize(w.build(cfg), search_result=result, budget=1, compile=False, cache=False)
+    opt = prism.superoptimize(w.build(cfg), search_result=result, budget=1, compile=False, cache=False,
+                              device="cpu")
     x, weight = w.inputs(cfg, seed=0)
     with pytest.raises(InputError, match=r"takes its inputs by position \(X, W\), not by keyword \(X, W\)"):
         opt(X=x, W=weight)

@@ -13,6 +13,8 @@ import pytest
 
 from prism.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
+from tests.child import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = "n=4,d=64"
 
@@ -184,7 +186,7 @@ def test_bad_invocations_end_with_one_line(capsys, tmp_path, monkeypatch, argv, 
 @pytest.mark.parametrize("argv, message", [BAD[0], BAD[4]])
 def test_bad_invocations_in_a_subprocess(tmp_path, argv, message):
     """As a user sees them: exit code 2 and one line on stderr, no traceback, nothing on stdout."""
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = child_env(tmp_path)
     p = subprocess.run([sys.executable, "-m", "prism", *argv], cwd=tmp_path, capture_output=True, text=True,
                        env=env, timeout=120)
     assert p.returncode == EXIT_USAGE, p.stderr

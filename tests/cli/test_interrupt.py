@@ -15,6 +15,8 @@ from pathlib import Path
 
 from prism.cli import EXIT_INTERRUPTED
 
+from tests.child import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 VERIFYING = re.compile(r"search: verify:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+")
 """A progress bar line once workers have finished a first chunk of checks (so they are mid-verify)."""
@@ -23,8 +25,7 @@ VERIFYING = re.compile(r"search: verify:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+")
 def test_ctrl_c_during_verification_ends_at_once(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    env = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
-           "PRISM_CACHE_DIR": str(tmp_path / "cache")}
+    env = child_env(tmp_path, PRISM_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.Popen([sys.executable, "-m", "prism", "search", "rmsnorm", "--workers", "2"], cwd=work,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

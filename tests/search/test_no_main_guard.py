@@ -15,6 +15,8 @@ import prism.workloads as wl
 from prism import pool
 from prism.search import parallel, search
 
+from tests.child import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {"max_block_ops": 10, "max_grid": 1}
 SCRIPT = f"""\
@@ -43,7 +45,7 @@ def in_process(program) -> str:
 @pytest.mark.parametrize("how", ["file", "stdin"])
 def test_a_script_without_main_guard_searches_with_workers(tmp_path, in_process, how):
     (tmp_path / "unguarded.py").write_text(SCRIPT)
-    env = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    env = child_env(tmp_path)
     argv, stdin = ([sys.executable, "unguarded.py"], None) if how == "file" else ([sys.executable, "-"], SCRIPT)
     p = subprocess.run(argv, input=stdin, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
