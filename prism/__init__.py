@@ -11,12 +11,12 @@ from typing import Any
 
 from prism import errors
 
-__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchResult", "Tensor", "errors", "interp",
+__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchResult", "Tensor", "errors", "from_torch", "interp",
            "search", "superoptimize", "verify", "workloads"]
 __version__ = "0.1.0"
 
 _HOME = {"BlockGraph": "prism.ir", "KernelGraph": "prism.ir", "Tensor": "prism.ir", "OptimizedGraph": "prism.runtime",
-         "superoptimize": "prism.runtime", "SearchResult": "prism.search"}
+         "superoptimize": "prism.runtime", "SearchResult": "prism.search", "from_torch": "prism.capture"}
 _SUBPACKAGES = ("interp", "verify", "workloads")
 
 
@@ -49,3 +49,6 @@ class _Prism(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Prism
+
+if "torch" in sys.modules:  # torch.compile(backend="prism"); without torch loaded, the entry point registers it
+    importlib.import_module("prism.capture.backend").register()

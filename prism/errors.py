@@ -12,6 +12,7 @@ __all__ = [
     "SerializationError",
     "VerificationError",
     "IllFormedTerm",
+    "UnsupportedOp",
     "check_positive",
 ]
 
@@ -46,6 +47,10 @@ class SerializationError(PrismError):
 
 class VerificationError(PrismError):
     """The verifier was asked something it cannot answer (as opposed to answering 'not equal')."""
+
+
+class UnsupportedOp(PrismError):
+    """A torch program uses an op, or an op in a way, that Prism cannot express (prism.from_torch)."""
 
 
 class IllFormedTerm(VerificationError):

@@ -135,11 +135,11 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             report.notes.append(f"loaded from the result cache {store.path} in {time.time() - start:.3f} s")
             return OptimizedGraph(graph, chosen, report, dev)
 
-    result = given if given is not None else _search(graph, search_options, log, progress)
+    result = given if given is not None else _cached_search(graph, search_options, log, progress, store, notes)
     tuned = tune(result, graph, budget=budget, seed=seed, gpu=gpu, device=dev if gpu else None, target=target,
                  workers=workers, compile=compile, log=log, progress=progress)
     report = tuned.report
-    report.search = {"source": "given" if search_result is not None else "searched",
+    report.search = {"source": "given" if search_result is not None else result.stats.get("source", "searched"),
                      "graphs": len(result.graphs),
                      "seconds": result.stats.get("seconds") if isinstance(result.stats, dict) else None}
     report.notes = notes + report.notes
@@ -177,6 +177,34 @@ def _size_free(graph: KernelGraph) -> str:
             return [strip(x) for x in v]
         return v
     return KernelGraph.from_json(strip(graph.to_json())).structural_hash(shapes=False)
+
+
+def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
+                   progress: Progress | None, store: ResultCache | None, notes: list[str]) -> Any:
+    """The search result for `graph`'s program: from the cache if this program (at any sizes and dtypes:
+    search results are size-free) was searched with the same options, else searched and stored."""
+    from prism import __version__
+    from prism.search import SearchResult
+
+    if store is None:
+        return _search(graph, options, log, progress)
+    opts = json.dumps({k: v for k, v in sorted((options or {}).items()) if k != "progress"}, default=str)
+    key, fields = cache_key("search:" + _size_free(graph), [], [], "any", __version__, opts)
+    try:
+        hit = store.get(key, lambda payload: SearchResult.from_json(payload))
+    except Exception as e:  # an unreadable cache never stops the optimizer
+        notes.append(f"search cache unusable ({type(e).__name__}: {e})")
+        hit = None
+    if hit is not None:
+        hit.stats["source"] = "search cache"
+        notes.append("search result from the result cache (searched earlier at other sizes or dtypes)")
+        return hit
+    result = _search(graph, options, log, progress)
+    try:
+        store.put(key, result.to_json(), fields)
+    except Exception as e:
+        notes.append(f"could not cache the search result ({type(e).__name__}: {e})")
+    return result
 
 
 def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,

@@ -1,0 +1,105 @@
+"""Which parts of an ATen graph Prism takes: single-output cones around matmuls, each small enough to search.
+
+A cone grows backward from a root (a compute node Prism has, whose value leaves the cone) through
+producers Prism has:
+  - a producer whose users are all in the cone joins it (its value never leaves);
+  - a producer with users elsewhere joins too if it is cheap to compute twice (not a matmul): a norm
+    feeding three projections is recomputed inside each projection's kernel;
+  - inside a matmul's operand, a node that depends on a matmul (not through an exp) does not join: the
+    down projection of an MLP does not swallow the SwiGLU product that feeds it, which is a cone of its
+    own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
+    side (SwiGLU's gate and up) join freely;
+  - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable.
+Cones without a matmul are left to torch: elementwise fusion is what Inductor does well. Each cone has
+one output (the root), as the search requires. A producer that depends on a matmul only through a value
+used several times (a residual that feeds the next norm) does not count as depending on it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from prism.capture.lower import ATEN, IGNORED, op_name
+
+__all__ = ["Cone", "cones", "MATMULS", "VIEWS"]
+
+MATMULS = {"aten.mm.default", "aten.bmm.default", "aten.matmul.default", "aten.linear.default", "aten.addmm.default"}
+EXPS = {"aten.exp.default", "aten._softmax.default", "aten.softmax.int"}
+VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.expand.default",
+         "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims",
+         "aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.clone.default", "aten.alias.default",
+         "aten.detach.default", "aten.contiguous.default", "aten.to.dtype", "aten._to_copy.default",
+         "aten.type_as.default"}
+
+
+@dataclass
+class Cone:
+    """A region to hand to Prism: its output node and its nodes (in graph order)."""
+
+    root: Any
+    nodes: list[Any]
+
+    @property
+    def matmuls(self) -> int:
+        return sum(op_name(n) in MATMULS for n in self.nodes)
+
+    def inputs(self) -> list[Any]:
+        """The FX nodes the cone reads, now (an earlier cone's replacement changes them), in graph order."""
+        members = set(self.nodes)
+        seen = {p: None for n in self.nodes for p in n.all_input_nodes if p not in members}
+        order = {n: i for i, n in enumerate(self.root.graph.nodes)}
+        return sorted(seen, key=order.__getitem__)
+
+
+def _prism(node: Any) -> bool:
+    return node.op == "call_function" and (op_name(node) in ATEN or op_name(node) in IGNORED)
+
+
+def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:
+    """The cones of `graph` (a torch.fx.Graph of ATen ops), roots in graph order, each with a matmul."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    owned: set[Any] = set()
+    found = []
+    for root in reversed(list(graph.nodes)):
+        if root in owned or not _prism(root) or op_name(root) in VIEWS | IGNORED:
+            continue
+        members = _grow(root, max_ops, max_matmuls)
+        cone = Cone(root, sorted(members, key=order.__getitem__))
+        if cone.matmuls:
+            found.append(cone)
+            owned |= {n for n in members if n is root or all(u in members for u in n.users)}
+    return sorted(found, key=lambda c: order[c.root])
+
+
+def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
+    """The cone of `root` (see the module docstring), breadth first so the nearest producers come first."""
+    members = {root}
+    matmuls = op_name(root) in MATMULS
+    queue = deque([(root, matmuls, False)])  # (node, under a matmul's operand, passed an exp since)
+    after_mm: dict[Any, bool] = {}
+    while queue:
+        node, under_mm, saw_exp = queue.popleft()
+        for p in node.all_input_nodes:
+            if p in members or not _prism(p) or len(members) >= max_ops:
+                continue
+            is_mm = op_name(p) in MATMULS
+            if under_mm and not saw_exp and op_name(p) not in EXPS and (is_mm or _after_matmul(p, after_mm)):
+                continue
+            if is_mm and (matmuls >= max_matmuls or any(u not in members for u in p.users)):
+                continue
+            members.add(p)
+            matmuls += is_mm
+            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm))
+    return members
+
+
+def _after_matmul(node: Any, memo: dict[Any, bool]) -> bool:
+    """Does `node` depend on a matmul through a chain of Prism ops that are used once each (a value used
+    several times is materialized anyway, so reading it is reading an input), not through an exp?"""
+    if node not in memo:
+        memo[node] = False  # shared work
+        memo[node] = any(_prism(p) and op_name(p) not in EXPS and (
+            op_name(p) in MATMULS or (len(p.users) == 1 and _after_matmul(p, memo))) for p in node.all_input_nodes)
+    return memo[node]

@@ -1,0 +1,108 @@
+"""`torch.compile(model, backend="prism")` on the CPU: the decoder layer of examples/decoder_layer.py and small
+modules compile, match eager, partition around ops Prism does not have, and a second compile (or a new
+batch size) takes the result cache instead of searching again."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import prism.capture as pc
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "decoder_layer.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("decoder_layer", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def options(monkeypatch):
+    """Fast settings: the rest runs eagerly, few candidates, small search limits."""
+    monkeypatch.setattr(pc.OPTIONS, "rest", "eager")
+    monkeypatch.setattr(pc.OPTIONS, "budget", 2)
+    monkeypatch.setattr(pc.OPTIONS, "search", {"time_limit": 120.0, "max_grid": 1})
+    return pc.OPTIONS
+
+
+def _compile(module, *inputs):
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = module(*inputs)
+        got = torch.compile(module, backend="prism")(*inputs)
+    return got, want, pc.history[-1]
+
+
+def test_the_decoder_layer_compiles_fuses_and_matches_eager(options):
+    layer, inputs = _example().example()
+    got, want, record = _compile(layer, *inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
+    fused = [r["ops"] for r in record["replaced"]]
+    assert len(fused) == 7, fused       # Q, K, V projections with the norm; attention; output projection and
+    assert sum("aten._softmax.default" in ops for ops in fused) == 1              # residual; norm + SwiGLU;
+    assert sum("aten.silu.default" in ops for ops in fused) == 1                  # down projection and residual
+    assert sum("aten.rsqrt.default" in ops for ops in fused) == 4
+    left = {op for r in record["left"] for op in r["ops"]}
+    assert left <= {"aten.view.default", "aten.cat.default", "aten.expand.default", "aten._unsafe_view.default"}, left
+
+    # the same model again: every cone from the result cache, nothing searched or tuned
+    got2, _, again = _compile(layer, *inputs)
+    assert torch.equal(got2, got)
+    assert len(again["replaced"]) == 7 and all(r["cached"] for r in again["replaced"])
+
+    # another batch size: tuned afresh, the search results (size-free) from the cache
+    layer, inputs = _example().example(batch=2)
+    got3, want3, third = _compile(layer, *inputs)
+    assert torch.allclose(got3, want3, rtol=1e-4, atol=1e-4)
+    assert all(r["search"]["source"] == "search cache" for r in third["replaced"])
+    assert not third["replaced"][0]["cached"]  # tuned at the new shapes (K, V then reuse Q's: same program)
+
+
+class Ranker(torch.nn.Module):
+    """A SwiGLU followed by ops Prism does not have (sort, topk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.up = torch.nn.Linear(32, 64, bias=False), torch.nn.Linear(32, 64, bias=False)
+
+    def forward(self, x):
+        y = F.silu(self.gate(x)) * self.up(x)
+        return y.sort(-1).values[:, :8] + y.topk(4, -1).values.sum(-1, keepdim=True)
+
+
+def test_unsupported_ops_stay_with_torch(options):
+    torch.manual_seed(0)
+    module, x = Ranker(), torch.randn(4, 32)
+    got, want, record = _compile(module, x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(record["replaced"]) == 1 and "aten.silu.default" in record["replaced"][0]["ops"]
+    left = {op for r in record["left"] for op in r.get("ops", [])}
+    assert {"aten.sort.default", "aten.topk.default"} <= left
+
+
+def test_the_rest_can_go_to_inductor(options, monkeypatch):
+    monkeypatch.setattr(pc.OPTIONS, "rest", "inductor")
+    torch.manual_seed(1)
+    module, x = Ranker(), torch.randn(4, 32)
+    got, want, record = _compile(module, x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(record["replaced"]) == 1
+
+
+def test_a_graph_that_needs_gradients_is_left_to_torch(options):
+    module, x = Ranker(), torch.randn(4, 32)
+    torch._dynamo.reset()
+    out = torch.compile(module, backend="prism")(x)
+    out.sum().backward()
+    record = pc.history[-1]
+    assert record["replaced"] == [] and "inference-only" in record["left"][0]["why"]
+    assert module.gate.weight.grad is not None
