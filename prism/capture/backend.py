@@ -127,7 +127,7 @@ def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., 
 def register() -> None:
     """Register the backend as "prism" with torch.compile (done on `import prism` when torch is imported,
     and through the package's `torch_dynamo_backends` entry point otherwise)."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
 
-    if "prism" not in _COMPILER_FNS:
-        register_backend(prism_backend, name="prism")
+    if "prism" not in _COMPILER_FNS and _BACKENDS.get("prism") is None:  # an entry point torch is loading
+        register_backend(prism_backend, name="prism")                    # registers itself next

@@ -106,3 +106,30 @@ def test_a_graph_that_needs_gradients_is_left_to_torch(options):
     record = pc.history[-1]
     assert record["replaced"] == [] and "inference-only" in record["left"][0]["why"]
     assert module.gate.weight.grad is not None
+
+
+REGISTRATION = """
+import torch
+{first}
+def f(x, w):
+    return torch.relu(x @ w)
+print(torch._dynamo.backends.registry.lookup_backend("prism").__name__)
+"""
+
+
+@pytest.mark.parametrize("first", ["", "import prism"])
+def test_backend_prism_is_found_with_or_without_importing_prism(first, tmp_path):
+    """Through the package's entry point (torch looks it up), or registered by `import prism`."""
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    from tests.child import child_env
+
+    if not first and "prism" not in entry_points(group="torch_dynamo_backends").names:
+        pytest.skip("prism is not pip-installed here, so torch has no entry point to find it by")
+
+    done = subprocess.run([sys.executable, "-c", REGISTRATION.format(first=first)], capture_output=True, text=True,
+                          env=child_env(tmp_path), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "prism_backend"
