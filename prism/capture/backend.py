@@ -78,7 +78,7 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
     """Superoptimize `cone` and put a call of its custom op in place of its root."""
     from prism.runtime import superoptimize
 
-    graph, sources = lower(cone.nodes, cone.inputs(), [cone.root])
+    graph, sources = lower(cone.live(), cone.inputs(), [cone.root])
     import warnings
 
     with warnings.catch_warnings():
@@ -108,7 +108,7 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
         node.meta["prism"] = True  # the call and its input views, not ops left to torch
     cone.root.replace_all_uses_with(out)
     best = opt.report.best
-    record["replaced"].append({"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes],
+    record["replaced"].append({"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes], "program": str(graph),
                                "op": str(opt.op), "chosen": best.label if best else None,
                                "cached": opt.report.cached, "search": opt.report.search})
     log.info("prism: replaced %s (%d ops: %s) by %s, %s%s", cone.root.name, len(cone.nodes),

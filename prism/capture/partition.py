@@ -3,8 +3,8 @@
 A cone grows backward from a root (a compute node Prism has, whose value leaves the cone) through
 producers Prism has:
   - a producer whose users are all in the cone joins it (its value never leaves);
-  - a producer with users elsewhere joins too if it is cheap to compute twice (not a matmul): a norm
-    feeding three projections is recomputed inside each projection's kernel;
+  - a producer with users elsewhere joins too if it is cheap to compute twice (no matmul in what it
+    computes): a norm feeding three projections is recomputed inside each projection's kernel;
   - inside a matmul's operand, a node that depends on a matmul (not through an exp) does not join: the
     down projection of an MLP does not swallow the SwiGLU product that feeds it, which is a cone of its
     own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
@@ -45,10 +45,21 @@ class Cone:
     def matmuls(self) -> int:
         return sum(op_name(n) in MATMULS for n in self.nodes)
 
+    def live(self) -> list[Any]:
+        """The cone's nodes its root still depends on (an earlier cone's replacement can cut some off)."""
+        members, found, stack = set(self.nodes), {self.root}, [self.root]
+        while stack:
+            for p in stack.pop().all_input_nodes:
+                if p in members and p not in found:
+                    found.add(p)
+                    stack.append(p)
+        return [n for n in self.nodes if n in found]
+
     def inputs(self) -> list[Any]:
-        """The FX nodes the cone reads, now (an earlier cone's replacement changes them), in graph order."""
-        members = set(self.nodes)
-        seen = {p: None for n in self.nodes for p in n.all_input_nodes if p not in members}
+        """The FX nodes the live cone reads, now, in graph order."""
+        live = self.live()
+        members = set(live)
+        seen = {p: None for n in live for p in n.all_input_nodes if p not in members}
         order = {n: i for i, n in enumerate(self.root.graph.nodes)}
         return sorted(seen, key=order.__getitem__)
 
@@ -77,21 +88,22 @@ def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
     """The cone of `root` (see the module docstring), breadth first so the nearest producers come first."""
     members = {root}
     matmuls = op_name(root) in MATMULS
-    queue = deque([(root, matmuls, False)])  # (node, under a matmul's operand, passed an exp since)
-    after_mm: dict[Any, bool] = {}
+    queue = deque([(root, matmuls, False, False)])  # (node, under a matmul's operand, passed an exp since,
+    after_mm: dict[Any, bool] = {}                   # computed twice: its value is also used outside)
     while queue:
-        node, under_mm, saw_exp = queue.popleft()
+        node, under_mm, saw_exp, twice = queue.popleft()
         for p in node.all_input_nodes:
             if p in members or not _prism(p) or len(members) >= max_ops:
                 continue
             is_mm = op_name(p) in MATMULS
             if under_mm and not saw_exp and op_name(p) not in EXPS and (is_mm or _after_matmul(p, after_mm)):
                 continue
-            if is_mm and (matmuls >= max_matmuls or any(u not in members for u in p.users)):
+            shared = twice or any(u not in members for u in p.users)
+            if is_mm and (matmuls >= max_matmuls or shared):  # a matmul is never computed twice
                 continue
             members.add(p)
             matmuls += is_mm
-            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm))
+            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared))
     return members
 
 

@@ -51,6 +51,7 @@ def test_the_decoder_layer_compiles_fuses_and_matches_eager(options):
     assert sum("aten._softmax.default" in ops for ops in fused) == 1              # residual; norm + SwiGLU;
     assert sum("aten.silu.default" in ops for ops in fused) == 1                  # down projection and residual
     assert sum("aten.rsqrt.default" in ops for ops in fused) == 4
+    assert all(r["chosen"] != "unfused program" for r in record["replaced"]), [r["program"] for r in record["replaced"]]
     left = {op for r in record["left"] for op in r["ops"]}
     assert left <= {"aten.view.default", "aten.cat.default", "aten.expand.default", "aten._unsafe_view.default"}, left
 
