@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import Layout, TileDim
-from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name
+from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name, unique
 from prism.ir.block import BlockGraph
 from prism.ir.ops import OPS
 from prism.ir.printer import format_block
@@ -84,12 +84,7 @@ class _Emitter:
     # -- names -----------------------------------------------------------------------------------
 
     def fresh(self, want: str) -> str:
-        out, k = want, 1
-        while out in self.idents:
-            k += 1
-            out = f"{want}_{k}"
-        self.idents.add(out)
-        return out
+        return unique(want, self.idents)
 
     def lane_mask(self, t: TileDim) -> str:
         """`mask_x0`: which lanes of a padded tile dim are real (defined once, at the top)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prism.codegen.spec import unique
 from prism.ir.block import BlockGraph
 from prism.ir.ops import OPS
 
@@ -123,7 +124,7 @@ class Layout:
                     if root in bumped:
                         block_size = max(block_size, MIN_DOT)
                     sep = "_" if base[-1].isdigit() else ""
-                    roots[root] = TileDim(_unique(f"{base.upper()}{sep}{dim}", used), size, block_size)
+                    roots[root] = TileDim(unique(f"{base.upper()}{sep}{dim}", used), size, block_size)
                 tdim = roots[root]
                 assert tdim.tile == size, f"tile dim {tdim.name} has sizes {tdim.tile} and {size}"
                 out.append(tdim)
@@ -138,12 +139,3 @@ class Layout:
         """`(BLOCK_X0, BLOCK_W1)`: the block shape as Triton source."""
         dims = [t.block_expr for t in self.dims[i]]
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-
-
-def _unique(name: str, used: set[str]) -> str:
-    out, k = name, 1
-    while out in used:
-        k += 1
-        out = f"{name}_{k}"
-    used.add(out)
-    return out
