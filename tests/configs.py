@@ -9,25 +9,21 @@ import prism.workloads as wl
 SMALL = {"n": 4, "d": 64}
 SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
 
-QUICK_LIMITS = {
-    "rmsnorm": {"max_block_ops": 10, "max_grid": 1},
-    "rmsnorm_mlp": {"max_block_ops": 12, "max_grid": 1},
-    "swiglu": {"max_block_ops": 9, "max_grid": 2},
-    "attention": {"max_block_ops": 9, "max_grid": 2},
-    "qk_attention": {"max_block_ops": 10, "max_grid": 1},
+_LIMITS = {  # workload: (max_block_ops, max_grid) of a quick search, and of one with room for the fused kernel
+    "rmsnorm": ((10, 1), (11, 2)),
+    "rmsnorm_mlp": ((12, 1), (16, 1)),
+    "swiglu": ((9, 2), (9, 2)),
+    "attention": ((9, 2), (9, 2)),
+    "qk_attention": ((10, 1), (10, 2)),
 }
-"""Limits that keep each workload's search to about a second and still find fused kernels (the session
-fixture that tuner and runtime tests share)."""
 
-FUSED_LIMITS = {
-    "rmsnorm": {"max_block_ops": 11, "max_grid": 2},
-    "rmsnorm_mlp": {"max_block_ops": 16, "max_grid": 1},
-    "swiglu": {"max_block_ops": 9, "max_grid": 2},
-    "attention": {"max_block_ops": 9, "max_grid": 2},
-    "qk_attention": {"max_block_ops": 10, "max_grid": 2},
-}
-"""Room for each workload's hand-written fused kernel (its ops and grid dims), no more: what the search tests
-need to find it."""
+
+def limits(workload: str, fused: bool = False) -> dict:
+    """Search limits for a workload: quick ones (each search about a second, still finding fused kernels: the
+    session fixture tuner and runtime tests share), or, with `fused`, room for its hand-written fused kernel
+    (its ops and grid dims, no more: what the search tests need to find it)."""
+    ops, grid = _LIMITS[workload][fused]
+    return {"max_block_ops": ops, "max_grid": grid}
 
 
 def small_cfg(workload: Any) -> dict:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import settings
 
 import prism.workloads as wl
-from tests.configs import QUICK_LIMITS, small_cfg
+from tests.configs import limits, small_cfg
 
 # Property tests draw the same examples on every run (no example database, no wall-clock deadline), so
 # the suite is deterministic; the properties must hold whatever examples a hypothesis version draws.
@@ -26,7 +26,7 @@ def searched():
         if name not in _RESULTS:
             w = wl.get(name)
             cfg = small_cfg(name)
-            _RESULTS[name] = (w, cfg, search(w.build(cfg), workers=1, **QUICK_LIMITS[name]))
+            _RESULTS[name] = (w, cfg, search(w.build(cfg), workers=1, **limits(name)))
         return _RESULTS[name]
 
     return get
