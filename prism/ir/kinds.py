@@ -11,7 +11,9 @@ prism.codegen.emit, prism.tune.cost), whose small vocabulary the records are wri
 An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
 (the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
 the loop (red), the Triton update statement, and whether `tl.dot` can accumulate into it. A new accumulator
-(a max, a running max with rescaling) is one record here plus its term's axioms (prism.verify.axioms).
+(a max, a running max with rescaling) is one record here plus its reducer term: the term (prism.verify.expr),
+its numeric meaning (prism.verify.model) and its axioms (prism.verify.axioms); its combine op must be in
+the op table, and the search tries it once the generator's vocabulary names it.
 
 `schedule(block)` places every node once; the executor, the emitter and the cost model all read it.
 """
@@ -61,6 +63,22 @@ class Kind:
     def show(self, node: Any, args: str) -> str:
         """The right-hand side of the node's line in a printed block graph."""
         return f"{node.op}({args}{''.join(f', {k}={v}' for k, v in node.attrs.items())})"
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        """The executor's step (prism.interp.executor), where the schedule places the node."""
+        raise NotImplementedError
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        """The node's verification term (prism.verify.encode)."""
+        raise NotImplementedError
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        """The node's Triton lines (prism.codegen.emit), in the scope the schedule places it."""
+        raise NotImplementedError
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        """The node's bytes, FLOPs and live registers, as the cost model counts them (prism.tune.cost)."""
+        raise NotImplementedError
 
 
 class Loader(Kind):
@@ -160,9 +178,11 @@ class Accumulator(Kind):
         return b.accum(args[0], self.name)
 
     def start(self, ex: Any, i: int, node: Any) -> None:
+        """The executor, before the loop: the identity."""
         ex.env[i] = torch.full(node.outputs[0].shape, self.identity, dtype=ex.dtype)
 
     def step(self, ex: Any, i: int, node: Any) -> None:
+        """The executor, at the end of every iteration: combine the iteration's tile into the value."""
         ex.env[i] = OPS[self.combine].torch_fn(ex.env[i], ex.env[node.inputs[0][0]])
 
     def run(self, ex: Any, i: int, node: Any) -> None:
