@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 from prism.errors import InputError
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.block import GRID_DIMS
+from prism.ir.kinds import LOADER, LOOP, SAVER, Accumulator, kind_of
 from prism.ir.ops import TType
 from prism.symbolic.dims import UNIT
 
 if TYPE_CHECKING:
-    from prism.ir.graph import GraphBuilder, Node
+    from prism.ir.builder import GraphBuilder, Node
     from prism.search.result import SearchResult, SymbolicGraph
 
 __all__ = ["Box", "Panel", "Picture", "describe_kernel_graph", "describe_symbolic_graph", "draw_kernel_graph",
@@ -119,18 +120,18 @@ def _block_panel(b: BlockGraph, title: str, args: Sequence[str], sizes: _Concret
     """A block graph: loaders, ops, accumulators, savers; box i is node i."""
     boxes = []
     for i, node in b.topo():
-        a = node.attrs
-        if node.op == "loader":
+        a, kind = node.attrs, kind_of(node)
+        if kind is LOADER:
             lines = (f"{b.label((i, 0))} = load {args[a['index']]}", f"imap {_map(a['imap'])} · fmap {a['fmap']}",
                      f"tile {sizes.tile(b, i)}")
-        elif node.op == "saver":
+        elif kind is SAVER:
             src = node.inputs[0]
             lines = (f"save {b.label(src)} → out{a['index']}", f"omap {_map(a['omap'])}",
                      f"tile {sizes.tile(b, src[0])} → {_shape(node.outputs[0].shape)}")
         else:
             lines = (_call(b, i, node), f"tile {sizes.tile(b, i)}")
-        kind = node.op if node.op in ("loader", "accum", "saver") else "op"
-        boxes.append(Box(kind, lines, tuple(dict.fromkeys(r[0] for r in node.inputs)), b.phase((i, 0)) == "loop"))
+        style = "accum" if isinstance(kind, Accumulator) else kind.name   # loader, op, accum, saver
+        boxes.append(Box(style, lines, tuple(dict.fromkeys(r[0] for r in node.inputs)), b.phase((i, 0)) == LOOP))
     return Panel(title, tuple(boxes), sizes.loop(b))
 
 

@@ -7,27 +7,12 @@ import pytest
 from hypothesis import settings
 
 import prism.workloads as wl
+from tests.configs import limits, small_cfg
 
 # Property tests draw the same examples on every run (no example database, no wall-clock deadline), so
 # the suite is deterministic; the properties must hold whatever examples a hypothesis version draws.
 settings.register_profile("prism", derandomize=True, database=None, deadline=None)
 settings.load_profile("prism")
-
-SMALL = {"n": 4, "d": 64}
-SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
-LIMITS = {
-    "rmsnorm": {"max_block_ops": 10, "max_grid": 1},
-    "rmsnorm_mlp": {"max_block_ops": 12, "max_grid": 1},
-    "swiglu": {"max_block_ops": 9, "max_grid": 2},
-    "attention": {"max_block_ops": 9, "max_grid": 2},
-    "qk_attention": {"max_block_ops": 10, "max_grid": 1},
-}
-"""Search limits that keep every workload's search to about a second and still find fused kernels."""
-
-
-def small_cfg(name: str) -> dict:
-    return dict(SMALL) if wl.get(name).dims == ("n", "d") else dict(SMALL_ATT)
-
 
 _RESULTS: dict = {}
 
@@ -41,7 +26,7 @@ def searched():
         if name not in _RESULTS:
             w = wl.get(name)
             cfg = small_cfg(name)
-            _RESULTS[name] = (w, cfg, search(w.build(cfg), workers=1, **LIMITS[name]))
+            _RESULTS[name] = (w, cfg, search(w.build(cfg), workers=1, **limits(name)))
         return _RESULTS[name]
 
     return get

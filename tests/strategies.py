@@ -2,8 +2,8 @@
 
 # Every graph is built through the public builders, so whatever is drawn is a graph the IR accepts;
 # the strategies only steer toward calls that succeed (operands whose shapes fit, maps whose splits
-# divide). Ops come from the registry by kind: a new op of a known kind is drawn with no change here,
-# and an op of a new kind fails loudly until a case is added to `_OPERANDS`. Use with
+# divide). Ops come from the op table by family: a new op of a known family is drawn with no change here,
+# and an op of a new family fails loudly until a case is added to `_OPERANDS`. Use with
 # `python -m pytest` (the repository root must be importable): `from tests.strategies import graphs`.
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _one_operand(attrs: Callable[[Any, Tensor], dict]) -> Callable[..., tuple[li
 _OPERANDS: dict[str, Callable[..., tuple[list[Tensor], dict]]] = {
     "unary": _one_operand(lambda draw, a: {}),
     "scalar": _one_operand(lambda draw, a: {"value": draw(SCALARS)}),
-    "norm": _one_operand(lambda draw, a: {"eps": _pick(draw, EPS)}),
+    "rowwise": _one_operand(lambda draw, a: {"eps": _pick(draw, EPS)}),
     "reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
     "binary": _binary_operands,
     "matmul": _matmul_operands,
@@ -114,10 +114,10 @@ _OPERANDS: dict[str, Callable[..., tuple[list[Tensor], dict]]] = {
 def _apply_random_op(draw: Any, cfg: _Config, g: Any, pool: list[Tensor], fresh: Fresh) -> Tensor:
     """Apply one registry op to tensors of `pool` (or fresh ones where none fits); return its result."""
     opdef = OPS[_pick(draw, cfg.ops)]
-    if opdef.kind not in _OPERANDS:
-        raise NotImplementedError(f"tests/strategies.py: no operand rule for op kind {opdef.kind!r} "
+    if opdef.family.name not in _OPERANDS:
+        raise NotImplementedError(f"tests/strategies.py: no operand rule for op family {opdef.family.name!r} "
                                   f"({opdef.name}); add one to _OPERANDS")
-    tensors, attrs = _OPERANDS[opdef.kind](draw, cfg, pool, fresh)
+    tensors, attrs = _OPERANDS[opdef.family.name](draw, cfg, pool, fresh)
     return g.apply(opdef.name, tensors, attrs)
 
 

@@ -29,21 +29,27 @@ def default_target() -> Any:
 
 @dataclass(frozen=True)
 class AotKernel:
-    """One kernel compiled ahead of time: its PTX and what it needs per block."""
+    """One kernel compiled ahead of time: what it needs per block, and its PTX (None once dropped: the tuner's
+    worker processes send kernels back without it)."""
 
     name: str
-    arch: str
-    ptx: str
-    cubin_bytes: int
     shared: int
     registers: int | None
     frame: int | None
     num_warps: int
+    arch: str = ""
+    ptx: str | None = None
+    cubin_bytes: int = 0
 
     @property
     def spills(self) -> bool:
         """True if registers spill to local memory (a non-empty stack frame)."""
         return bool(self.frame)
+
+    def to_json(self) -> dict[str, Any]:
+        """What a report keeps of it: name, shared memory, registers, stack frame, warps."""
+        return {"name": self.name, "shared": self.shared, "registers": self.registers, "frame": self.frame,
+                "num_warps": self.num_warps}
 
     def __str__(self) -> str:
         regs = "?" if self.registers is None else self.registers
@@ -70,9 +76,9 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
     cubin = compiled.asm.get("cubin", b"")
     attrs = cubin_attributes(cubin)
     regs, frame = attrs.get(_REGCOUNT), attrs.get(_FRAME_SIZE)
-    return AotKernel(spec.name, f"{target.backend}:{target.arch}", compiled.asm["ptx"], len(cubin),
-                     int(compiled.metadata.shared), max(regs) if regs else None, max(frame) if frame else None,
-                     spec.num_warps)
+    return AotKernel(spec.name, int(compiled.metadata.shared), max(regs) if regs else None,
+                     max(frame) if frame else None, spec.num_warps, f"{target.backend}:{target.arch}",
+                     compiled.asm["ptx"], len(cubin))
 
 
 def cubin_attributes(cubin: bytes) -> dict[int, list[int]]:

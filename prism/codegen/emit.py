@@ -2,8 +2,10 @@
 
 The kernel reads like the Triton tutorials: program ids, then pointers to each input's first tile, then
 the loop (loads, block ops, accumulators, pointer advances), then the ops after the loop, then the
-write-back. Ops render through the op table (`OpDef.triton`); this module adds only what Triton needs
-around them: padding masks, dtype conversions, and matmul shapes.
+write-back. Each node kind writes its own lines (prism.ir.kinds: a loader's load, an accumulator's
+init and update, a saver's store), where the schedule places it; ops render through the op table
+(prism.codegen.render: a template, or a composite op's decomposition as one expression); this module adds
+only what Triton needs around them: addresses, padding masks, dtype conversions, and matmul shapes.
 
 Numerics: loads keep their storage dtype; every op computes in float32 (float64 for float64 graphs);
 `tl.dot` gets operands in the matmul's declared dtype (fp16 tensor cores for fp16 graphs; "ieee"
@@ -19,9 +21,11 @@ from dataclasses import dataclass, field
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import Layout, TileDim
-from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name
+from prism.codegen.render import UNIT, Expr, literal, render
+from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name, unique
 from prism.ir.block import BlockGraph
-from prism.ir.ops import OPS
+from prism.ir.kinds import INSIDE, Accumulator, Loader, Saver, kind_of
+from prism.ir.ops import MATMUL, OPS
 from prism.ir.printer import format_block
 
 __all__ = ["default_warps", "emit_kernel"]
@@ -53,11 +57,6 @@ def _at(d: int, rank: int) -> str:
     return "" if rank == 1 else "[" + ", ".join(":" if j == d else "None" for j in range(rank)) + "]"
 
 
-def _lit(v: float) -> str:
-    r = repr(float(v))
-    return f"({r})" if r.startswith("-") else r
-
-
 class _Emitter:
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                  out_dtypes: list[str], num_warps: int | None) -> None:
@@ -71,7 +70,8 @@ class _Emitter:
         self.num_warps = default_warps(block, self.layout) if num_warps is None else num_warps
         types = {t.dtype for n in block.nodes for t in n.outputs} | set(in_dtypes) | set(out_dtypes)
         self.compute = "float64" if "float64" in types else "float32"
-        self.looped = block.loop > 1
+        self.schedule = block.schedule()
+        self.looped = self.schedule.looped
         self.uses = block.consumers()
         self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z"} | RESERVED
         self.vals: dict[int, _Val] = {}
@@ -84,12 +84,7 @@ class _Emitter:
     # -- names -----------------------------------------------------------------------------------
 
     def fresh(self, want: str) -> str:
-        out, k = want, 1
-        while out in self.idents:
-            k += 1
-            out = f"{want}_{k}"
-        self.idents.add(out)
-        return out
+        return unique(want, self.idents)
 
     def lane_mask(self, t: TileDim) -> str:
         """`mask_x0`: which lanes of a padded tile dim are real (defined once, at the top)."""
@@ -114,18 +109,33 @@ class _Emitter:
 
     # -- values ------------------------------------------------------------------------------------
 
-    def scope_of(self, i: int) -> str:
-        node = self.b.nodes[i]
-        if self.b.phase((i, 0)) != "loop" or node.op == "accum":
-            return "post"
-        if not self.looped:
-            return "pre"
-        if node.op == "loader":
-            return "pre" if node.attrs["fmap"] is None else "loop"
-        return "loop" if any(self.scope_of(r[0]) == "loop" for r in node.inputs) else "pre"
-
     def lines(self, scope: str) -> list[str]:
+        """The lines of a schedule place (prism.ir.kinds: "pre", "loop", "post")."""
         return getattr(self.s, scope)
+
+    def tl_dtype(self, dtype: str) -> str:
+        return TL_DTYPES[dtype]
+
+    def define(self, i: int, want: str, expr: str, dtype: str, clean: bool) -> None:
+        """Node i's value: a fresh name like `want` set to `expr`, where the schedule places node i."""
+        scope = self.schedule[i]
+        self.vals[i] = _Val(self.fresh(want), dtype, scope, clean)
+        self.lines(scope).append(f"{self.vals[i].name} = {expr}{self.shape_comment(i)}")
+
+    def alias(self, i: int, src: int) -> None:
+        """Node i's value is node src's (in the compute dtype)."""
+        v = self.vals[src]
+        self.vals[i] = _Val(self.operand(src, self.compute), self.compute, v.scope, v.clean)
+
+    def accumulator(self, i: int, identity: float) -> str:
+        """A fresh accumulator for node i, set to `identity` before the loop; its name."""
+        name = self.fresh(f"acc{i}")
+        self.vals[i] = _Val(name, self.compute, "post", False)
+        shape, dtype = self.layout.shape_expr(i), TL_DTYPES[self.compute]
+        init = (f"tl.zeros({shape}, dtype={dtype})" if identity == 0
+                else f"tl.full({shape}, {literal(identity)}, {dtype})")
+        self.s.init.append(f"{name} = {init}{self.shape_comment(i)}")
+        return name
 
     def operand(self, i: int, dtype: str, clean: bool = False) -> str:
         """Node i's value in `dtype`, with padded lanes zeroed if `clean`; helper lines go in its scope."""
@@ -178,15 +188,15 @@ class _Emitter:
 
     def wanted(self, consumer: int, operand: int) -> str:
         node = self.b.nodes[consumer]
-        return node.outputs[0].dtype if node.op == "matmul" else self.compute
+        return node.outputs[0].dtype if _is_dot(node) else self.compute
 
-    def loader(self, i: int) -> None:
-        node = self.b.nodes[i]
-        k, imap, fmap = node.attrs["index"], node.attrs["imap"], node.attrs["fmap"]
-        base, dims = self.bases[k], self.layout.dims[i]
-        rank = len(dims)
-        by_grid = {d: g for g, d in imap.items() if self.b.grid_size(g) > 1}
-        strides = self.stride_names(base, rank)
+    def address(self, base: str, dims: tuple[TileDim, ...], maps: dict[str, int], fmap: int | None,
+                lines: list[str]) -> tuple[str, str | None, list[str]]:
+        """Pointers to this block's tile of tensor `base` (a loader's input or a saver's output), written to
+        `lines`: the tile dims `maps` gives grid dims start at the block's offset, the loop walks dim `fmap`.
+        Returns the pointers' name, the mask's (None: no padded lanes) and the strides'."""
+        by_grid = {d: g for g, d in maps.items() if self.b.grid_size(g) > 1}
+        strides = self.stride_names(base, len(dims))
         offs = []
         for d, t in enumerate(dims):
             name = self.fresh(f"offs_{base}{'_' if base[-1].isdigit() else ''}{d}")
@@ -196,23 +206,16 @@ class _Emitter:
                 step = t.tile_expr if fmap != d or not self.looped else (
                     "LOOP" if t.tile_expr == "1" else f"{t.tile_expr} * LOOP")
                 start = f"{self.pid(by_grid[d])}{'' if step == '1' else ' * ' + step} + "
-            self.s.top.append(f"{name} = {start}tl.arange(0, {t.block_expr})")
+            lines.append(f"{name} = {start}tl.arange(0, {t.block_expr})")
             offs.append(name)
         ptrs = self.fresh(f"{base}_ptrs")
-        self.s.top.append(_pointers(ptrs, base, offs, strides))
+        lines.append(_pointers(ptrs, base, offs, strides))
         mask = self.full_mask(dims)
-        args = ""
         if mask:
-            mname = self.fresh(f"mask_{base}")
-            self.s.top.append(f"{mname} = {mask}")
-            args = f", mask={mname}, other=0.0"
-        dtype = self.load_dtype(i)
-        conv = "" if dtype == self.in_dtypes[k] else f".to({TL_DTYPES[dtype]})"
-        scope = self.scope_of(i)
-        self.vals[i] = _Val(self.fresh(base), dtype, scope, True)
-        self.lines(scope).append(f"{self.vals[i].name} = tl.load({ptrs}{args}){conv}{self.shape_comment(i)}")
-        if fmap is not None and self.looped:
-            self.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
+            name = self.fresh(f"mask_{base}")
+            lines.append(f"{name} = {mask}")
+            mask = name
+        return ptrs, mask, strides
 
     # -- ops ---------------------------------------------------------------------------------------
 
@@ -228,12 +231,13 @@ class _Emitter:
             extra += ', input_precision="ieee"'
         if self.compute == "float64":
             extra += ", out_dtype=tl.float64"
+        template = OPS[node.op].triton
         lead = math.prod(t.block for t in dims[:-2])
         if rank == 2 or (rank == 3 and lead > 1):
-            return OPS["matmul"].triton.format(av, bv, extra=extra)
+            return template.format(av, bv, extra=extra)
         # tl.dot takes 2-D or 3-D blocks: fold the batch dims into one (none at all if they are all 1)
         ar, br = (self.fold(s, name, lead) for s, name in ((a, av), (b, bv)))
-        return f"tl.reshape({OPS['matmul'].triton.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
+        return f"tl.reshape({template.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
 
     def fold(self, i: int, name: str, lead: int) -> str:
         """`name` (node i's value) reshaped to [lead, rows, cols], or [rows, cols] if lead is 1."""
@@ -247,86 +251,35 @@ class _Emitter:
 
     def op(self, i: int) -> None:
         node = self.b.nodes[i]
-        opdef = OPS[node.op]
         dims = self.layout.dims[i]
         rank = len(dims)
-        if opdef.kind == "matmul":
+        if _is_dot(node):
             expr = self.dot(i)
         else:
             args = []
             for r in node.inputs:
-                s = r[0]
-                sdims = self.layout.dims[s]
-                if opdef.kind == "reduce":
-                    args.append(self.operand(s, self.compute, clean=sdims[node.attrs["dim"]].padded))
-                elif opdef.kind == "norm":
-                    args.append(self.operand(s, self.compute, clean=sdims[-1].padded))
-                else:
-                    cut = [d for d in range(rank) if sdims[d].tile == 1 < dims[d].tile and sdims[d].block > 1]
-                    args.append(self.squeeze(s, cut, self.compute) if cut else self.operand(s, self.compute))
-            fields = {k: (_lit(v) if isinstance(v, float) else v) for k, v in node.attrs.items()}
-            expr = opdef.triton.format(*args, last=rank - 1, n=_lit(dims[-1].tile), **fields)
-            if opdef.kind == "reduce" and dims[node.attrs["dim"]].block > 1:
+                s, sdims = r[0], self.layout.dims[r[0]]
+                cut = [d for d in range(rank) if sdims[d].tile == 1 < dims[d].tile and sdims[d].block > 1]
+                text = self.squeeze(s, cut, self.compute) if cut else self.operand(s, self.compute)
+                args.append(Expr(text, tuple(UNIT if d in cut else t for d, t in enumerate(sdims)),
+                                 self.vals[s].clean))
+            expr = render(node.op, args, node.attrs, self.full_mask).text
+            if OPS[node.op].family.rule == "reduce" and dims[node.attrs["dim"]].block > 1:
                 d = node.attrs["dim"]   # the reduced dim is padded for a later matmul: value in lane 0
                 expr = f"tl.where(tl.arange(0, {dims[d].block_expr}){_at(d, rank)} == 0, {expr}, 0.0)"
-        scope = self.scope_of(i)
-        self.vals[i] = _Val(self.fresh(f"t{i}"), self.compute, scope, False)
-        self.lines(scope).append(f"{self.vals[i].name} = {expr}{self.shape_comment(i)}")
+        self.define(i, f"t{i}", expr, self.compute, clean=False)
 
     def fusable(self, i: int) -> bool:
-        """accum(matmul) where the matmul is computed every iteration for this accumulator only."""
+        """accum(matmul) where the matmul is computed every iteration for this accumulator only (the
+        accumulator says whether `tl.dot` may add into it)."""
         src = self.b.nodes[i].inputs[0][0]
-        return (self.looped and self.b.nodes[src].op == "matmul" and self.scope_of(src) == "loop"
+        return (self.looped and _is_dot(self.b.nodes[src]) and self.schedule[src] == INSIDE
                 and self.uses[(src, 0)] == [i] and self.plain_dot(src))
 
     def plain_dot(self, i: int) -> bool:
         """A matmul that tl.dot takes as it is: 2-D, or 3-D with a batch of more than one."""
         dims = self.layout.dims[i]
         return len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
-
-    def accum(self, i: int) -> None:
-        src = self.b.nodes[i].inputs[0][0]
-        if not self.looped:
-            name = self.operand(src, self.compute)
-            self.vals[i] = _Val(name, self.compute, self.vals[src].scope, self.vals[src].clean)
-            return
-        name = self.fresh(f"acc{i}")
-        self.vals[i] = _Val(name, self.compute, "post", False)
-        self.s.init.append(f"{name} = tl.zeros({self.layout.shape_expr(i)}, dtype={TL_DTYPES[self.compute]})"
-                          f"{self.shape_comment(i)}")
-        if self.fusable(i):
-            self.s.loop.append(f"{name} = {self.dot(src, acc=name)}")
-        else:
-            self.s.loop.append(f"{name} += {self.operand(src, self.compute)}")
-
-    def saver(self, i: int) -> None:
-        node = self.b.nodes[i]
-        k, omap = node.attrs["index"], node.attrs["omap"]
-        base, dims = self.outs[k], self.layout.dims[i]
-        rank = len(dims)
-        by_grid = {d: g for g, d in omap.items() if self.b.grid_size(g) > 1}
-        strides = self.stride_names(base, rank)
-        offs = []
-        for d, t in enumerate(dims):
-            name = self.fresh(f"offs_{base}_{d}")
-            start = ""
-            if d in by_grid:
-                start = f"{self.pid(by_grid[d])}{'' if t.tile_expr == '1' else ' * ' + t.tile_expr} + "
-            self.s.store.append(f"{name} = {start}tl.arange(0, {t.block_expr})")
-            offs.append(name)
-        ptrs = self.fresh(f"{base}_ptrs")
-        self.s.store.append(_pointers(ptrs, base, offs, strides))
-        mask = self.full_mask(dims)
-        margs = ""
-        if mask:
-            mname = self.fresh(f"mask_{base}")
-            self.s.store.append(f"{mname} = {mask}")
-            margs = f", mask={mname}"
-        value = f"{self.operand(node.inputs[0][0], self.compute)}.to({base}_ptr.dtype.element_ty)"
-        if self.summed(k):
-            self.s.store.append(f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")")
-        else:
-            self.s.store.append(f"tl.store({ptrs}, {value}{margs})")
 
     def summed(self, k: int) -> bool:
         omap = self.b.nodes[self.b.savers[k]].attrs["omap"]
@@ -342,18 +295,12 @@ class _Emitter:
             if math.prod(self.layout.shape(i)) > MAX_NUMEL:
                 raise CodegenError(f"{self.name}: tile of {b.label((i, 0))} is padded to "
                                    f"{list(self.layout.shape(i))}, more than Triton's {MAX_NUMEL} elements")
-        skip = {b.nodes[i].inputs[0][0] for i, n in b.topo() if n.op == "accum" and self.fusable(i)}
-        for i, node in b.topo():
-            if node.op == "loader":
-                self.loader(i)
-            elif node.op == "accum":
-                self.accum(i)
-            elif node.op == "saver":
-                pass
-            elif i not in skip:
-                self.op(i)
-        for i in b.savers:
-            self.saver(i)
+        fused = {n.inputs[0][0] for i, n in b.topo()
+                 if isinstance(kind_of(n), Accumulator) and kind_of(n).dot and self.fusable(i)}
+        # every node where the schedule places it; the write-back (savers) last
+        for i in sorted(range(len(b.nodes)), key=lambda i: isinstance(kind_of(b.nodes[i]), Saver)):
+            if i not in fused:
+                kind_of(b.nodes[i]).emit(self, i, b.nodes[i])
         body = self.body()
         return self.spec(body)
 
@@ -461,6 +408,10 @@ def _pointers(ptrs: str, base: str, offs: list[str], strides: list[str]) -> str:
     return f"{head}{terms[0]}\n" + "\n".join(f"{pad}+ {t}" for t in terms[1:]) + ")"
 
 
+def _is_dot(node) -> bool:
+    return node.op in OPS and OPS[node.op].family is MATMUL
+
+
 def _phase(title: str) -> str:
     return f"# -- {title} ".ljust(76, "-")
 
@@ -472,7 +423,8 @@ def _maps(m: dict[str, int]) -> str:
 def default_warps(block: BlockGraph, layout: Layout) -> int:
     """4 warps, or 8 when the tiles loaded and accumulated per iteration hold 16K elements or more
     (at 4 warps the default attention tiles spill registers on sm_90; at 8 they do not)."""
-    live = sum(math.prod(layout.shape(i)) for i, n in block.topo() if n.op in ("loader", "accum"))
+    live = sum(math.prod(layout.shape(i)) for i, n in block.topo()
+               if isinstance(kind_of(n), (Loader, Accumulator)))
     return 8 if live >= 16384 else 4
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prism.codegen.spec import unique
 from prism.ir.block import BlockGraph
+from prism.ir.kinds import COMPUTE, LOADER, SAVER, kind_of
 from prism.ir.ops import OPS
 
 __all__ = ["MIN_DOT", "TileDim", "Layout", "next_pow2"]
@@ -78,16 +80,12 @@ class Layout:
             rank = len(shape[i])
             for d in range(rank):
                 uf.find((i, d))
-            if node.op in ("loader",):
-                continue
-            if node.op == "saver":
+            kind = kind_of(node)
+            if kind is SAVER:                                        # the tile it saves
                 shape[i] = shape[node.inputs[0][0]]
-                for d in range(rank):
-                    uf.union((i, d), (node.inputs[0][0], d))
-                continue
-            kind = "accum" if node.op == "accum" else OPS[node.op].kind
             srcs = [r[0] for r in node.inputs]
-            if kind == "matmul":
+            rule = OPS[node.op].family.rule if kind is COMPUTE else "same"   # an accumulator keeps its tile
+            if rule == "contract":
                 a, b = srcs
                 for d in range(rank - 2):                            # batch dims
                     uf.union((i, d), (a, d)), uf.union((i, d), (b, d))
@@ -95,16 +93,16 @@ class Layout:
                 uf.union((i, rank - 1), (b, rank - 1))               # N
                 uf.union((a, rank - 1), (b, rank - 2))               # K
                 dot_dims |= {(i, rank - 2), (i, rank - 1), (a, rank - 1)}
-            else:
+            else:                                                    # a loader has no operands
                 for s in srcs:
                     for d in range(rank):
-                        if kind == "reduce" and d == node.attrs["dim"]:
+                        if rule == "reduce" and d == node.attrs["dim"]:
                             continue
                         if shape[s][d] == shape[i][d]:               # broadcast dims stay apart
                             uf.union((i, d), (s, d))
         # name each class after its first loader dim (X0, W1, ...), else after its first node (T5_1)
         namer: dict[tuple[int, int], tuple[int, int]] = {}
-        for i, node in sorted(block.topo(), key=lambda item: item[1].op != "loader"):
+        for i, node in sorted(block.topo(), key=lambda item: kind_of(item[1]) is not LOADER):
             for d in range(len(shape[i])):
                 namer.setdefault(uf.find((i, d)), (i, d))
         self.dims: dict[int, tuple[TileDim, ...]] = {}
@@ -118,12 +116,12 @@ class Layout:
                 if root not in roots:
                     at, dim = namer[root]
                     owner = block.nodes[at]
-                    base = base_names[owner.attrs["index"]] if owner.op == "loader" else f"t{at}_"
+                    base = base_names[owner.attrs["index"]] if kind_of(owner) is LOADER else f"t{at}_"
                     block_size = next_pow2(size)
                     if root in bumped:
                         block_size = max(block_size, MIN_DOT)
                     sep = "_" if base[-1].isdigit() else ""
-                    roots[root] = TileDim(_unique(f"{base.upper()}{sep}{dim}", used), size, block_size)
+                    roots[root] = TileDim(unique(f"{base.upper()}{sep}{dim}", used), size, block_size)
                 tdim = roots[root]
                 assert tdim.tile == size, f"tile dim {tdim.name} has sizes {tdim.tile} and {size}"
                 out.append(tdim)
@@ -138,12 +136,3 @@ class Layout:
         """`(BLOCK_X0, BLOCK_W1)`: the block shape as Triton source."""
         dims = [t.block_expr for t in self.dims[i]]
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-
-
-def _unique(name: str, used: set[str]) -> str:
-    out, k = name, 1
-    while out in used:
-        k += 1
-        out = f"{name}_{k}"
-    used.add(out)
-    return out

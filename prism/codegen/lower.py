@@ -2,28 +2,36 @@
 
 `to_custom(graph)` rewrites a kernel graph so that every node except its inputs is a custom op: each
 kernel-level op becomes a small block graph (a grid over tiles of the result; a loop for reductions
-and matmul's inner dim) and goes through the same code generator as the searched kernels. The rewrite
-is itself a kernel graph, so the reference executor checks it like any other.
+and matmul's inner dim), chosen by the op's family, and goes through the same code generator as the
+searched kernels. A row-wise op whose rows fit one tile is one block op over whole rows; a longer row
+runs its decomposition (prism.ir.ops) with the loop walking the row, and where the decomposition combines
+the row with a statistic of the whole row (rms_norm's division), a second, element-wise kernel does that.
+The rewrite is itself a kernel graph, so the reference executor checks it like any other.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import next_pow2
 from prism.ir.block import BlockGraph
-from prism.ir.graph import KernelGraph, Ref, Tensor
-from prism.ir.ops import OPS, TType
+from prism.ir.builder import Ref, Tensor
+from prism.ir.graph import KernelGraph
+from prism.ir.kinds import LOOP, POST
+from prism.ir.ops import MATMUL, OPS, REDUCE, ROWWISE, TType
 
 __all__ = ["to_custom", "elementwise_block", "ELEMENTS", "ROW"]
 
 ELEMENTS = 4096
 """Elements (padded) per block of an elementwise or reduction kernel."""
 ROW = 16384
-"""Longest row rms_norm keeps in one tile; longer rows take two kernels (sum of squares, then divide)."""
+"""Longest row a row-wise op (rms_norm) keeps in one tile; longer rows take two kernels (sum of squares,
+then divide)."""
 MATMUL_TILE = 64
+Custom = Callable[[BlockGraph, list[Tensor], str], tuple[Tensor, ...]]
+"""custom(block, kernel tensors, tag): the block graph applied to the tensors as a custom op."""
 
 
 def _divisor(n: int, cap: int) -> int:
@@ -78,27 +86,64 @@ def _sum_block(x: TType, dim: int) -> BlockGraph:
     return b
 
 
-def _rms_block(x: TType, eps: float) -> BlockGraph:
-    """rms_norm with whole rows in each tile."""
-    last = len(x.shape) - 1
-    _, grid_of, grid = _tiling(x.shape, {last: x.shape[last]}, budget=max(ELEMENTS, next_pow2(x.shape[last])))
-    b = BlockGraph(grid=grid, loop=1)
-    t = b.input(x, imap={g: d for d, g in grid_of.items()})
-    b.output(b.accum(b.rms_norm(t, eps)), omap={g: d for d, g in grid_of.items()})
-    return b
+class _RowPass:
+    """The block builder a decomposition runs with when the loop walks the last dim: a sum over it adds up
+    across iterations (an accumulator); an op that needs the whole row again after such a sum ends the
+    pass, leaving it for a second kernel."""
+
+    def __init__(self, b: BlockGraph, x: TType) -> None:
+        self.b, self.x, self.last = b, x, len(x.shape) - 1
+
+    def __call__(self, op: str, *args: Tensor, **attrs: Any) -> Tensor:
+        if {self.b.phase(t.ref) for t in args} == {LOOP, POST}:
+            raise _SecondPass(op, args, attrs)
+        t = self.b.apply(op, list(args), attrs)
+        rowsum = OPS[op].family.rule == "reduce" and attrs["dim"] == self.last
+        return self.b.accum(t) if rowsum and self.b.phase(t.ref) == LOOP else t
+
+    def rank(self, t: Tensor) -> int:
+        return len(t.shape)
+
+    def inv_extent(self, t: Tensor, dim: int) -> float:
+        return 1.0 / self.x.shape[dim]
 
 
-def _rms_denominator_block(x: TType, eps: float) -> BlockGraph:
-    """sqrt(mean(x²) + eps) over the last dim, for rows too long for one tile: the loop walks the row."""
+class _SecondPass(Exception):
+    """Op `op` combines the row (a loop tile) with a statistic of the whole row (a post-loop tile)."""
+
+    def __init__(self, op: str, args: tuple[Tensor, ...], attrs: dict) -> None:
+        self.op, self.args, self.attrs = op, args, attrs
+
+
+def _row_op(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    """Row-wise op `op` over the last dim of kernel tensor x: one block over whole rows if they fit a tile,
+    else its decomposition with the loop walking the row (and a second kernel if it needs the row again)."""
+    (x,) = args
     last = len(x.shape) - 1
+    if next_pow2(x.shape[last]) <= ROW:
+        _, grid_of, grid = _tiling(x.shape, {last: x.shape[last]}, budget=max(ELEMENTS, next_pow2(x.shape[last])))
+        b = BlockGraph(grid=grid, loop=1)
+        t = b.input(x, imap={g: d for d, g in grid_of.items()})
+        b.output(b.accum(b.apply(op, [t], attrs)), omap={g: d for d, g in grid_of.items()})
+        return custom(b, [x], op)
     tile = _divisor(x.shape[last], 1024)
     _, grid_of, grid = _tiling(x.shape, {last: tile})
     b = BlockGraph(grid=grid, loop=x.shape[last] // tile)
     t = b.input(x, imap={g: d for d, g in grid_of.items()}, fmap=last)
-    ss = b.accum(b.sum(b.square(t), last))
-    r = b.sqrt(b.add_scalar(b.mul_scalar(ss, 1 / x.shape[last]), eps))
-    b.output(r, omap={g: d for d, g in grid_of.items()})
-    return b
+    try:
+        y = OPS[op].decompose(_RowPass(b, x.type), t, **attrs)
+    except _SecondPass as second:
+        (stat,) = [a for a in second.args if b.phase(a.ref) == POST]
+        if any(a is not t and b.phase(a.ref) == LOOP for a in second.args):
+            raise CodegenError(f"{op} over rows of {x.shape[last]}: only the row itself may meet its statistic "
+                               "in a second kernel") from None
+        b.output(stat, omap={g: d for d, g in grid_of.items()})
+        (r,) = custom(b, [x], "rows")
+        args = [x if a is t else r for a in second.args]
+        block = elementwise_block(second.op, second.attrs, [a.type for a in args], res)
+        return custom(block, args, f"rows_{second.op}")
+    b.output(y, omap={g: d for d, g in grid_of.items()})
+    return custom(b, [x], op)
 
 
 def _matmul_block(a: TType, bt: TType) -> BlockGraph:
@@ -115,6 +160,22 @@ def _matmul_block(a: TType, bt: TType) -> BlockGraph:
     tb = b.input(bt, imap={"x": r - 1, **z}, fmap=r - 2)
     b.output(b.accum(b.matmul(ta, tb)), omap={"x": r - 1, "y": r - 2, **z})
     return b
+
+
+def _elementwise(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    return custom(elementwise_block(op, attrs, [a.type for a in args], res), args, op)
+
+
+def _matmul(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    return custom(_matmul_block(*(a.type for a in args)), args, op)
+
+
+def _sum(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    return custom(_sum_block(args[0].type, attrs["dim"]), args, op)
+
+
+_LOWERING = {MATMUL.name: _matmul, REDUCE.name: _sum, ROWWISE.name: _row_op}
+"""How a kernel-level op of each family runs as custom ops; element-wise families go tile by tile."""
 
 
 def to_custom(graph: KernelGraph) -> tuple[KernelGraph, dict[int, str]]:
@@ -139,19 +200,8 @@ def to_custom(graph: KernelGraph) -> tuple[KernelGraph, dict[int, str]]:
         if node.op == "custom":
             outs = custom(node.attrs["block"], args, None)
         else:
-            types = [a.type for a in args]
-            kind, res = OPS[node.op].kind, node.outputs[0]
-            if kind == "matmul":
-                outs = custom(_matmul_block(*types), args, node.op)
-            elif kind == "reduce":
-                outs = custom(_sum_block(types[0], node.attrs["dim"]), args, node.op)
-            elif kind == "norm" and next_pow2(res.shape[-1]) <= ROW:
-                outs = custom(_rms_block(types[0], node.attrs["eps"]), args, node.op)
-            elif kind == "norm":
-                (r,) = custom(_rms_denominator_block(types[0], node.attrs["eps"]), args, "rms")
-                outs = custom(elementwise_block("div", {}, [types[0], r.type], res), [args[0], r], "rms_div")
-            else:
-                outs = custom(elementwise_block(node.op, dict(node.attrs), types, res), args, node.op)
+            lowering = _LOWERING.get(OPS[node.op].family.name, _elementwise)
+            outs = lowering(node.op, dict(node.attrs), args, node.outputs[0], custom)
         new.update(((i, k), t) for k, t in enumerate(outs))
     out.output(*(new[r] for r in graph.outputs))
     return out, tags

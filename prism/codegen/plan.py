@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from prism.codegen.emit import emit_kernel
 from prism.codegen.lower import elementwise_block, to_custom
 from prism.codegen.spec import KernelSpec
-from prism.ir.graph import KernelGraph, Ref
+from prism.ir.builder import Ref
+from prism.ir.graph import KernelGraph
 from prism.ir.ops import TType
 
 __all__ = ["Buffer", "Step", "Plan", "plan_graph", "HEADER"]

@@ -18,7 +18,7 @@ from prism.errors import InputError
 from prism.ir.graph import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
-__all__ = ["Allocator", "CompiledGraph", "compile_graph"]
+__all__ = ["Allocator", "CompiledGraph", "check_inputs", "compile_graph"]
 
 Allocator = Callable[[tuple[int, ...], torch.dtype, torch.device, bool], torch.Tensor]
 """allocate(shape, dtype, device, zero) -> a tensor of that shape (zero-filled if `zero`); any strides."""
@@ -94,7 +94,7 @@ class CompiledGraph:
         return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
 
     def _check(self, tensors: Sequence[Any]) -> torch.device:
-        device = self.graph.check_call(tensors, "the compiled graph")
+        device = check_inputs(self.graph, tensors, "the compiled graph")
         if self.interpret and device.type != "cpu":
             raise InputError(f"Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors; "
                              f"inputs are on {device}")
@@ -110,6 +110,37 @@ class CompiledGraph:
     def aot(self, target: Any = None) -> list[AotKernel]:
         """Compile every kernel ahead of time (default target sm_90); works without a GPU."""
         return [compile_aot(getattr(self.module, k.name), k, target) for k in self.kernels]
+
+
+def check_inputs(graph: KernelGraph, tensors: Sequence[Any], who: str,
+                 device_rule: Callable[[torch.device], str | None] | None = None) -> torch.device | None:
+    """The torch.device of `tensors` if they fit `graph`'s declared inputs exactly (count, torch.Tensor,
+    shape, dtype, one device, no gradient wanted), else an InputError naming `who` ("the compiled
+    graph", ...). `device_rule(device)` says why an input's device is wrong (None: it is fine). The
+    generated kernels are inference-only: an input that requires grad while autograd is on is refused
+    (its gradient would silently be lost); under torch.no_grad() it is fine. The reference executor,
+    which accepts wider floats, has its own check."""
+    expected = graph.inputs
+    if len(tensors) != len(expected):
+        names = ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in expected)
+        raise InputError(f"{who} takes {len(expected)} tensor(s) ({names}), got {len(tensors)}")
+    for t, want in zip(tensors, expected):
+        if not isinstance(t, torch.Tensor):
+            raise InputError(f"input {want.name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != want.shape:
+            raise InputError(f"input {want.name} should have shape {list(want.shape)}, got {list(t.shape)}")
+        if t.dtype != TORCH_DTYPES[want.dtype]:
+            raise InputError(f"input {want.name} should have dtype {want.dtype}, got {t.dtype}")
+        why = device_rule(t.device) if device_rule else None
+        if why:
+            raise InputError(f"input {want.name} is on {t.device}; {why}")
+        if t.requires_grad and torch.is_grad_enabled():
+            raise InputError(f"input {want.name} requires grad, but {who} is inference-only (autograd cannot "
+                             "differentiate through it): call it under torch.no_grad(), or pass .detach()")
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise InputError(f"inputs are on different devices: {', '.join(sorted(map(str, devices)))}")
+    return next(iter(devices)) if devices else None
 
 
 def compile_graph(graph: KernelGraph, num_warps: int | None = None,

@@ -7,7 +7,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
-__all__ = ["KernelSpec", "base_name", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
+__all__ = ["KernelSpec", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
@@ -43,9 +43,14 @@ def base_name(label: str, fallback: str, used: set[str]) -> str:
     if not base or not base[0].isalpha() or keyword.iskeyword(base) or base in RESERVED \
             or re.fullmatch(r"(t|acc|out|in)\d+", base):
         base = fallback
-    out, k = base, 1
+    return unique(base, used)
+
+
+def unique(want: str, used: set[str]) -> str:
+    """`want`, else `want_2`, `want_3`, ...: the first name not in `used`, which it is added to."""
+    out, k = want, 1
     while out in used:
         k += 1
-        out = f"{base}v{k}"
+        out = f"{want}_{k}"
     used.add(out)
     return out

@@ -8,13 +8,16 @@ tested against it. Everything is computed on the CPU in float32 or float64.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
 from prism.errors import InputError
-from prism.ir.block import LOOP, BlockGraph
-from prism.ir.graph import KernelGraph, Node, Ref
+from prism.ir.block import BlockGraph
+from prism.ir.builder import Ref
+from prism.ir.graph import KernelGraph
+from prism.ir.kinds import AFTER, BEFORE, INSIDE, Accumulator, kind_of
 from prism.ir.ops import OPS, TORCH_DTYPES
 
 __all__ = ["run", "run_block"]
@@ -39,68 +42,68 @@ def run(graph: KernelGraph, inputs: Sequence[torch.Tensor], dtype: torch.dtype =
             outs = run_block(node.attrs["block"], [values[r] for r in node.inputs])
             values.update(((i, k), t) for k, t in enumerate(outs))
         elif node.op != "input":
-            values[(i, 0)] = _apply(node, [values[r] for r in node.inputs])
+            values[(i, 0)] = OPS[node.op].torch_fn(*(values[r] for r in node.inputs), **node.attrs)
     return [values[r] for r in graph.outputs]
 
 
 def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run one fused kernel on full input tensors; returns its full output tensors.
 
-    Each block walks the loop, feeding loader tiles through the loop ops and summing accumulators;
-    then it runs the post-loop ops and adds its tiles into the outputs (so blocks along a grid dim an
-    output leaves unmapped are summed, and mapped ones land in disjoint slices).
+    Each block runs the nodes the schedule places before the loop, then the loop's nodes and each
+    accumulator's update every iteration, then the nodes after the loop: its savers add its tiles into
+    the outputs (so blocks along a grid dim an output leaves unmapped are summed, and mapped ones land in
+    disjoint slices). What each node does is its kind's step (prism.ir.kinds).
     """
-    dtype = inputs[0].dtype
-    loop_nodes = [(i, n) for i, n in block.topo() if n.op != "saver" and block.phase((i, 0)) == LOOP]
-    post_nodes = [(i, n) for i, n in block.topo() if block.phase((i, 0)) != LOOP]
-    outs = [torch.zeros(t.shape, dtype=dtype) for t in block.output_types]
+    sched = block.schedule()
+    before, inside, after = (sched.at(p) for p in (BEFORE, INSIDE, AFTER))
+    accums = [i for i in after if isinstance(kind_of(block.nodes[i]), Accumulator)]
+    b = _Block(block, list(inputs), [torch.zeros(t.shape, dtype=inputs[0].dtype) for t in block.output_types])
     for coord in itertools.product(*(range(g) for g in block.grid)):
-        at = dict(zip(block.grid_dims, coord))
-        env: dict[Ref, torch.Tensor] = {}
+        b.at, b.env = dict(zip(block.grid_dims, coord)), {}
+        b.run(accums, "start")
+        b.run(before)
         for it in range(block.loop):
-            for i, node in loop_nodes:
-                if node.op == "loader":
-                    src = inputs[node.attrs["index"]]
-                    env[(i, 0)] = src[_loader_slices(block, node, at, it)]
-                else:
-                    env[(i, 0)] = _apply(node, [env[r] for r in node.inputs])
-            for i, node in post_nodes:
-                if node.op == "accum":
-                    tile = env[node.inputs[0]]
-                    env[(i, 0)] = tile.clone() if it == 0 else env[(i, 0)] + tile
-        for i, node in post_nodes:
-            if node.op == "saver":
-                tile = env[node.inputs[0]]
-                outs[node.attrs["index"]][_saver_slices(node, tile.shape, at)] += tile
-            elif node.op != "accum":
-                env[(i, 0)] = _apply(node, [env[r] for r in node.inputs])
-    return outs
+            b.it = it
+            b.run(inside)
+            b.run(accums, "step")
+        b.run(after)
+    return b.outs
 
 
-def _apply(node: Node, args: list[torch.Tensor]) -> torch.Tensor:
-    return OPS[node.op].torch_fn(*args, **node.attrs)
+@dataclass
+class _Block:
+    """One block's run: what a node kind's step (prism.ir.kinds) reads and writes."""
 
+    block: BlockGraph
+    inputs: list[torch.Tensor]
+    outs: list[torch.Tensor]
+    at: dict[str, int] = field(default_factory=dict)
+    it: int = 0
+    env: dict[int, torch.Tensor] = field(default_factory=dict)
 
-def _loader_slices(block: BlockGraph, node: Node, at: dict[str, int], it: int) -> tuple[slice, ...]:
-    """The tile of block `at`, iteration `it`: a dim split by grid dim g and the loop is cut into
-    grid-size chunks, and each chunk into loop-range tiles (so a block's stride is tile * loop)."""
-    by_grid = {d: g for g, d in node.attrs["imap"].items()}
-    fmap = node.attrs["fmap"]
-    slices = []
-    for d, tile in enumerate(node.outputs[0].shape):
-        start = 0
-        if d in by_grid:
-            start += at[by_grid[d]] * tile * (block.loop if fmap == d else 1)
-        if fmap == d:
-            start += it * tile
-        slices.append(slice(start, start + tile))
-    return tuple(slices)
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.outs[0].dtype
 
+    def run(self, nodes: list[int], step: str = "run") -> None:
+        for i in nodes:
+            node = self.block.nodes[i]
+            getattr(kind_of(node), step)(self, i, node)
 
-def _saver_slices(node: Node, tile: torch.Size, at: dict[str, int]) -> tuple[slice, ...]:
-    by_dim = {d: g for g, d in node.attrs["omap"].items()}
-    return tuple(slice(at[by_dim[d]] * n, (at[by_dim[d]] + 1) * n) if d in by_dim else slice(0, n)
-                 for d, n in enumerate(tile))
+    def tile(self, shape: Sequence[int], maps: dict[str, int], fmap: int | None) -> tuple[slice, ...]:
+        """The slices of this block's tile, this iteration, of a tensor whose data dims the grid dims in
+        `maps` split and the loop walks dim `fmap`: a dim split by grid dim g and the loop is cut into
+        grid-size chunks, and each chunk into loop-range tiles (so a block's stride is tile * loop)."""
+        by_grid = {d: g for g, d in maps.items()}
+        slices = []
+        for d, tile in enumerate(shape):
+            start = 0
+            if d in by_grid:
+                start += self.at[by_grid[d]] * tile * (self.block.loop if fmap == d else 1)
+            if fmap == d:
+                start += self.it * tile
+            slices.append(slice(start, start + tile))
+        return tuple(slices)
 
 
 def _check_inputs(graph: KernelGraph, inputs: Sequence[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:

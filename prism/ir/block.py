@@ -14,16 +14,18 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 from prism.errors import GraphError, MappingError
-from prism.ir.graph import GraphBuilder, Node, Ref, Tensor, check_shape
-from prism.ir.ops import OPS, TType, check_dtype
+from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
+from prism.ir.kinds import ACCUMULATORS, LOADER, LOOP, POST, SAVED, SAVER, SUM, Schedule, kind_of, schedule
+from prism.ir.ops import TType, check_dtype
+from prism.ir.printer import format_block
+from prism.ir.serialize import BLOCK_FORMAT, Stored
 
 __all__ = ["GRID_DIMS", "BlockGraph"]
 
 GRID_DIMS = ("x", "y", "z")
-LOOP, POST, SAVED = "loop", "post", "saved"
 
 
-class BlockGraph(GraphBuilder):
+class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
     """A fused kernel: `grid` gives the sizes of grid dims x[, y[, z]], `loop` the loop range."""
 
     def __init__(self, grid: Sequence[int] = (1,), loop: int = 1) -> None:
@@ -73,19 +75,18 @@ class BlockGraph(GraphBuilder):
                                    f"tiles (grid {self.grid}, loop {self.loop}, imap {imap}, fmap {fmap})")
             tile.append(size // parts)
         attrs = {"index": len(self.input_types), "imap": imap, "fmap": fmap}
-        t = self._append(Node("loader", (), attrs, (TType(tuple(tile), full.dtype),)))[0]
         self.input_types.append(full)
-        self._phase[t.ref] = LOOP
-        return t
+        return self._append(Node(LOADER.name, (), attrs, (TType(tuple(tile), full.dtype),)))[0]
 
-    def accum(self, tensor: Tensor) -> Tensor:
-        """Sum a loop tensor over all loop iterations; the result exists after the loop."""
+    def accum(self, tensor: Tensor, kind: str = SUM.name) -> Tensor:
+        """Combine a loop tensor over all loop iterations with accumulator `kind` (prism.ir.kinds.ACCUMULATORS;
+        the default sums); the result exists after the loop."""
+        if kind not in ACCUMULATORS:
+            raise GraphError(f"accum: unknown accumulator {kind!r}; known: {', '.join(ACCUMULATORS)}")
         t = self._own(tensor, "accum")
         if self._phase[t.ref] != LOOP:
             raise GraphError(f"accum: {t.name} is already after the loop; accumulate loop tensors only")
-        out = self._append(Node("accum", (t.ref,), {}, (t.type,)))[0]
-        self._phase[out.ref] = POST
-        return out
+        return self._append(Node(kind, (t.ref,), {}, (t.type,)))[0]
 
     def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None) -> Tensor:
         """Write a tile to a kernel output; omap: {"x"|"y"|"z": data dim the blocks concatenate along}.
@@ -100,10 +101,9 @@ class BlockGraph(GraphBuilder):
         omap = self._check_map(omap, len(t.shape), f"output {len(self.savers)} ({t!r})", "omap")
         full = tuple(size * math.prod(self.grid_size(g) for g, d in omap.items() if d == dim)
                      for dim, size in enumerate(t.shape))
-        node = Node("saver", (t.ref,), {"index": len(self.savers), "omap": omap}, (TType(full, t.dtype),))
+        node = Node(SAVER.name, (t.ref,), {"index": len(self.savers), "omap": omap}, (TType(full, t.dtype),))
         out = self._append(node)[0]
         self.savers.append(out.node)
-        self._phase[out.ref] = SAVED
         return out
 
     # -- checks --------------------------------------------------------------------------------
@@ -148,8 +148,7 @@ class BlockGraph(GraphBuilder):
 
     def _append(self, node: Node) -> tuple[Tensor, ...]:
         out = super()._append(node)
-        if node.op in OPS:  # registry ops stay on the side of the loop their operands are on
-            self._phase[out[0].ref] = self._phase[node.inputs[0]]
+        self._phase[out[0].ref] = kind_of(node).phase([self._phase[r] for r in node.inputs])
         return out
 
     def _before_append(self, node: Node) -> None:
@@ -174,9 +173,13 @@ class BlockGraph(GraphBuilder):
         """"loop" or "post" (after the loop accumulators)."""
         return self._phase[ref]
 
+    def schedule(self) -> Schedule:
+        """Where each node runs: before, inside or after the loop (prism.ir.kinds.schedule)."""
+        return schedule(self)
+
     @property
     def loaders(self) -> list[int]:
-        return [i for i, n in enumerate(self.nodes) if n.op == "loader"]
+        return [i for i, n in enumerate(self.nodes) if kind_of(n) is LOADER]
 
     @property
     def output_types(self) -> list[TType]:
@@ -196,21 +199,11 @@ class BlockGraph(GraphBuilder):
         refs: dict[Ref, Tensor] = {}
         for i, node in self.topo():
             node = edit(i, node) if edit else node
-            args = [refs[r] for r in node.inputs]
-            if node.op == "loader":
-                t = out.input(self.input_types[node.attrs["index"]], node.attrs["imap"], node.attrs["fmap"])
-            elif node.op == "accum":
-                t = out.accum(*args)
-            elif node.op == "saver":
-                t = out.output(*args, node.attrs["omap"])
-            else:
-                t = out.apply(node.op, args, node.attrs)
-            refs[(i, 0)] = t
+            source = self.input_types[node.attrs["index"]] if kind_of(node) is LOADER else None
+            refs[(i, 0)] = kind_of(node).build(out, node, [refs[r] for r in node.inputs], source)
         return out
 
     def __str__(self) -> str:
-        from prism.ir.printer import format_block
-
         return format_block(self)
 
 

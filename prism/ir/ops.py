@@ -1,34 +1,31 @@
-"""The op registry: every compute op Prism knows, each defined once with its shape rule and torch meaning.
+"""The op table: every compute op Prism knows, each defined once, with everything a pass needs to know about it.
 
-Kernel graphs (full tensors) and block graphs (tiles) share these ops. Everything a later pass needs
-to know about an op (verification term, Triton lowering) is attached to its `OpDef` here, so adding an
-op means adding one entry, and `tests/ir/test_ops.py` fails if an entry is incomplete.
+An `OpDef` holds the op's family (operand count, shape rule, attribute check, how verification terms write
+the family), its traits as data (commutative, linear, FLOPs per element, zero-preserving), its torch meaning,
+its Triton template, its verification term and, for a composite op, its decomposition into other ops of the
+table. A pass with no entry of its own for an op uses the decomposition instead: the torch meanings of
+rms_norm, silu and gelu, the Triton code of all three, the verification terms and search closure of rms_norm
+(silu and gelu stay single terms there: they are element-wise, and the family's rules cover them).
+
+Other modules derive what they need from this table (the term language's op families, the numeric model's
+meanings, the cost model's FLOPs, the search's commutative ops) and never list ops, so a new op is one
+`OpDef` given to `register`; `tests/ir/test_ops.py` fails if an entry is incomplete.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from prism.errors import DTypeError, GraphError, ShapeError
 
 __all__ = [
-    "DTYPES",
-    "TORCH_DTYPES",
-    "TType",
-    "OpDef",
-    "OPS",
-    "UNARY",
-    "BINARY",
-    "SCALAR",
-    "COMMUTATIVE",
-    "ELEMENTWISE",
-    "check_dtype",
-    "op",
+    "DTYPES", "TORCH_DTYPES", "TType", "Family", "OpDef", "Builder", "OPS",
+    "UNARY", "SCALAR", "BINARY", "REDUCE", "MATMUL", "ROWWISE",
+    "check_dtype", "op", "register", "unregister", "watch", "revision",
 ]
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -55,28 +52,82 @@ class TType:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
-@dataclass(frozen=True)
-class OpDef:
-    """One op: how many tensor operands, which attributes, its type rule and its torch semantics.
+class Builder(Protocol):
+    """What a pass gives a decomposition to build with, in its own values (tensors, terms, Triton text, ...)."""
 
-    `attrs` names the op's non-tensor arguments in positional order; `defaults` gives the optional
-    ones. `torch_fn(*tensors, **attrs)` is the reference meaning the executor and the tests rely on.
-    `term` names the verification-term constructor (prism.verify.expr) the op is encoded with; ops of
-    kind "norm" are encoded by expanding them into other terms.
-    `triton` is the op's Triton lowering (prism.codegen): a `str.format` template over operand
-    names `{0}`, `{1}`, the attributes by name, `{last}` (the last axis) and `{n}` (its size), and
-    for matmul `{extra}` (the accumulator and precision arguments the code generator adds).
+    def __call__(self, op: str, *operands: Any, **attrs: Any) -> Any:
+        """Table op `op` applied to `operands`."""
+
+    def rank(self, x: Any) -> int:
+        """The number of dims of `x`."""
+
+    def inv_extent(self, x: Any, dim: int) -> Any:
+        """1/N for the extent N of dim `dim` of `x`, as this pass writes a constant."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the ops of one family share: operand count, shape rule, attribute check, and their terms.
+
+    `rule` names the shape rule; every pass that shapes values (this module, verification types, the
+    symbolic dims, the tile layout, inline Triton) keys its own table by it: "same", "broadcast", "reduce",
+    "contract". `elementwise`: each output element is computed from the operands' elements at its position.
+    `egg` is the egglog constructor of the family's verification terms; `shared`: one constructor for the
+    whole family, with the op's term name first, so that one rule covers the family (egglog's cost per
+    iteration grows with the rule count). `term_attrs` gives the kind of each term attribute ("dim",
+    "const"), one per op attribute.
     """
 
     name: str
     arity: int
-    kind: str
-    torch_fn: Callable[..., torch.Tensor]
+    rule: str
+    check: Callable[[OpDef, tuple[TType, ...], dict[str, Any]], dict[str, Any]]
+    elementwise: bool = False
+    egg: str = ""
+    shared: bool = False
+    term_attrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op. `attrs` names its non-tensor arguments in positional order; `defaults` gives optional ones.
+
+    Meanings: `torch_fn(*tensors, **attrs)` is the reference meaning (the executor's and the tests'); `triton`
+    a `str.format` template over operand texts `{0}`, `{1}` and the attributes by name (matmul's `{extra}`:
+    the accumulator and precision arguments the code generator adds); `term` names its verification term
+    (None: verification expands `decompose`). `decompose(f, *operands, **attrs)` writes the op with other
+    table ops through a pass's `Builder` f; a missing torch meaning or template comes from it.
+
+    Traits: `commutative` (operands may be swapped), `linear` (f(a + b) = f(a) + f(b), operands taken
+    jointly), `linear_first` (linear in its first operand, the second held fixed), `flops` (vector FLOPs
+    per element: special-function ops cost several), `zero_preserving` (f(0, ...) = 0, so zeroed padding
+    lanes stay zero).
+    """
+
+    name: str
+    family: Family
     doc: str
-    term: str
+    torch_fn: Callable[..., torch.Tensor] | None = None
     attrs: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)
     triton: str = ""
+    term: str | None = None
+    decompose: Callable[..., Any] | None = None
+    commutative: bool = False
+    linear: bool = False
+    linear_first: bool = False
+    flops: int = 1
+    zero_preserving: bool = False
+
+    def __post_init__(self) -> None:
+        if self.torch_fn is None:
+            if self.decompose is None:
+                raise GraphError(f"op {self.name}: give a torch meaning (torch_fn) or a decomposition")
+            object.__setattr__(self, "torch_fn", lambda *xs, **attrs: self.decompose(_TORCH, *xs, **attrs))
+
+    @property
+    def arity(self) -> int:
+        return self.family.arity
 
     def normalize_attrs(self, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> dict[str, Any]:
         """Check and canonicalise attributes (e.g. a negative `dim` becomes non-negative)."""
@@ -87,7 +138,7 @@ class OpDef:
         missing = [k for k, v in out.items() if v is None]
         if missing:
             raise GraphError(f"{self.name}: missing attribute(s) {missing}")
-        return _ATTR_CHECKS[self.kind](self, types, out)
+        return self.family.check(self, types, out)
 
     def infer(self, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> TType:
         """The result type, or a ShapeError/DTypeError naming the op and its operands."""
@@ -96,10 +147,25 @@ class OpDef:
         dtypes = {t.dtype for t in types}
         if len(dtypes) != 1:
             raise DTypeError(f"{self.name}: operands have different dtypes: {', '.join(map(str, types))}")
-        return TType(_SHAPE_RULES[self.kind](self, types, attrs), types[0].dtype)
+        return TType(_SHAPES[self.family.rule](self, types, attrs), types[0].dtype)
 
 
-# ---- shape rules, one per kind ---------------------------------------------------------------
+class _Torch:
+    """The torch builder: decompositions evaluated on tensors (the reference meaning of composite ops)."""
+
+    def __call__(self, op: str, *xs: torch.Tensor, **attrs: Any) -> torch.Tensor:
+        return OPS[op].torch_fn(*xs, **attrs)
+
+    def rank(self, x: torch.Tensor) -> int:
+        return x.dim()
+
+    def inv_extent(self, x: torch.Tensor, dim: int) -> float:
+        return 1.0 / x.shape[dim]
+
+
+_TORCH = _Torch()
+
+# ---- shape rules, keyed by Family.rule ------------------------------------------------------------
 
 
 def _same_shape(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tuple[int, ...]:
@@ -125,7 +191,7 @@ def _reduce(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tu
     return tuple(shape)
 
 
-def _matmul(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tuple[int, ...]:
+def _contract(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tuple[int, ...]:
     a, b = types
     if len(a.shape) < 2 or len(a.shape) != len(b.shape):
         raise ShapeError(f"matmul: operands {a} and {b} must have the same rank, at least 2")
@@ -137,16 +203,9 @@ def _matmul(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tu
     return a.shape[:-1] + b.shape[-1:]
 
 
-_SHAPE_RULES = {
-    "unary": _same_shape,
-    "scalar": _same_shape,
-    "norm": _same_shape,
-    "binary": _broadcast,
-    "reduce": _reduce,
-    "matmul": _matmul,
-}
+_SHAPES = {"same": _same_shape, "broadcast": _broadcast, "reduce": _reduce, "contract": _contract}
 
-# ---- attribute checks, one per kind ----------------------------------------------------------
+# ---- attribute checks ----------------------------------------------------------------------------
 
 
 def _no_attrs(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
@@ -163,70 +222,97 @@ def _check_scalar(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) ->
     return {"value": _finite(op, "value", attrs["value"])}
 
 
-def _check_norm(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+def _check_eps(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
     eps = _finite(op, "eps", attrs["eps"])
     if eps < 0:
         raise GraphError(f"{op.name}: eps must be >= 0, got {eps}")
     return {"eps": eps}
 
 
-def _check_reduce(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+def _check_dim(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
     dim, rank = attrs["dim"], len(types[0].shape) if types else 0
     if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
         raise ShapeError(f"{op.name}: dim {dim!r} is out of range for {types[0] if types else 'a tensor'}")
     return {"dim": dim % rank}
 
 
-_ATTR_CHECKS = {
-    "unary": _no_attrs,
-    "binary": _no_attrs,
-    "matmul": _no_attrs,
-    "scalar": _check_scalar,
-    "norm": _check_norm,
-    "reduce": _check_reduce,
-}
+# ---- the families --------------------------------------------------------------------------------
 
-# ---- the table -------------------------------------------------------------------------------
+UNARY = Family("unary", 1, "same", _no_attrs, elementwise=True, egg="Unary", shared=True)
+SCALAR = Family("scalar", 1, "same", _check_scalar, elementwise=True, egg="ConstOp", shared=True,
+                term_attrs=("const",))
+BINARY = Family("binary", 2, "broadcast", _no_attrs, elementwise=True, egg="Binary", shared=True)
+REDUCE = Family("reduce", 1, "reduce", _check_dim, egg="Sum", term_attrs=("dim",))
+MATMUL = Family("matmul", 2, "contract", _no_attrs, egg="MatMul")
+ROWWISE = Family("rowwise", 1, "same", _check_eps)
+"""An op over whole rows (the last dim) with a constant eps: composite, so it has no terms of its own."""
+
+# ---- decompositions ------------------------------------------------------------------------------
+
+SQRT_HALF = 0.7071067811865476
 
 
-def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return x / torch.sqrt(x.square().mean(dim=-1, keepdim=True) + eps)
+def _rms_norm(f: Builder, x: Any, eps: float) -> Any:
+    """x / sqrt(sum(x², last dim) · 1/N + eps); the add is left out when eps is 0."""
+    last = f.rank(x) - 1
+    ms = f("mul_scalar", f("sum", f("square", x), dim=last), value=f.inv_extent(x, last))
+    return f("div", x, f("sqrt", f("add_scalar", ms, value=eps) if eps else ms))
 
 
-_DEFS = [
-    OpDef("matmul", 2, "matmul", torch.matmul, "batched matmul: a's last dim times b's second-last", "matmul",
-          triton="tl.dot({0}, {1}{extra})"),
-    OpDef("exp", 1, "unary", torch.exp, "e**x", "exp", triton="tl.exp({0})"),
-    OpDef("silu", 1, "unary", F.silu, "x * sigmoid(x)", "silu", triton="{0} * tl.sigmoid({0})"),
-    OpDef("gelu", 1, "unary", F.gelu, "x * Phi(x), the exact (erf) form", "gelu",
-          triton="0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))"),
-    OpDef("relu", 1, "unary", torch.relu, "max(x, 0)", "relu", triton="tl.maximum({0}, 0.0)"),
-    OpDef("sqrt", 1, "unary", torch.sqrt, "square root", "sqrt", triton="tl.sqrt({0})"),
-    OpDef("square", 1, "unary", torch.square, "x * x", "square", triton="{0} * {0}"),
-    OpDef("neg", 1, "unary", torch.neg, "-x", "neg", triton="-{0}"),
-    OpDef("add", 2, "binary", torch.add, "a + b, broadcasting size-1 dims", "add", triton="{0} + {1}"),
-    OpDef("sub", 2, "binary", torch.sub, "a - b, broadcasting size-1 dims", "sub", triton="{0} - {1}"),
-    OpDef("mul", 2, "binary", torch.mul, "a * b, broadcasting size-1 dims", "mul", triton="{0} * {1}"),
-    OpDef("div", 2, "binary", torch.div, "a / b, broadcasting size-1 dims", "div", triton="{0} / {1}"),
-    OpDef("sum", 1, "reduce", lambda x, dim: x.sum(dim=dim, keepdim=True), "sum over dim, kept as size 1",
-          "sum",
-          attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)"),
-    OpDef("rms_norm", 1, "norm", _rms_norm, "x / sqrt(mean(x**2 over the last dim) + eps)", "div",
-          attrs=("eps",), defaults={"eps": 0.0},
-          triton="{0} / tl.sqrt(tl.sum({0} * {0}, axis={last}, keep_dims=True) / {n} + {eps})"),
-    OpDef("mul_scalar", 1, "scalar", lambda x, value: x * value, "x * value for a constant", "scale",
-          attrs=("value",), triton="{0} * {value}"),
-    OpDef("add_scalar", 1, "scalar", lambda x, value: x + value, "x + value for a constant", "shift",
-          attrs=("value",), triton="{0} + {value}"),
-]
+def _silu(f: Builder, x: Any) -> Any:
+    """x · sigmoid(x)"""
+    return f("mul", x, f("sigmoid", x))
 
-OPS: dict[str, OpDef] = {d.name: d for d in _DEFS}
 
-UNARY = frozenset(n for n, d in OPS.items() if d.kind == "unary")
-BINARY = frozenset(n for n, d in OPS.items() if d.kind == "binary")
-SCALAR = frozenset(n for n, d in OPS.items() if d.kind == "scalar")
-COMMUTATIVE = frozenset({"add", "mul"})
-ELEMENTWISE = UNARY | BINARY | SCALAR
+def _gelu(f: Builder, x: Any) -> Any:
+    """x/2 · (1 + erf(x/√2)), the exact form"""
+    return f("mul", f("mul_scalar", x, value=0.5),
+             f("add_scalar", f("erf", f("mul_scalar", x, value=SQRT_HALF)), value=1.0))
+
+
+# ---- the table -----------------------------------------------------------------------------------
+
+OPS: dict[str, OpDef] = {}
+_WATCHERS: list[Callable[[], None]] = []
+_REVISION = [0]
+
+
+def register(d: OpDef) -> OpDef:
+    """Add op `d` to the table; everything derived from the table (builder methods, the term language, ...)
+    follows at once."""
+    if not isinstance(d, OpDef):
+        raise GraphError(f"register: expected an OpDef, got {type(d).__name__}")
+    if d.name in OPS:
+        raise GraphError(f"register: an op named {d.name!r} already exists")
+    if not d.name.isidentifier():
+        raise GraphError(f"register: op name {d.name!r} must be an identifier")
+    OPS[d.name] = d
+    _changed()
+    return d
+
+
+def unregister(name: str) -> None:
+    """Remove op `name` from the table (tests that define an op of their own)."""
+    del OPS[op(name).name]
+    _changed()
+
+
+def watch(derive: Callable[[], None]) -> Callable[[], None]:
+    """Call `derive` now and after every change of the table: how other modules keep derived tables."""
+    _WATCHERS.append(derive)
+    derive()
+    return derive
+
+
+def revision() -> int:
+    """A number that changes whenever the table does (for caches of derived data)."""
+    return _REVISION[0]
+
+
+def _changed() -> None:
+    _REVISION[0] += 1
+    for derive in _WATCHERS:
+        derive()
 
 
 def op(name: str) -> OpDef:
@@ -235,3 +321,39 @@ def op(name: str) -> OpDef:
         return OPS[name]
     except KeyError:
         raise GraphError(f"unknown op {name!r}; known ops: {', '.join(OPS)}") from None
+
+
+for _d in [
+    OpDef("matmul", MATMUL, "batched matmul: a's last dim times b's second-last", torch.matmul,
+          triton="tl.dot({0}, {1}{extra})", term="matmul", zero_preserving=True),
+    OpDef("exp", UNARY, "e**x", torch.exp, triton="tl.exp({0})", term="exp", flops=4),
+    OpDef("silu", UNARY, "x * sigmoid(x)", term="silu", decompose=_silu, flops=6, zero_preserving=True),
+    OpDef("gelu", UNARY, "x * Phi(x), the exact (erf) form", term="gelu", decompose=_gelu, flops=8,
+          zero_preserving=True),
+    OpDef("relu", UNARY, "max(x, 0)", torch.relu, triton="tl.maximum({0}, 0.0)", term="relu",
+          zero_preserving=True),
+    OpDef("sqrt", UNARY, "square root", torch.sqrt, triton="tl.sqrt({0})", term="sqrt", flops=4,
+          zero_preserving=True),
+    OpDef("square", UNARY, "x * x", torch.square, triton="{0} * {0}", term="square", zero_preserving=True),
+    OpDef("neg", UNARY, "-x", torch.neg, triton="-{0}", term="neg", linear=True, zero_preserving=True),
+    OpDef("add", BINARY, "a + b, broadcasting size-1 dims", torch.add, triton="{0} + {1}", term="add",
+          commutative=True, linear=True, zero_preserving=True),
+    OpDef("sub", BINARY, "a - b, broadcasting size-1 dims", torch.sub, triton="{0} - {1}", term="sub",
+          linear=True, zero_preserving=True),
+    OpDef("mul", BINARY, "a * b, broadcasting size-1 dims", torch.mul, triton="{0} * {1}", term="mul",
+          commutative=True, linear_first=True, zero_preserving=True),
+    OpDef("div", BINARY, "a / b, broadcasting size-1 dims", torch.div, triton="{0} / {1}", term="div",
+          linear_first=True, flops=4),
+    OpDef("sum", REDUCE, "sum over dim, kept as size 1", lambda x, dim: x.sum(dim=dim, keepdim=True),
+          attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True),
+    OpDef("rms_norm", ROWWISE, "x / sqrt(mean(x**2 over the last dim) + eps)", attrs=("eps",),
+          defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
+    OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),
+          triton="{0} * {value}", term="scale", linear=True, zero_preserving=True),
+    OpDef("add_scalar", SCALAR, "x + value for a constant", lambda x, value: x + value, attrs=("value",),
+          triton="{0} + {value}", term="shift"),
+    OpDef("sigmoid", UNARY, "1 / (1 + e**-x)", torch.sigmoid, triton="tl.sigmoid({0})", term="sigmoid", flops=4),
+    OpDef("erf", UNARY, "the error function", torch.erf, triton="tl.erf({0})", term="erf", flops=4,
+          zero_preserving=True),
+]:
+    register(_d)

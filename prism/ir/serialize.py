@@ -1,4 +1,8 @@
-"""JSON round-trip and structural hashing for kernel graphs and block graphs."""
+"""JSON round-trip and structural hashing for kernel graphs and block graphs, as functions over the graph types.
+
+The graph classes mix in `Stored` (its methods call the functions here) and name their format there, which
+is how this module finds the class to rebuild a document with, without importing the graph modules.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,18 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from prism.errors import PrismError, SerializationError
-from prism.ir.block import BlockGraph
-from prism.ir.graph import GraphBuilder, KernelGraph, Ref, Tensor
+from prism.ir.builder import GraphBuilder, Ref, Tensor
+from prism.ir.kinds import KINDS, LOADER, kind_of
 from prism.ir.ops import DTYPES, OPS, TType, check_dtype
 
 __all__ = [
     "BLOCK_FORMAT",
     "KERNEL_FORMAT",
     "VERSION",
+    "Stored",
     "dumps",
     "from_json",
     "loads",
@@ -32,17 +37,41 @@ _FIELDS = {
     KERNEL_FORMAT: ("format", "version", "nodes", "outputs"),
     BLOCK_FORMAT: ("format", "version", "grid", "loop", "nodes"),
 }
-_FORMAT_OF: dict[type[GraphBuilder], str] = {KernelGraph: KERNEL_FORMAT, BlockGraph: BLOCK_FORMAT}
+_CLASSES: dict[str, type] = {}
 _NODE_FIELDS = ("op", "inputs", "attrs", "outputs")
-_STRUCTURAL = {KERNEL_FORMAT: ("input", "custom"), BLOCK_FORMAT: ("loader", "accum", "saver")}
-_ARITY = {"input": 0, "loader": 0, "accum": 1, "saver": 1}  # custom: as many as its block loads
+_STRUCTURAL = {KERNEL_FORMAT: ("input", "custom"), BLOCK_FORMAT: tuple(KINDS)}
+_ARITY = {"input": 0, **{name: k.arity for name, k in KINDS.items()}}  # custom: as many as its block loads
 
 Doc = dict[str, Any]
+
+
+class Stored:
+    """JSON and hashing as methods of a graph class, which names its format: `class G(..., Stored, format=F)`."""
+
+    FORMAT: ClassVar[str]
+
+    def __init_subclass__(cls, format: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.FORMAT = format
+        _CLASSES[format] = cls
+
+    def to_json(self) -> Doc:
+        """This graph as plain JSON types; `from_json` rebuilds it."""
+        return to_json(self)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Any:
+        """Rebuild a graph from `to_json`'s output, replaying (so re-running) every builder check."""
+        return from_json(data, expect=cls)
+
+    def structural_hash(self, shapes: bool = True) -> str:
+        """Hex sha256 of the structure; input names never count, `shapes=False` ignores all sizes."""
+        return structural_hash(self, shapes=shapes)  # type: ignore[arg-type]
 
 # ---- writing ---------------------------------------------------------------------------------
 
 
-def to_json(graph: KernelGraph | BlockGraph) -> Doc:
+def to_json(graph: Any) -> Doc:
     """The graph as a dict of plain JSON types.
 
     Nodes are listed in the order they were added, each as `{"op", "inputs": [[node, output], ...],
@@ -50,17 +79,16 @@ def to_json(graph: KernelGraph | BlockGraph) -> Doc:
     the tensor it loads) and a custom node's `attrs.block` is a whole block-graph document. Sharing
     is not kept: a block graph used by two custom nodes is written twice and loads as two copies.
     """
-    if isinstance(graph, KernelGraph):
-        return {"format": KERNEL_FORMAT, "version": VERSION,
-                "nodes": [_node_json(graph, i) for i in range(len(graph.nodes))],
-                "outputs": [list(r) for r in graph.outputs]}
-    if isinstance(graph, BlockGraph):
-        return {"format": BLOCK_FORMAT, "version": VERSION, "grid": list(graph.grid), "loop": graph.loop,
-                "nodes": [_node_json(graph, i) for i in range(len(graph.nodes))]}
+    fmt = getattr(graph, "FORMAT", None) if isinstance(graph, Stored) else None
+    nodes = [_node_json(graph, i) for i in range(len(graph.nodes))] if fmt else []
+    if fmt == KERNEL_FORMAT:
+        return {"format": fmt, "version": VERSION, "nodes": nodes, "outputs": [list(r) for r in graph.outputs]}
+    if fmt == BLOCK_FORMAT:
+        return {"format": fmt, "version": VERSION, "grid": list(graph.grid), "loop": graph.loop, "nodes": nodes}
     raise SerializationError(f"to_json: expected a KernelGraph or BlockGraph, got {type(graph).__name__}")
 
 
-def dumps(graph: KernelGraph | BlockGraph, indent: int | None = None) -> str:
+def dumps(graph: Any, indent: int | None = None) -> str:
     """The graph as JSON text."""
     return json.dumps(to_json(graph), indent=indent, allow_nan=False)
 
@@ -70,8 +98,7 @@ def _node_json(g: GraphBuilder, i: int) -> Doc:
     doc = {"op": node.op, "inputs": [list(r) for r in node.inputs],
            "attrs": {k: _value_json(v, f"node {i} ({node.op}): attribute {k!r}") for k, v in node.attrs.items()},
            "outputs": [_type_json(t) for t in node.outputs]}
-    if node.op == "loader":
-        assert isinstance(g, BlockGraph)
+    if kind_of(node) is LOADER:
         doc["source"] = _type_json(g.input_types[node.attrs["index"]])
     return doc
 
@@ -83,7 +110,7 @@ def _type_json(t: TType) -> Doc:
 
 def _value_json(v: Any, where: str) -> Any:
     """An attribute value as JSON: block graphs become nested documents, mappings objects."""
-    if isinstance(v, BlockGraph):
+    if isinstance(v, Stored):
         return to_json(v)
     if isinstance(v, Mapping):
         return {str(k): _value_json(x, where) for k, x in v.items()}
@@ -97,7 +124,7 @@ def _value_json(v: Any, where: str) -> Any:
 # ---- reading ---------------------------------------------------------------------------------
 
 
-def loads(text: str | bytes, expect: type[GraphBuilder] | None = None) -> KernelGraph | BlockGraph:
+def loads(text: str | bytes, expect: type[GraphBuilder] | None = None) -> Any:
     """Parse JSON text (NaN and Infinity are refused: JSON has neither) and load the graph."""
     try:
         data = json.loads(text, parse_constant=_refuse_constant)
@@ -110,7 +137,7 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def from_json(data: Any, expect: type[GraphBuilder] | None = None) -> KernelGraph | BlockGraph:
+def from_json(data: Any, expect: type[GraphBuilder] | None = None) -> Any:
     """Rebuild a graph from `to_json`'s output; `expect` (KernelGraph or BlockGraph) pins the kind.
 
     Loading replays the builder calls, so every check the builders make runs again, then compares
@@ -122,9 +149,9 @@ def from_json(data: Any, expect: type[GraphBuilder] | None = None) -> KernelGrap
         _check_plain(data, "document")
     except RecursionError:
         raise SerializationError("document: nested too deeply to be a graph") from None
-    if expect is not None and expect not in _FORMAT_OF:
+    if expect is not None and _CLASSES.get(getattr(expect, "FORMAT", None)) is not expect:
         raise TypeError(f"from_json: expect must be KernelGraph or BlockGraph, got {expect!r}")
-    fmt = _header(data, "document", _FORMAT_OF[expect] if expect is not None else None)
+    fmt = _header(data, "document", expect.FORMAT if expect is not None else None)  # type: ignore[union-attr]
     return _kernel_from(data) if fmt == KERNEL_FORMAT else _block_from(data, "")
 
 
@@ -213,8 +240,8 @@ def _ref_from(v: Any, g: GraphBuilder, here: int, total: int, where: str) -> Ref
     return (n, k)
 
 
-def _kernel_from(data: Doc) -> KernelGraph:
-    g = KernelGraph()
+def _kernel_from(data: Doc) -> Any:
+    g = _CLASSES[KERNEL_FORMAT]()
     nodes = _field(data, "nodes", list, "document")
     _replay(g, nodes, KERNEL_FORMAT, "")
     refs = _field(data, "outputs", list, "document")
@@ -224,11 +251,11 @@ def _kernel_from(data: Doc) -> KernelGraph:
     return g
 
 
-def _block_from(data: Doc, prefix: str) -> BlockGraph:
+def _block_from(data: Doc, prefix: str) -> Any:
     where = f"{prefix}block graph"
     grid = _field(data, "grid", list, where)
     loop = _field(data, "loop", int, where)
-    b = _guard(where, lambda: BlockGraph(grid=tuple(grid), loop=loop))
+    b = _guard(where, lambda: _CLASSES[BLOCK_FORMAT](grid=tuple(grid), loop=loop))
     _replay(b, _field(data, "nodes", list, where), BLOCK_FORMAT, f"{prefix}block graph ")
     return b
 
@@ -243,21 +270,37 @@ def _guard(where: str, build: Callable[[], Any]) -> Any:
         raise SerializationError(f"{where}: {e}") from e
 
 
+class _Attrs(Mapping[str, Any]):
+    """A stored node's attributes: a missing one is a SerializationError naming the node."""
+
+    def __init__(self, attrs: Doc, where: str) -> None:
+        self.attrs, self.where = attrs, where
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.attrs:
+            raise SerializationError(f"{self.where}: missing attribute {key!r}")
+        return self.attrs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.attrs)
+
+    def __len__(self) -> int:
+        return len(self.attrs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+
 @dataclass(frozen=True)
 class _Stored:
     """One stored node with its fields checked and its inputs resolved to tensors of the graph being rebuilt."""
 
     op: str
     tensors: list[Tensor]
-    attrs: Doc
+    attrs: _Attrs
     outputs: list[TType]
     doc: Doc
     where: str
-
-    def attr(self, key: str) -> Any:
-        if key not in self.attrs:
-            raise SerializationError(f"{self.where}: missing attribute {key!r}")
-        return self.attrs[key]
 
 
 def _replay(g: GraphBuilder, nodes: list[Any], fmt: str, prefix: str) -> None:
@@ -275,22 +318,20 @@ def _read_node(g: GraphBuilder, nodes: list[Any], i: int, prefix: str) -> _Store
         raise SerializationError(f"{where}: expected a JSON object, got {type(doc).__name__}")
     name = _field(doc, "op", str, where)
     where = f"{where} ({name})"
-    _exact_fields(doc, _NODE_FIELDS + (("source",) if name == "loader" else ()), where)
+    _exact_fields(doc, _NODE_FIELDS + (("source",) if name == LOADER.name else ()), where)
     tensors = [g.tensor(_ref_from(r, g, i, len(nodes), f"{where}: input {k}"))
                for k, r in enumerate(_field(doc, "inputs", list, where))]
     if name in _ARITY and len(tensors) != _ARITY[name]:
         raise SerializationError(f"{where}: takes {_ARITY[name]} input(s), got {len(tensors)}")
-    attrs = _field(doc, "attrs", dict, where)
+    attrs = _Attrs(_field(doc, "attrs", dict, where), where)
     outputs = [_type_from(t, f"{where}: output {k}") for k, t in enumerate(_field(doc, "outputs", list, where))]
     return _Stored(name, tensors, attrs, outputs, doc, where)
 
 
 def _replayer(name: str, fmt: str, where: str) -> Callable[[Any, _Stored], Any]:
     """The replay function for op `name` in a document of format `fmt`."""
-    if name in OPS:
-        return _replay_op
-    if name in _STRUCTURAL[fmt]:
-        return _REPLAY[name]
+    if name in OPS or name in _STRUCTURAL[fmt]:
+        return _replay_block if fmt == BLOCK_FORMAT else _REPLAY.get(name, _replay_op)
     other = next(f for f in _FIELDS if f != fmt)
     if name in _STRUCTURAL[other]:
         raise SerializationError(f"{where}: op {name!r} belongs in a {other}, not a {fmt}")
@@ -325,50 +366,36 @@ def _show_types(v: Any) -> str:
     return "[" + ", ".join(f"{t['dtype']}[{', '.join(map(str, t['shape']))}]" for t in types) + "]"
 
 
-# ---- one replay function per structural op; registry ops share one ------------------------------
+# ---- replay: kernel graphs' own nodes here, block-graph nodes through their kinds ---------------------
 
 
-def _replay_op(g: GraphBuilder, s: _Stored) -> Any:
+def _replay_op(g: Any, s: _Stored) -> Any:
     return g.apply(s.op, s.tensors, s.attrs)
 
 
-def _replay_input(g: KernelGraph, s: _Stored) -> Any:
+def _replay_input(g: Any, s: _Stored) -> Any:
     if len(s.outputs) != 1:
         raise SerializationError(f"{s.where}: an input has exactly one output type, got {len(s.outputs)}")
-    return g.input(s.outputs[0].shape, s.outputs[0].dtype, name=s.attr("name"))
+    return g.input(s.outputs[0].shape, s.outputs[0].dtype, name=s.attrs["name"])
 
 
-def _replay_custom(g: KernelGraph, s: _Stored) -> Any:
-    block_doc = s.attr("block")
+def _replay_custom(g: Any, s: _Stored) -> Any:
+    block_doc = s.attrs["block"]
     _header(block_doc, f"{s.where}: attribute 'block'", BLOCK_FORMAT)
     return g.custom(_block_from(block_doc, f"{s.where}: "), s.tensors)
 
 
-def _replay_loader(b: BlockGraph, s: _Stored) -> Any:
-    source = _type_from(s.doc["source"], f"{s.where}: source")
-    return b.input(source, imap=s.attr("imap"), fmap=s.attr("fmap"))
+def _replay_block(b: Any, s: _Stored) -> Any:
+    source = _type_from(s.doc["source"], f"{s.where}: source") if "source" in s.doc else None
+    return kind_of(s).build(b, s, s.tensors, source)
 
 
-def _replay_accum(b: BlockGraph, s: _Stored) -> Any:
-    return b.accum(s.tensors[0])
-
-
-def _replay_saver(b: BlockGraph, s: _Stored) -> Any:
-    return b.output(s.tensors[0], omap=s.attr("omap"))
-
-
-_REPLAY: dict[str, Callable[[Any, _Stored], Any]] = {
-    "input": _replay_input,
-    "custom": _replay_custom,
-    "loader": _replay_loader,
-    "accum": _replay_accum,
-    "saver": _replay_saver,
-}
+_REPLAY: dict[str, Callable[[Any, _Stored], Any]] = {"input": _replay_input, "custom": _replay_custom}
 
 # ---- hashing ---------------------------------------------------------------------------------
 
 
-def structural_hash(graph: KernelGraph | BlockGraph, shapes: bool = True) -> str:
+def structural_hash(graph: Any, shapes: bool = True) -> str:
     """Hex sha256 of the graph's canonical JSON.
 
     Input names are left out: they are labels for people, not structure, so two graphs differing

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from prism.codegen.runtime import check_inputs
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
@@ -80,7 +81,7 @@ class OptimizedGraph:
         """The program's outputs (a list) for `tensors`, given by position in the program's input order.
 
         On a GPU, calls with the signature of the first call (shapes, dtypes, strides, device) take the
-        lean path: no binder, one cached workspace (prism.codegen.launch). Under torch.compile the call is
+        lean path: no binder, one C launch for all kernels (prism.codegen.launch). Under torch.compile the call is
         the custom op `self.op` instead, so the compiled code has no graph break. Inference only: inputs
         that require grad (with grad enabled) are refused.
         """
@@ -89,7 +90,7 @@ class OptimizedGraph:
             raise InputError(f"this optimized graph takes its inputs by position ({names}), not by keyword "
                              f"({', '.join(kwargs)})")
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-            self.check_inputs(tensors)  # names the first input that requires grad (KernelGraph.check_call)
+            self.check_inputs(tensors)  # names the first input that requires grad (check_inputs)
         if torch.compiler.is_compiling():
             return self.op(list(tensors))
         return self.run(tensors)
@@ -110,7 +111,7 @@ class OptimizedGraph:
 
     def check_inputs(self, tensors: Sequence[Any]) -> None:
         """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device)."""
-        self.program.check_call(tensors, "this optimized graph", self._device_rule)
+        check_inputs(self.program, tensors, "this optimized graph", self._device_rule)
 
     def cuda_graph(self, *example: torch.Tensor, static: bool = False) -> Any:
         """This graph captured in one CUDA graph for tensors like `example` (prism.runtime.graphed): a call

@@ -44,12 +44,13 @@ class Limits:
 
 
 def default_max_ops(target: Target, max_accums: int = 3, floor: int = 11) -> int:
-    """Room for the smallest whole form of the target that needs no rms_norm op (an rms_norm over a
-    loop-split dim cannot fuse), its accumulators, and one more op (fused forms often duplicate one,
-    like a normalisation applied to each of two accumulated products); at least `floor`."""
+    """Room for the smallest whole form of the target that needs no composite op (an rms_norm over a
+    loop-split dim cannot fuse; the closure also holds its decomposition), its accumulators, and one
+    more op (fused forms often duplicate one, like a normalisation applied to each of two accumulated
+    products); at least `floor`."""
     n_in = len(target.space.shapes)
     sizes = [len({s for s in subterms(r) if op_of(s) != "in"}) for r in target.roots
-             if not any(op_of(s) == "rms_norm" for s in subterms(r))]
+             if not any(op_of(s) != "in" and OPS[op_of(s)].term is None for s in subterms(r))]
     return max(floor, n_in + (min(sizes) if sizes else 0) + max_accums + 1)
 
 
@@ -67,7 +68,7 @@ class Generator:
         self.vocab = vocabulary_ops(self.target)
         self.max_ops = self.limits.max_block_ops or default_max_ops(self.target, self.limits.max_accums)
         self.max_outputs = min(self.limits.max_outputs, self.limits.max_kernel_ops + 1)
-        self.kernel_vocab = [(o, a) for o, a in self.vocab if OPS[o].kind in ("unary", "binary", "scalar")]
+        self.kernel_vocab = [(o, a) for o, a in self.vocab if OPS[o].family.elementwise]
         self.parents: dict[Term, list[Term]] = {}
         for t in sorted(self.target.subterms, key=repr):
             for c in set(t[2:]):
@@ -196,9 +197,9 @@ class Generator:
         seen = set()
         for x in options_a:
             for y in options_b:
-                if max(x, y) != i or (x == y and OPS[op].kind != "matmul"):
+                if max(x, y) != i or (x == y and OPS[op].family.elementwise):  # mul(x, x) is square(x)
                     continue
-                ins = (min(x, y), max(x, y)) if op in ("add", "mul") else (x, y)
+                ins = (min(x, y), max(x, y)) if OPS[op].commutative else (x, y)
                 if ins not in seen:
                     seen.add(ins)
                     yield BOp(op, ins, attrs), parent
@@ -212,13 +213,13 @@ class Generator:
             return k * (k - 1) // 2
         total = 0
         for op, _ in self.vocab:
-            kind = OPS[op].kind
-            if kind == "matmul":
-                total += n * n - lo * lo
-            elif kind == "binary":
-                total += (pairs(n) - pairs(lo)) * (1 if op in ("add", "mul") else 2)
-            else:
+            d = OPS[op]
+            if d.arity == 1:
                 total += n - lo
+            elif d.family.elementwise:  # two different tensors, in either order unless commutative
+                total += (pairs(n) - pairs(lo)) * (1 if d.commutative else 2)
+            else:
+                total += n * n - lo * lo
         if s.n_accums < self.limits.max_accums:
             total += sum(1 for i in range(lo, n) if not s.post[i])
         return total
@@ -258,7 +259,7 @@ class Generator:
                 [(i,) for i in range(n)]
             for ins in pairs:
                 bop = BOp(op, ins, attrs)
-                if (last is not None and bop.key() <= last) or (op in ("add", "mul") and ins[0] > ins[1]):
+                if (last is not None and bop.key() <= last) or (OPS[op].commutative and ins[0] > ins[1]):
                     continue
                 term = mk(op, attrs, *(terms[i] for i in ins))
                 if term not in self.target.subterms:

@@ -12,6 +12,7 @@ from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS
 from prism.outputs import write_text
 from prism.symbolic.mapping import Mapping
+from prism.symbolic.sgraph import LOADER
 from prism.symbolic.structure import Structure, instantiate, structure_from_json
 
 __all__ = ["FORMAT", "SearchResult", "SymbolicGraph"]
@@ -52,7 +53,7 @@ class SymbolicGraph:
         loop = "d_i" if self.mapping.loop else "1 (no loop)"
         lines = [f"sGraph grid=({', '.join('d_' + p for p in GRID_DIMS[:self.n_grid])}) loop={loop}"]
         for k, op in enumerate(g.ops):
-            if op.op == "loader":
+            if op.op == LOADER:
                 imap, fmap = loaders[op.attrs[0]]
                 rhs = f"load {names[op.attrs[0]]} imap={imap} fmap={fmap}"
             else:

@@ -15,7 +15,8 @@ import itertools
 from typing import Any
 
 from prism.ir import BlockGraph, KernelGraph
-from prism.ir.ops import COMMUTATIVE, ELEMENTWISE, OPS
+from prism.ir.kinds import LOADER, SAVER, Accumulator, kind_of
+from prism.ir.ops import OPS
 
 __all__ = ["signature"]
 
@@ -25,7 +26,7 @@ def _attrs(attrs: Any) -> tuple:
 
 
 def _node(op: str, attrs: tuple, kids: list[str]) -> str:
-    if op in COMMUTATIVE:
+    if op in OPS and OPS[op].commutative:
         kids = sorted(kids)
     return f"{op}{list(attrs) if attrs else ''}({', '.join(kids)})"
 
@@ -34,15 +35,14 @@ def _block_terms(b: BlockGraph, args: list[str], rename: dict[str, str]) -> list
     terms: dict[tuple[int, int], str] = {}
     outs = []
     for i, n in b.topo():
-        if n.op == "loader":
+        kind = kind_of(n)
+        if kind is LOADER:
             imap = sorted((rename[g], d) for g, d in n.attrs["imap"].items())
             terms[(i, 0)] = f"load({args[n.attrs['index']]}, imap={imap}, fmap={n.attrs['fmap']})"
-        elif n.op == "saver":
+        elif kind is SAVER:
             omap = sorted((rename[g], d) for g, d in n.attrs["omap"].items())
             outs.append(f"save({terms[n.inputs[0]]}, omap={omap})")
-        elif n.op == "accum":
-            terms[(i, 0)] = f"accum({terms[n.inputs[0]]})"
-        else:
+        else:  # an accumulator or a table op: the op applied to its operands
             terms[(i, 0)] = _node(n.op, _attrs(n.attrs), [terms[r] for r in n.inputs])
     return outs
 
@@ -55,19 +55,20 @@ def _as_elementwise(b: BlockGraph, args: list[str]) -> list[str] | None:
     maps: set = set()
     outs = []
     for i, n in b.topo():
-        if n.op == "loader":
+        kind = kind_of(n)
+        if kind is LOADER:
             if n.attrs["fmap"] is not None:
                 return None
             maps.add(tuple(sorted(n.attrs["imap"].items())))
             terms[(i, 0)] = args[n.attrs["index"]]
-        elif n.op == "accum":
-            if b.nodes[n.inputs[0][0]].op != "loader":
+        elif isinstance(kind, Accumulator):  # over a loop of one: the tile it is given
+            if kind_of(b.nodes[n.inputs[0][0]]) is not LOADER:
                 return None
             terms[(i, 0)] = terms[n.inputs[0]]
-        elif n.op == "saver":
+        elif kind is SAVER:
             maps.add(tuple(sorted(n.attrs["omap"].items())))
             outs.append(terms[n.inputs[0]])
-        elif n.op in ELEMENTWISE:
+        elif OPS[n.op].family.elementwise:
             terms[(i, 0)] = _node(n.op, _attrs(n.attrs), [terms[r] for r in n.inputs])
         else:
             return None

@@ -7,7 +7,8 @@ subterm of every root. With every d_p = 1 a candidate tensor's abstract term mus
 rule list prunes less; it never prunes a candidate whose terms the rules can reach.
 
 Rules (r is a row-broadcast operand: its last dim is UNIT; c a column-broadcast one: dim -2 is UNIT):
-  rms_norm(x)          -> x / sqrt(sum(x², -1) · 1/N + eps)    (eps = 0 drops the add)
+  f(x)                 -> f's decomposition (prism.ir.ops), for a composite f: an op with no
+                          verification term of its own, as rms_norm(x) -> x / sqrt(sum(x², -1) · 1/N + eps)
   matmul(a / r, b)    <-> matmul(a, b) / r                      (same with a · r)
   matmul(a, b / c)    <-> matmul(a, b) / c                      (same with b · c)
   matmul(a·s, b)      <-> matmul(a, b)·s,  matmul(a, b·s) <-> matmul(a, b)·s   (s a scalar constant)
@@ -35,19 +36,29 @@ def _unit_at(t: Term, space: AtomSpace, pos: int) -> bool:
     return s is not None and len(s) >= -pos and s[pos] == UNIT
 
 
-def _expand_rms(t: Term, space: AtomSpace) -> Iterator[Term]:
-    """rms_norm(x) -> x / sqrt(sum(x², -1) · 1/N + eps)"""
-    if op_of(t) != "rms_norm":
+class _Builder:
+    """Decompositions written as terms: a mean's 1/N is the input extent it stands for (InvExtent)."""
+
+    def __init__(self, space: AtomSpace) -> None:
+        self.space = space
+
+    def __call__(self, op: str, *children: Term, **attrs: object) -> Term:
+        return mk(op, tuple(attrs[a] for a in OPS[op].attrs), *children)
+
+    def rank(self, t: Term) -> int:
+        return len(term_shape(t, self.space))  # type: ignore[arg-type]
+
+    def inv_extent(self, t: Term, dim: int) -> float | InvExtent:
+        atom = term_shape(t, self.space)[dim]  # type: ignore[index]
+        return 1.0 if atom == UNIT else InvExtent(*self.space.owner(atom))
+
+
+def _expand(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """f(x) -> f's decomposition, for an op the verifier expands too (no term of its own)"""
+    d = OPS.get(op_of(t))
+    if d is None or d.term is not None or any(term_shape(c, space) is None for c in kids(t)):
         return
-    (x,), (eps,) = kids(t), attrs_of(t)
-    shape = term_shape(x, space)
-    if shape is None:
-        return
-    last = shape[-1]
-    scale: float | InvExtent = 1.0 if last == UNIT else InvExtent(*space.owner(last))
-    ms = mk("mul_scalar", (scale,), mk("sum", (len(shape) - 1,), mk("square", (), x)))
-    den = mk("sqrt", (), mk("add_scalar", (eps,), ms) if eps else ms)
-    yield mk("div", (), x, den)
+    yield d.decompose(_Builder(space), *kids(t), **dict(zip(d.attrs, attrs_of(t))))
 
 
 def _matmul_scale(t: Term, space: AtomSpace) -> Iterator[Term]:
@@ -119,7 +130,7 @@ def _div_mul(t: Term, space: AtomSpace) -> Iterator[Term]:
         yield mk("mul", (), a, mk("div", (), b, r))
 
 
-RULES: tuple[Rule, ...] = (_expand_rms, _matmul_scale, _sum_scale, _div_mul)
+RULES: tuple[Rule, ...] = (_expand, _matmul_scale, _sum_scale, _div_mul)
 
 
 def _rewrites(t: Term, space: AtomSpace) -> Iterator[Term]:

@@ -13,14 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from prism.ir.ops import OPS
+from prism.ir import kinds
+from prism.ir.ops import OPS, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.terms import Term, leaf, mk
 
-__all__ = ["LOADER", "ACCUM", "OP_IDS", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
+__all__ = ["LOADER", "ACCUM", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
 
-LOADER, ACCUM = "loader", "accum"
-OP_IDS = {name: k for k, name in enumerate([LOADER, ACCUM, *OPS])}
+LOADER, ACCUM = kinds.LOADER.name, kinds.SUM.name
+"""The block ops that are no table op: a loader, and the accumulator the generator adds (a sum)."""
 
 Labels = tuple[tuple[int, int], ...]
 """Per atom: (grid dim index, or -1 for none, or -2 for symbolic; loop flag 0/1, or -2 for symbolic)."""
@@ -28,7 +29,7 @@ Labels = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class BOp:
-    """One block op: `op` is a registry op, LOADER (attrs = (input index,)) or ACCUM."""
+    """One block op: `op` is a table op, LOADER (attrs = (input index,)) or an accumulator (ACCUM)."""
 
     op: str
     inputs: tuple[int, ...]
@@ -36,7 +37,17 @@ class BOp:
 
     def key(self) -> tuple:
         """The canonical-order key: inputs (largest first), op id, attrs, inputs as given."""
-        return (tuple(sorted(self.inputs, reverse=True)), OP_IDS[self.op], repr(self.attrs), self.inputs)
+        return (tuple(sorted(self.inputs, reverse=True)), _OP_IDS[self.op], repr(self.attrs), self.inputs)
+
+
+_OP_IDS: dict[str, int] = {}
+
+
+@watch
+def _number_ops() -> None:
+    """Op ids for the canonical order: the loader, the accumulators, then the table ops in table order."""
+    _OP_IDS.clear()
+    _OP_IDS.update((name, k) for k, name in enumerate([LOADER, *kinds.ACCUMULATORS, *OPS]))
 
 
 def _union(uf: UnionFind, a: int, b: int, space: AtomSpace, labels: Labels | None) -> UnionFind | None:
@@ -83,21 +94,26 @@ def match_matmul(a: tuple[int, ...], b: tuple[int, ...], uf: UnionFind, space: A
 
 def op_dims(op: str, attrs: tuple, shapes: list[tuple[int, ...]], uf: UnionFind, space: AtomSpace,
             labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
-    """The result dims of a registry op or ACCUM, and the unions it implies (None: incompatible)."""
-    if op == ACCUM:
-        return shapes[0], uf
-    kind = OPS[op].kind
-    if kind in ("unary", "scalar", "norm"):
-        return shapes[0], uf
-    if kind == "binary":
-        return match_binary(shapes[0], shapes[1], uf, space, labels)
-    if kind == "reduce":
-        s = list(shapes[0])
-        if not 0 <= attrs[0] < len(s):
-            return None
-        s[attrs[0]] = UNIT
-        return tuple(s), uf
-    return match_matmul(shapes[0], shapes[1], uf, space, labels)
+    """The result dims of a table op or an accumulator, and the unions it implies (None: incompatible)."""
+    rule = "same" if op in kinds.ACCUMULATORS else OPS[op].family.rule
+    return _DIMS[rule](shapes, attrs, uf, space, labels)
+
+
+def _reduce_dims(shapes: list, attrs: tuple, uf: UnionFind, space: AtomSpace,
+                 labels: Labels | None) -> tuple[tuple[int, ...], UnionFind] | None:
+    s = list(shapes[0])
+    if not 0 <= attrs[0] < len(s):
+        return None
+    s[attrs[0]] = UNIT
+    return tuple(s), uf
+
+
+_DIMS = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule)
+    "same": lambda shapes, attrs, uf, space, labels: (shapes[0], uf),
+    "broadcast": lambda shapes, attrs, uf, space, labels: match_binary(shapes[0], shapes[1], uf, space, labels),
+    "reduce": _reduce_dims,
+    "contract": lambda shapes, attrs, uf, space, labels: match_matmul(shapes[0], shapes[1], uf, space, labels),
+}
 
 
 @dataclass(frozen=True)
@@ -127,18 +143,19 @@ class SGraph:
 
     @property
     def n_accums(self) -> int:
-        return sum(1 for o in self.ops if o.op == ACCUM)
+        return sum(1 for o in self.ops if o.op in kinds.ACCUMULATORS)
 
     def term(self, bop: BOp) -> Term:
         """The abstract term of `bop`'s result with every d_p = 1 (accum is then the identity)."""
-        if bop.op == ACCUM:
+        if bop.op in kinds.ACCUMULATORS:  # a combine over a loop of one tile is that tile
             return self.terms[bop.inputs[0]]
         return mk(bop.op, bop.attrs, *(self.terms[i] for i in bop.inputs))
 
     def extend(self, bop: BOp, term: Term | None = None) -> SGraph | str:
         """This graph plus `bop`, or the reason it cannot be added: "phase" or "dims"."""
         phases = {self.post[i] for i in bop.inputs}
-        if len(phases) != 1 or (bop.op == ACCUM and True in phases):
+        accum = bop.op in kinds.ACCUMULATORS
+        if len(phases) != 1 or (accum and True in phases):
             return "phase"
         matched = op_dims(bop.op, bop.attrs, [self.dims[i] for i in bop.inputs], self.uf, self.space,
                           self.labels)
@@ -149,7 +166,7 @@ class SGraph:
         for i in set(bop.inputs):
             uses[i] += 1
         return replace(self, ops=self.ops + (bop,), dims=self.dims + (dims,),
-                       post=self.post + (bop.op == ACCUM or phases == {True},),
+                       post=self.post + (accum or phases == {True},),
                        terms=self.terms + (self.term(bop) if term is None else term,),
                        uses=tuple(uses) + (0,), uf=uf)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
-from prism.ir.ops import COMMUTATIVE, OPS
+from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT, AtomSpace
 
 __all__ = ["Term", "attrs_of", "broadcast_dims", "evaluate", "flatten", "from_graph", "kids", "leaf", "mk",
@@ -31,7 +31,7 @@ def _key(t: Term) -> str:
 
 def mk(op: str, attrs: tuple, *children: Term) -> Term:
     """The term op(children; attrs), with commutative children in canonical order."""
-    if op in COMMUTATIVE:
+    if OPS[op].commutative:
         children = tuple(sorted(children, key=_key))
     return (op, attrs, *children)
 
@@ -80,19 +80,26 @@ def _shape(t: Term, space: AtomSpace) -> tuple[int, ...] | None:
     shapes = [_shape(c, space) for c in kids(t)]
     if any(s is None for s in shapes):
         return None
-    kind = OPS[op].kind
-    if kind in ("unary", "scalar", "norm"):
-        return shapes[0]
-    if kind == "binary":
-        return broadcast_dims(shapes[0], shapes[1])
-    if kind == "reduce":
-        s = list(shapes[0])
-        s[attrs[0]] = UNIT
-        return tuple(s)
+    return _SHAPES[OPS[op].family.rule](shapes, attrs)
+
+
+def _reduced(shapes: list, attrs: tuple) -> tuple[int, ...]:
+    s = list(shapes[0])
+    s[attrs[0]] = UNIT
+    return tuple(s)
+
+
+def _contracted(shapes: list, attrs: tuple) -> tuple[int, ...] | None:
     a, b = shapes
-    if len(a) < 2 or len(a) != len(b):
-        return None
-    return a[:-1] + b[-1:]
+    return a[:-1] + b[-1:] if len(a) >= 2 and len(a) == len(b) else None
+
+
+_SHAPES = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule)
+    "same": lambda shapes, attrs: shapes[0],
+    "broadcast": lambda shapes, attrs: broadcast_dims(shapes[0], shapes[1]),
+    "reduce": _reduced,
+    "contract": _contracted,
+}
 
 
 def render(t: Term, names: Sequence[str] | None = None) -> str:

@@ -12,38 +12,21 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from prism import pool
+from prism.codegen.aot import AotKernel
 from prism.ir import KernelGraph
 
-__all__ = ["KernelInfo", "CompileResult", "compile_one", "compile_many", "default_workers"]
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """One compiled kernel, without its PTX: what the cost model and the report need."""
-
-    name: str
-    shared: int
-    registers: int | None
-    frame: int | None
-    num_warps: int
-
-    @property
-    def spills(self) -> bool:
-        return bool(self.frame)
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+__all__ = ["CompileResult", "compile_one", "compile_many", "default_workers"]
 
 
 @dataclass(frozen=True)
 class CompileResult:
     """All kernels of one candidate compiled (`ok`), or the first error; wall seconds spent."""
 
-    kernels: tuple[KernelInfo, ...] = ()
+    kernels: tuple[AotKernel, ...] = ()
     error: str | None = None
     seconds: float = 0.0
     problems: tuple[str, ...] = field(default=())
@@ -78,8 +61,7 @@ def compile_one(doc: dict[str, Any], arch: int = 90) -> CompileResult:
     except Exception as e:  # a candidate that does not compile is dropped, with the reason
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return CompileResult(error=f"{type(e).__name__}: {first[:300]}", seconds=time.time() - start)
-    infos = tuple(KernelInfo(k.name, k.shared, k.registers, k.frame, k.num_warps) for k in kernels)
-    return CompileResult(infos, None, time.time() - start)
+    return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start)
 
 
 def _worker_init() -> None:

@@ -21,9 +21,11 @@ fits in L2, since the first reader brought it there: `pre_bytes`/`iter_bytes` ar
 bytes, `dram_bytes` counts every read. Stores count real bytes once per block; an output summed
 across blocks (split-K) is an fp32 atomic add (read-modify-write: twice the bytes) into a memset
 buffer. FLOPs use the padded tiles code generation computes on (a `tl.dot` padded to 16, a tile
-padded to a power of two), so padding waste costs compute; exp, sqrt, silu, gelu, div and rms_norm
-count several FLOPs per element (`TRANSCENDENTAL`). `t_step` is the latency of one loop iteration
-whose loads Triton pipelines (`ITERATION_LATENCY`), so many thin iterations cost latency.
+padded to a power of two), so padding waste costs compute; an op counts its `OpDef.flops` per element
+(several for exp, sqrt, silu, gelu, div, rms_norm: prism.ir.ops). Which loads and ops repeat every
+iteration is the block graph's schedule (prism.ir.kinds), the one code generation follows; each node
+kind adds its part (`cost` in its record). `t_step` is the latency of one loop iteration whose loads
+Triton pipelines (`ITERATION_LATENCY`), so many thin iterations cost latency.
 
 With ahead-of-time results (`aot=`), warps, shared memory and registers are the compiler's and a
 non-empty stack frame means spilling; without, they are estimated (live tiles over threads). A
@@ -33,6 +35,7 @@ spilling kernel's block time is multiplied by `SPILL_PENALTY`.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -40,7 +43,8 @@ from prism.codegen.emit import default_warps
 from prism.codegen.layout import Layout
 from prism.codegen.lower import elementwise_block, to_custom
 from prism.ir import BlockGraph, KernelGraph
-from prism.ir.ops import OPS, TORCH_DTYPES
+from prism.ir.kinds import INSIDE, LOADER, Schedule, kind_of
+from prism.ir.ops import MATMUL, OPS, TORCH_DTYPES
 from prism.tune.space import STAGES
 from prism.tune.target import H100, Target
 
@@ -52,8 +56,6 @@ LOOP_OVERHEAD = 0.02e-6
 """Seconds one loop iteration that loads nothing takes at least."""
 SPILL_PENALTY = 4.0
 """Block time is multiplied by this when registers spill (local memory traffic on every iteration)."""
-TRANSCENDENTAL = {"exp": 4, "sqrt": 4, "silu": 6, "gelu": 8, "rms_norm": 4, "div": 4}
-"""Vector FLOPs per element of ops that use the special-function units; every other op counts 1."""
 
 
 def _wide(dtype: str) -> str:
@@ -161,73 +163,76 @@ def _run_bytes(tile: Sequence[int], full: Sequence[int], itemsize: int, sector: 
     return rows * (-(-run_bytes // sector) * sector)
 
 
+@dataclass
+class _Work:
+    """One block's work as a node kind's `cost` (prism.ir.kinds) adds it up: bytes, FLOPs, live elements."""
+
+    block: BlockGraph
+    layout: Layout
+    schedule: Schedule
+    in_dtypes: Sequence[str]
+    out_dtypes: Sequence[str]
+    summed: Sequence[bool]
+    target: Target
+    bytes: Counter = field(default_factory=Counter)  # "pre", "iter" (charged: replicas discounted), "reads", "store"
+    flops: Counter = field(default_factory=Counter)  # ("dot" or "vec", inside the loop?)
+    smem: int = 0
+    real: int = 0                                     # elements of every loaded tile, and padded
+    padded: int = 0
+    live: float = 0.0                                 # 32-bit values held per block (registers)
+
+    def numel(self, i: int) -> int:
+        """Elements of node i's padded tile."""
+        return math.prod(self.layout.shape(i))
+
+    def read(self, i: int, tile: Sequence[int], full: Sequence[int], dtype: str, copies: int) -> None:
+        """Loader i reads a `tile` of a `full` tensor, which `copies` blocks read alike (replicated)."""
+        size = TORCH_DTYPES[dtype].itemsize
+        b = _run_bytes(tile, full, size, self.target.sector)
+        in_loop = self.schedule[i] == INSIDE
+        self.bytes["reads"] += b * (self.block.loop if in_loop else 1)
+        if copies > 1 and math.prod(full) * size <= self.target.l2_bytes:
+            b *= 1 / copies + (1 - 1 / copies) * self.target.dram_bandwidth / self.target.l2_bandwidth
+        self.bytes["iter" if in_loop else "pre"] += b
+        self.real += math.prod(tile)
+        self.padded += self.numel(i)
+        self.live += self.numel(i) * size / 4
+
+    def write(self, tile: Sequence[int], full: Sequence[int], dtype: str, summed: bool) -> None:
+        """A saver writes a `tile` of a `full` output; a sum across blocks is an atomic read-modify-write."""
+        b = _run_bytes(tile, full, TORCH_DTYPES[dtype].itemsize, self.target.sector)
+        self.bytes["store"] += 2 * b if summed else b
+
+    def compute(self, i: int, node: Any) -> None:
+        """A table op: tensor-core FLOPs and staged operands for a matmul, vector FLOPs for the rest."""
+        in_loop = self.schedule[i] == INSIDE
+        if OPS[node.op].family is MATMUL:
+            (a, _), (b, _) = node.inputs
+            self.flops["dot", in_loop] += 2 * self.numel(i) * self.layout.shape(a)[-1]
+            dsize = TORCH_DTYPES[node.outputs[0].dtype].itemsize
+            for o in (a, b):
+                staged = self.schedule[o] == INSIDE and kind_of(self.block.nodes[o]) is LOADER
+                self.smem += self.numel(o) * dsize * (STAGES if staged else 1)
+        else:
+            largest = max(self.numel(j) for j in [i, *(r[0] for r in node.inputs)])
+            self.flops["vec", in_loop] += largest * OPS[node.op].flops
+
+
 def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: Sequence[str],
             summed: Sequence[bool], target: Target = H100) -> KernelWork:
     """The per-block work of `block` launched as code generation launches it."""
     layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
-    looped = block.loop > 1
-    pre = it = store = idot = pdot = ivec = pvec = smem = real = padded = live = reads = 0
-    biggest = 0
-    per_iter: set[int] = set()      # nodes computed anew every iteration (as code generation places them)
+    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target)
     for i, node in block.topo():
-        shape = layout.shape(i)
-        numel = math.prod(shape)
-        biggest = max(biggest, numel)
-        if looped and block.phase((i, 0)) == "loop" and node.op not in ("accum", "saver"):
-            if (node.op == "loader" and node.attrs["fmap"] is not None) or \
-                    any(r[0] in per_iter for r in node.inputs):
-                per_iter.add(i)
-        in_loop = i in per_iter
-        if node.op == "loader":
-            k = node.attrs["index"]
-            size = TORCH_DTYPES[in_dtypes[k]].itemsize
-            full = block.input_types[k].shape
-            b = _run_bytes(node.outputs[0].shape, full, size, target.sector)
-            reads += b * (block.loop if in_loop else 1)
-            copies = math.prod(g for p, g in zip(block.grid_dims, block.grid) if p not in node.attrs["imap"])
-            if copies > 1 and math.prod(full) * size <= target.l2_bytes:
-                b *= 1 / copies + (1 - 1 / copies) * target.dram_bandwidth / target.l2_bandwidth
-            if in_loop:
-                it += b
-            else:
-                pre += b
-            real += math.prod(node.outputs[0].shape)
-            padded += numel
-            live += numel * size / 4
-        elif node.op == "accum":
-            live += numel
-        elif node.op == "saver":
-            k = node.attrs["index"]
-            src = node.inputs[0][0]
-            full = node.outputs[0].shape
-            size = TORCH_DTYPES[out_dtypes[k]].itemsize
-            b = _run_bytes(block.nodes[src].outputs[0].shape, full, size, target.sector)
-            store += 2 * b if summed[k] else b
-        elif node.op == "matmul":
-            (a, _), (bb, _) = node.inputs
-            flops = 2 * numel * layout.shape(a)[-1]
-            if in_loop:
-                idot += flops
-            else:
-                pdot += flops
-            dsize = TORCH_DTYPES[node.outputs[0].dtype].itemsize
-            for o in (a, bb):
-                staged = o in per_iter and block.nodes[o].op == "loader"
-                smem += math.prod(layout.shape(o)) * dsize * (STAGES if staged else 1)
-        else:
-            src = layout.shape(node.inputs[0][0]) if OPS[node.op].kind == "reduce" else shape
-            flops = math.prod(src) * TRANSCENDENTAL.get(node.op, 1)
-            if in_loop:
-                ivec += flops
-            else:
-                pvec += flops
+        kind_of(node).cost(w, i, node)
+    biggest = max(w.numel(i) for i in range(len(block.nodes)))
     warps = default_warps(block, layout)
-    threads = 32 * warps
-    registers = int(32 + (live + biggest) / threads)
+    registers = int(32 + (w.live + biggest) / (32 * warps))
     spills = registers > target.max_regs_per_thread
-    return KernelWork(name, block.grid, block.loop, pre, it, store, idot, pdot, ivec, pvec, warps, smem,
-                      min(registers, target.max_regs_per_thread), spills, real, padded, any(summed),
-                      read_bytes=reads)
+    flops = [w.flops[unit, inside] for unit in ("dot", "vec") for inside in (True, False)]
+    return KernelWork(name, block.grid, block.loop, w.bytes["pre"], w.bytes["iter"], w.bytes["store"], *flops, warps,
+                      w.smem, min(registers, target.max_regs_per_thread), spills, w.real, w.padded, any(summed),
+                      read_bytes=w.bytes["reads"])
 
 
 def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:

@@ -2,7 +2,8 @@
 
 Rule sets are functions that yield rules, one rule per line, the line being the mathematics: pattern
 variables are the tensors a, b, c, t, v, the data dims d, e, the parallel dims p, q and the constant k.
-Families of rules come from the op-family sets of `prism.verify.expr` (UNARY, BINARY, ...).
+Families of rules come from the op-family sets of `prism.verify.expr` (UNARY, BINARY, LINEAR_UNARY, ...),
+which are derived from the op table's families and traits, so a new op gets its family's rules.
 
 Direction. `->` rules are loaded into the e-graph left to right, `=` rules both ways (fewer directions
 mean fewer egglog rules, and egglog's cost per iteration grows with them). The forms the rules drive
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from itertools import permutations, product
 from typing import Iterator
 
+from prism.verify import expr as X
 from prism.verify.expr import (
-    BINARY, CONST_UNARY, LINEAR_UNARY, UNARY, Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, part,
-    red, repl, scale, shift, sqrt, square, sum_,
+    Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, part, red, repl, scale, shift, sqrt, square, sum_,
 )
 
 __all__ = ["Rule", "rules", "derived_rules", "all_rules", "sum_forms", "ne", "ge"]
@@ -104,7 +105,7 @@ k = Sym("k", "const")
 
 def op(name: str, *args: Term) -> Term:
     """Apply an op of a family by name; a constant op gets the pattern constant k."""
-    return make(name, *args, attrs=(k,) if name in CONST_UNARY else ())
+    return make(name, *args, attrs=(k,) if name in X.CONST_UNARY else ())
 
 
 def raw(name: str, x: Term, y: Term) -> Term:
@@ -121,13 +122,13 @@ def algebra() -> Iterator[Rule]:
     yield E("matmul-assoc", matmul(a, matmul(b, c)), matmul(matmul(a, b), c))
     # Distributivity is not loaded right to left: A@C + B@C is well formed for A, B of different widths
     # when C's rows are broadcast, and A + B is not.
-    for f in ("add", "sub"):
+    for f in X.LINEAR_BINARY:
         yield R(f"matmul-{f}-left", matmul(op(f, a, b), c), op(f, matmul(a, c), matmul(b, c)))
         yield R(f"matmul-{f}-right", matmul(a, op(f, b, c)), op(f, matmul(a, b), matmul(a, c)))
-    for f in ("mul", "div"):  # a per-row scale commutes with the contraction, so does a per-column one
+    for f in X.LINEAR_FIRST:  # a per-row scale commutes with the contraction, so does a per-column one
         yield R(f"matmul-{f}-rows", matmul(op(f, a, bcast(v, 0)), b), op(f, matmul(a, b), bcast(v, 0)))
         yield R(f"matmul-{f}-cols", matmul(a, op(f, b, bcast(v, 1))), op(f, matmul(a, b), bcast(v, 1)))
-    for f in LINEAR_UNARY:  # constant factors and signs move out of contractions and sums
+    for f in X.LINEAR_UNARY:  # constant factors and signs move out of contractions and sums
         yield R(f"matmul-{f}-left", matmul(op(f, a), b), op(f, matmul(a, b)))
         yield R(f"matmul-{f}-right", matmul(a, op(f, b)), op(f, matmul(a, b)))
         yield R(f"sum-{f}", sum_(op(f, t), d), op(f, sum_(t, d)))
@@ -178,22 +179,22 @@ def parallel_sum() -> Iterator[Rule]:
 
 def elementwise() -> Iterator[Rule]:
     """Element-wise ops commute with part, repl and comb; linear ones also with red."""
-    for f in UNARY + CONST_UNARY:
+    for f in X.UNARY + X.CONST_UNARY:
         yield R(f"{f}-part", op(f, part(t, d, p)), part(op(f, t), d, p), of=f)
         yield R(f"{f}-repl", op(f, repl(t, p)), repl(op(f, t), p), of=f)
         yield R(f"{f}-comb", op(f, comb(t, d, p)), comb(op(f, t), d, p), of=f)
         yield R(f"{f}-bcast", op(f, bcast(t, d)), bcast(op(f, t), d), of=f)
-    for f in LINEAR_UNARY:
+    for f in X.LINEAR_UNARY:
         yield R(f"{f}-red", red(op(f, t), p), op(f, red(t, p)), of=f)
-    for f in BINARY:
+    for f in X.BINARY:
         yield R(f"{f}-part", op(f, part(a, d, p), part(b, d, p)), part(op(f, a, b), d, p), of=f)
         yield R(f"{f}-repl", op(f, repl(a, p), repl(b, p)), repl(op(f, a, b), p), of=f)
         # only this way: comb(f(a, b)) -> f(comb(a), comb(b)) would comb a broadcast operand that varies
         yield R(f"{f}-comb", op(f, comb(a, d, p), comb(b, d, p)), comb(op(f, a, b), d, p), of=f)
         yield R(f"{f}-bcast", op(f, bcast(a, d), bcast(b, d)), bcast(op(f, a, b), d), of=f)
-    for f in ("add", "sub"):
+    for f in X.LINEAR_BINARY:
         yield R(f"red-{f}", red(op(f, a, b), p), op(f, red(a, p), red(b, p)), of=f)
-    for f in ("mul", "div"):  # a factor that is the same in every member comes out of the sum
+    for f in X.LINEAR_FIRST:  # a factor that is the same in every member comes out of the sum
         yield R(f"red-{f}-repl", red(op(f, a, repl(v, p)), p), op(f, red(a, p), v), of=f)
 
 

@@ -19,7 +19,8 @@ from egglog import bindings
 
 from prism.errors import VerificationError
 from prism.verify.axioms import Rule, rules
-from prism.verify.expr import OPS, Term, pdims_of
+from prism.ir.ops import revision
+from prism.verify.expr import TERMS, Term, pdims_of
 
 __all__ = ["CheckResult", "check", "check_all", "program", "egglog_rules", "RECREATE_EVERY"]
 
@@ -36,10 +37,10 @@ class CheckResult(NamedTuple):
 
 
 def program(rule_list: list[Rule]) -> str:
-    """The egglog program declaring the term sort (from the op table) and the rules."""
+    """The egglog program declaring the term sort (from the term language) and the rules."""
     ctors = dict.fromkeys(
         f"({o.egg} {' '.join(['String'] * o.family + ['Term'] * o.arity + [_SORTS[k] for k in o.attrs])})"
-        for o in OPS.values())
+        for o in TERMS.values())
     return f"(datatype Term {' '.join(ctors)})\n" + "\n".join(dict.fromkeys(egglog_rules(rule_list)))
 
 
@@ -53,16 +54,11 @@ def egglog_rules(rule_list: list[Rule]) -> Iterator[str]:
     for r in rule_list:
         groups.setdefault(r.family_key(), []).append(r)
     for key, members in groups.items():
-        if key and len(members) > 1 and {m.op for m in members} == _FAMILY_OPS[OPS[members[0].op].egg]:
+        family = {o.name for o in TERMS.values() if key and o.egg == TERMS[members[0].op].egg}
+        if key and len(members) > 1 and {m.op for m in members} == family:
             yield key
         else:
             yield from (m.egglog() for m in members)
-
-
-_FAMILY_OPS = {}
-for _o in OPS.values():
-    if _o.family:
-        _FAMILY_OPS.setdefault(_o.egg, set()).add(_o.name)
 
 
 class _EGraph:
@@ -106,8 +102,9 @@ _local = threading.local()
 
 
 def _egraph(max_pdims: int, shortcuts: bool) -> _EGraph:
-    cache: dict = getattr(_local, "cache", None) or {}
-    _local.cache = cache
+    if getattr(_local, "revision", None) != revision():  # the op table changed: so may the rules
+        _local.cache, _local.revision = {}, revision()
+    cache: dict = _local.cache
     key = (max_pdims, shortcuts) if shortcuts else (0, False)  # the base rules do not depend on depth
     eg = cache.get(key)
     if eg is None or eg.checks >= RECREATE_EVERY:

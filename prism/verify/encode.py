@@ -1,20 +1,24 @@
 """Kernel graphs as verification terms: one term per output, over the graph's inputs, sizes left out.
 
 A loader becomes `part`/`repl` per grid dim and the loop, an accumulator `red` over the loop, a saver
-`comb`/`red` per grid dim (paper §4). Sizes never enter a term, so a proof holds for all parallel
-sizes (paper Definition 1). What the terms cannot express, that a tile shape agrees with another only
-for some sizes, shows in the terms' types (prism.verify.types): each extent is the full extent over the
-sizes of the parallel dims that split it, and a term whose extents agree only for some sizes is ill
-formed (NotEncodable here). Broadcasting is made explicit with `bcast`, against extents of 1 only.
+`comb`/`red` per grid dim (paper §4): each node kind's record (prism.ir.kinds) says which. A table op
+becomes its term, or its decomposition's terms (prism.ir.ops). Sizes never enter a term, so a proof holds
+for all parallel sizes (paper Definition 1). What the terms cannot express, that a tile shape agrees with
+another only for some sizes, shows in the terms' types (prism.verify.types): each extent is the full
+extent over the sizes of the parallel dims that split it, and a term whose extents agree only for some
+sizes is ill formed (NotEncodable here). Broadcasting is made explicit with `bcast`, against extents of 1
+only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from prism.errors import IllFormedTerm
 from prism.ir.block import BlockGraph
-from prism.ir.graph import KernelGraph, Node, Ref
+from prism.ir.graph import KernelGraph
+from prism.ir.kinds import LOADER, kind_of
 from prism.ir.ops import OPS
 from prism.verify import expr as E
 from prism.verify.types import ONE
@@ -45,7 +49,7 @@ def loop_dim(kernel: int) -> str:
 def encode(graph: KernelGraph) -> Encoding:
     """Encode every output of `graph`; raises NotEncodable on a size-dependent shape match."""
     graph.check()
-    values: dict[Ref, E.Term] = {}
+    values: dict[tuple[int, int], E.Term] = {}
     for k, ref in enumerate(graph.input_refs):
         values[ref] = E.Var(f"in{k}", graph.type_of(ref).shape)
     kernels = 0
@@ -57,7 +61,7 @@ def encode(graph: KernelGraph) -> Encoding:
                 kernels += 1
                 values.update(((i, j), o) for j, o in enumerate(outs))
             elif node.op != "input":
-                values[(i, 0)] = _apply(node, args)
+                values[(i, 0)] = apply(node.op, args, node.attrs)
     except IllFormedTerm as e:
         raise NotEncodable(str(e)) from None
     outputs = tuple(values[r] for r in graph.outputs)
@@ -69,77 +73,76 @@ def _axis(rank: int, d: int) -> int:
     return rank - 1 - d
 
 
+@dataclass
+class _Block:
+    """What a node kind's `encode` (prism.ir.kinds) writes with: the kernel's input terms, its grid dims'
+    parallel dims and the loop's (None: no loop), the terms so far, and the term constructors."""
+
+    args: list[E.Term]
+    pdims: dict[str, str]
+    loop: str | None
+    env: dict[int, E.Term] = field(default_factory=dict)
+    outs: dict[int, E.Term] = field(default_factory=dict)
+
+    term = staticmethod(E.make)
+
+    @staticmethod
+    def axis(t: E.Term, d: int) -> int:
+        return _axis(t.type.rank, d)
+
+    @staticmethod
+    def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
+        return apply(op, args, attrs)
+
+    def output(self, k: int, t: E.Term) -> None:
+        if t.type.live or any(e.mono for e in t.type.extents):
+            raise NotEncodable(f"output {k} has type {t.type}: its extents depend on parallel sizes (a grid "
+                               "dim concatenates along a dim it does not split, or a split dim is never combined)")
+        self.outs[k] = t
+
+
 def _encode_block(block: BlockGraph, args: list[E.Term], kernel: int) -> list[E.Term]:
-    pdims = {g: grid_pdim(g, kernel) for g in block.grid_dims}
-    has_loop = any(block.nodes[i].attrs["fmap"] is not None for i in block.loaders) or block.loop > 1
-    loop = loop_dim(kernel)
-    env: dict[Ref, E.Term] = {}
-    outs = []
+    has_loop = any(kind_of(n) is LOADER and n.attrs["fmap"] is not None for n in block.nodes) or block.loop > 1
+    en = _Block(args, {g: grid_pdim(g, kernel) for g in block.grid_dims}, loop_dim(kernel) if has_loop else None)
     for i, node in block.topo():
-        if node.op == "loader":
-            env[(i, 0)] = _load(node, args[node.attrs["index"]], pdims, loop if has_loop else None)
-        elif node.op == "accum":
-            term = env[node.inputs[0]]
-            env[(i, 0)] = E.red(term, loop) if has_loop else term
-        elif node.op == "saver":
-            outs.append(_save(node, env[node.inputs[0]], pdims))
-        else:
-            env[(i, 0)] = _apply(node, [env[r] for r in node.inputs])
-    return outs
+        kind_of(node).encode(en, i, node)
+    return [en.outs[k] for k in range(len(en.outs))]
 
 
-def _load(node: Node, term: E.Term, pdims: dict[str, str], loop: str | None) -> E.Term:
-    rank = term.type.rank
-    splits = [(pdims[g], node.attrs["imap"].get(g)) for g in pdims]
-    if loop is not None:
-        splits.append((loop, node.attrs["fmap"]))
-    for p, d in splits:
-        term = E.repl(term, p) if d is None else E.part(term, _axis(rank, d), p)
-    return term
+class _Terms:
+    """The term builder a decomposition (prism.ir.ops) is written with: a mean's 1/N is a constant, so the
+    extent must not depend on parallel sizes."""
+
+    def __call__(self, op: str, *args: E.Term, **attrs: Any) -> E.Term:
+        return apply(op, list(args), attrs)
+
+    def rank(self, t: E.Term) -> int:
+        return t.type.rank
+
+    def inv_extent(self, t: E.Term, dim: int) -> float:
+        e = t.type.extents[_axis(t.type.rank, dim)]
+        if e.mono or e == ONE:
+            raise NotEncodable(f"a mean over a dim of extent {e} depends on parallel sizes")
+        return 1.0 / e.coef
 
 
-def _save(node: Node, term: E.Term, pdims: dict[str, str]) -> E.Term:
-    rank = term.type.rank
-    for g, p in pdims.items():
-        d = node.attrs["omap"].get(g)
-        term = E.red(term, p) if d is None else E.comb(term, _axis(rank, d), p)
-    if term.type.live or any(e.mono for e in term.type.extents):
-        raise NotEncodable(f"output {node.attrs['index']} has type {term.type}: its extents depend on parallel "
-                           "sizes (a grid dim concatenates along a dim it does not split, or a split dim is "
-                           "never combined)")
-    return term
+def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
+    """Table op `op` on term operands: its term, or its decomposition's where it has none."""
+    d = OPS[op]
+    if d.term is None:
+        return d.decompose(_Terms(), *args, **attrs)
+    if d.family.rule == "broadcast":
+        args = _broadcast(*args)
+    term_attrs = tuple(_axis(args[0].type.rank, attrs[a]) if kind == "dim" else attrs[a]
+                       for kind, a in zip(d.family.term_attrs, d.attrs))
+    return E.make(d.term, *args, attrs=term_attrs)
 
 
-def _apply(node: Node, args: list[E.Term]) -> E.Term:
-    """A registry op on term operands, dispatched on the op's kind."""
-    opdef = OPS[node.op]
-    if opdef.kind == "matmul":
-        return E.make(opdef.term, *args)
-    if opdef.kind == "binary":
-        return _broadcast(opdef.term, *args)
-    (t,) = args
-    if opdef.kind == "unary":
-        return E.make(opdef.term, t)
-    if opdef.kind == "scalar":
-        return E.make(opdef.term, t, attrs=(node.attrs["value"],))
-    if opdef.kind == "reduce":
-        return E.make(opdef.term, t, attrs=(_axis(t.type.rank, node.attrs["dim"]),))
-    if opdef.kind == "norm":  # rms_norm(x) = x / bcast(sqrt(sum(x*x over the last dim) / N + eps))
-        last = t.type.extents[0]
-        if last.mono or last == ONE:
-            raise NotEncodable(f"rms_norm over a last dim of extent {last} depends on parallel sizes")
-        ms = E.scale(E.sum_(E.square(t), 0), 1.0 / last.coef)
-        if node.attrs["eps"]:
-            ms = E.shift(ms, node.attrs["eps"])
-        return E.make(opdef.term, t, E.bcast(E.sqrt(ms), 0))
-    raise NotEncodable(f"op {node.op} of kind {opdef.kind} has no verification term")
-
-
-def _broadcast(op: str, a: E.Term, b: E.Term) -> E.Term:
-    """Binary op: where one operand has extent 1 and the other not, the first is an explicit bcast."""
+def _broadcast(a: E.Term, b: E.Term) -> list[E.Term]:
+    """Where one operand has extent 1 and the other not, the first is an explicit bcast."""
     for d, (x, y) in enumerate(zip(a.type.extents, b.type.extents)):
         if x == ONE and y != ONE:
             a = E.bcast(a, d)
         elif y == ONE and x != ONE:
             b = E.bcast(b, d)
-    return E.make(op, a, b)
+    return [a, b]

@@ -1,4 +1,9 @@
-"""Verification expressions: immutable, hashable terms over tensors, with part/comb/red/repl."""
+"""Verification expressions: immutable, hashable terms over tensors, with part/comb/red/repl.
+
+The term language is derived from the op table (prism.ir.ops): every op with a verification term is a
+term constructor, written as its family writes it, and the op-family sets the axioms are stated over
+(UNARY, BINARY, ...) come from the ops' families and traits. Re-derived whenever the table changes.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence, Union
 
 from prism.errors import IllFormedTerm, VerificationError
+from prism.ir.ops import OPS, OpDef, watch
 from prism.verify.types import TermType, input_type, step
 
 __all__ = [
-    "Term", "Sym", "OpInfo", "OPS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "CONST_UNARY",
-    "PARALLEL",
+    "Term", "Sym", "TermOp", "TERMS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "LINEAR_BINARY",
+    "LINEAR_FIRST", "CONST_UNARY", "PARALLEL",
     "Var", "matmul", "exp", "silu", "gelu", "relu", "sqrt", "square", "neg", "add", "sub", "mul", "div",
     "sum_", "scale", "shift", "bcast", "part", "comb", "red", "repl",
     "Attr", "TermType", "make", "parse", "pdims_of", "subterms", "is_ground",
@@ -34,40 +40,64 @@ Attr = Union[int, str, float, Sym, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
-class OpInfo:
-    """Everything the expression layer knows about one op: arity, attribute kinds, egglog constructor."""
+class TermOp:
+    """One term constructor: arity, attribute kinds, egglog constructor, typing rule, and the table op it
+    writes (None for the structural ones: var, bcast, part, comb, red, repl)."""
 
     name: str
     arity: int
     attrs: tuple[str, ...]  # kinds of the attributes after the operands: "dim", "pdim", "const", "name", "shape"
     egg: str  # egglog constructor name
     family: bool = False  # egglog constructor shared by a family, the op name its first argument
+    rule: str = ""  # its typing rule (prism.verify.types.RULES)
+    op: OpDef | None = None
 
 
-UNARY = ("exp", "silu", "gelu", "relu", "sqrt", "square", "neg")  # element-wise, no attributes
-CONST_UNARY = ("scale", "shift")  # element-wise with a constant
-LINEAR_UNARY = ("neg", "scale")  # f(a + b) = f(a) + f(b): commute with red and sum
-BINARY = ("add", "sub", "mul", "div")  # element-wise, same rank; broadcasting only through bcast
-COMMUTATIVE = ("add", "mul")  # operands sorted in Python; the e-graph has commutativity, no associativity
 PARALLEL = ("part", "comb", "red", "repl")
+_VAR = TermOp("var", 0, ("name", "shape"), "Var")
+_STRUCTURAL = [
+    TermOp("bcast", 1, ("dim",), "Bcast", rule="bcast"),
+    *(TermOp(n, 1, ("dim", "pdim"), n.capitalize(), rule="parallel") for n in ("part", "comb")),
+    *(TermOp(n, 1, ("pdim",), n.capitalize(), rule="parallel") for n in ("red", "repl")),
+]
 
-# One table: every term constructor appears here once; rules and passes refer to the op-family sets above.
-# Element-wise families share one egglog constructor (`(Unary "exp" t)`), so that a rule about the whole
-# family is one egglog rule instead of one per op: egglog's cost per iteration grows with the rule count.
-OPS: dict[str, OpInfo] = {o.name: o for o in [
-    OpInfo("var", 0, ("name", "shape"), "Var"),
-    OpInfo("matmul", 2, (), "MatMul"),
-    *(OpInfo(n, 1, (), "Unary", True) for n in UNARY),
-    *(OpInfo(n, 2, (), "Binary", True) for n in BINARY),
-    OpInfo("sum", 1, ("dim",), "Sum"),
-    *(OpInfo(n, 1, ("const",), "ConstOp", True) for n in CONST_UNARY),
-    OpInfo("bcast", 1, ("dim",), "Bcast"),
-    OpInfo("part", 1, ("dim", "pdim"), "Part"),
-    OpInfo("comb", 1, ("dim", "pdim"), "Comb"),
-    OpInfo("red", 1, ("pdim",), "Red"),
-    OpInfo("repl", 1, ("pdim",), "Repl"),
-]}
-_BY_EGG = {(o.egg, o.name if o.family else None): o for o in OPS.values()}
+TERMS: dict[str, TermOp] = {}
+"""Every term constructor once: var, the table ops' terms (in table order), then the structural ones."""
+UNARY: tuple[str, ...] = ()  # element-wise, no attributes
+CONST_UNARY: tuple[str, ...] = ()  # element-wise with a constant
+BINARY: tuple[str, ...] = ()  # element-wise, same rank; broadcasting only through bcast
+COMMUTATIVE: tuple[str, ...] = ()  # operands sorted in Python; the e-graph has commutativity, no associativity
+LINEAR_UNARY: tuple[str, ...] = ()  # f(a + b) = f(a) + f(b): commute with red and sum
+LINEAR_BINARY: tuple[str, ...] = ()  # f(a + b, c + d) = f(a, c) + f(b, d): red distributes over them
+LINEAR_FIRST: tuple[str, ...] = ()  # linear in the first operand: a factor the same in every member comes out
+_BY_EGG: dict[tuple[str, str | None], TermOp] = {}
+
+
+@watch
+def _derive() -> None:
+    """The term language from the op table. Element-wise families share one egglog constructor
+    (`(Unary "exp" t)`), so that a rule about the whole family is one egglog rule instead of one per op."""
+    global UNARY, CONST_UNARY, BINARY, COMMUTATIVE, LINEAR_UNARY, LINEAR_BINARY, LINEAR_FIRST
+    ops = [d for d in OPS.values() if d.term is not None]
+    TERMS.clear()
+    TERMS.update({t.name: t for t in [
+        _VAR,
+        *(TermOp(d.term, d.arity, d.family.term_attrs, d.family.egg, d.family.shared, d.family.rule, d)
+          for d in ops),
+        *_STRUCTURAL]})
+    _BY_EGG.clear()
+    _BY_EGG.update({(t.egg, t.name if t.family else None): t for t in TERMS.values()})
+
+    def terms(keep) -> tuple[str, ...]:
+        return tuple(d.term for d in ops if keep(d))
+
+    UNARY = terms(lambda d: d.family.elementwise and d.arity == 1 and not d.family.term_attrs)
+    CONST_UNARY = terms(lambda d: d.family.elementwise and d.arity == 1 and d.family.term_attrs == ("const",))
+    BINARY = terms(lambda d: d.family.elementwise and d.arity == 2)
+    COMMUTATIVE = terms(lambda d: d.commutative)
+    LINEAR_UNARY = terms(lambda d: d.linear and d.arity == 1)
+    LINEAR_BINARY = terms(lambda d: d.linear and d.arity == 2)
+    LINEAR_FIRST = terms(lambda d: d.linear_first)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +117,7 @@ class Term:
     _type: TermType | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        info = OPS.get(self.op)
+        info = TERMS.get(self.op)
         if info is None:
             raise VerificationError(f"unknown op {self.op!r}")
         if len(self.args) != info.arity or len(self.attrs) != len(info.attrs):
@@ -109,7 +139,7 @@ class Term:
         if any(a._type is None for a in self.args) or any(isinstance(a, Sym) for a in self.attrs):
             return None
         try:
-            return step(self.op, self.attrs, [a._type for a in self.args])
+            return step(TERMS[self.op].rule, self.op, self.attrs, [a._type for a in self.args])
         except IllFormedTerm as e:
             text = str(self)
             raise IllFormedTerm(f"ill-formed term {text if len(text) < 200 else text[:197] + '...'}: {e}") from None
@@ -175,7 +205,7 @@ def _attr_egg(kind: str, a: Attr) -> str:
 
 
 def _egg_text(t: Term) -> str:
-    info = OPS[t.op]
+    info = TERMS[t.op]
     if t.op == "var" and isinstance(t.attrs[0], str) and t.attrs[0].startswith("?"):
         return t.attrs[0][1:]  # a pattern variable (see Var)
     parts = [info.egg] + ([f'"{t.op}"'] if info.family else []) + [a._text for a in t.args]
@@ -189,7 +219,7 @@ def make(op: str, *args: Term, attrs: tuple[Attr, ...] = ()) -> Term:
     """Build any term by op name; commutative operands are put in canonical (sorted) order."""
     if op in COMMUTATIVE and len(args) == 2 and args[1] < args[0]:
         args = (args[1], args[0])
-    kinds = OPS[op].attrs if op in OPS else ()
+    kinds = TERMS[op].attrs if op in TERMS else ()
     attrs = tuple(float(a) if k == "const" and isinstance(a, int) and not isinstance(a, bool) else a
                   for k, a in zip(kinds, attrs)) if len(kinds) == len(attrs) else attrs
     return Term(op, tuple(args), attrs)
@@ -306,7 +336,7 @@ def pdims_of(t: Term) -> set[str]:
     """All parallel dims named anywhere in t (the depth the axioms must be instantiated to)."""
     out: set[str] = set()
     for n in subterms(t):
-        for kind, a in zip(OPS[n.op].attrs, n.attrs):
+        for kind, a in zip(TERMS[n.op].attrs, n.attrs):
             if kind == "pdim" and isinstance(a, str):
                 out.add(a)
     return out

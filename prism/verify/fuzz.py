@@ -17,8 +17,10 @@ from typing import Callable, Iterator
 
 from prism.errors import GraphError, IllFormedTerm
 from prism.ir.block import BlockGraph
-from prism.ir.graph import KernelGraph, Node
-from prism.ir.ops import OPS, UNARY
+from prism.ir.builder import Node
+from prism.ir.graph import KernelGraph
+from prism.ir.kinds import LOADER, SAVER, kind_of
+from prism.ir.ops import OPS
 from prism.verify import expr as E
 
 __all__ = ["Edit", "rebuild", "mutants", "random_maps", "mutate"]
@@ -46,30 +48,34 @@ def _with(node: Node, **changes) -> Node:
 
 def _edits(block: BlockGraph) -> Iterator[tuple[str, int, Node]]:
     """Every single-node edit of one block graph, named."""
-    rank = lambda n: len(block.input_types[n.attrs["index"]].shape) if n.op == "loader" else len(n.outputs[0].shape)
+    def rank(n: Node) -> int:
+        return len(block.input_types[n.attrs["index"]].shape if kind_of(n) is LOADER else n.outputs[0].shape)
+
+    unary = sorted(n for n, d in OPS.items() if d.family.elementwise and d.arity == 1 and not d.attrs)
     for i, node in block.topo():
-        if node.op in ("loader", "saver"):
-            key = "imap" if node.op == "loader" else "omap"
+        kind = kind_of(node)
+        if kind in (LOADER, SAVER):
+            key = "imap" if kind is LOADER else "omap"
             m = node.attrs[key]
             for g in block.grid_dims:
                 for d in [None, *range(rank(node))]:
                     if m.get(g) != d:
                         new = {k: v for k, v in m.items() if k != g} | ({} if d is None else {g: d})
                         yield f"{key}[{g}] {m.get(g)}->{d} at node {i}", i, _with(node, attrs={key: new})
-        if node.op == "loader":
+        if kind is LOADER:
             for d in [None, *range(rank(node))]:
                 if node.attrs["fmap"] != d:
                     yield f"fmap {node.attrs['fmap']}->{d} at node {i}", i, _with(node, attrs={"fmap": d})
         elif node.op in ("div", "sub", "matmul") and node.inputs[0] != node.inputs[1]:
             yield f"swap {node.op} operands at node {i}", i, _with(node, inputs=node.inputs[::-1])
-        elif node.op in UNARY:
-            other = sorted(UNARY - {node.op})[0]
+        elif node.op in unary:
+            other = next(n for n in unary if n != node.op)
             yield f"{node.op}->{other} at node {i}", i, _with(node, op=other)
         elif node.op == "sum":
             for d in range(len(node.outputs[0].shape)):
                 if d != node.attrs["dim"]:
                     yield f"sum dim {node.attrs['dim']}->{d} at node {i}", i, _with(node, attrs={"dim": d})
-        elif OPS.get(node.op) and OPS[node.op].kind == "scalar":
+        elif "value" in node.attrs:
             yield f"{node.op} value x2 at node {i}", i, _with(node, attrs={"value": 2 * node.attrs["value"]})
 
 
@@ -90,17 +96,18 @@ def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0) -> Ke
     Grid sizes and the loop become 1, which always divide: the checker ignores sizes and the numeric
     test picks its own."""
     def draw(kernel: int, i: int, node: Node) -> Node:
-        if node.op not in ("loader", "saver"):
+        kind = kind_of(node)
+        if kind not in (LOADER, SAVER):
             return node
         block = blocks[kernel]
-        key = "imap" if node.op == "loader" else "omap"
-        rank = len(block.input_types[node.attrs["index"]].shape) if node.op == "loader" else len(node.outputs[0].shape)
+        key = "imap" if kind is LOADER else "omap"
+        rank = len(block.input_types[node.attrs["index"]].shape) if kind is LOADER else len(node.outputs[0].shape)
         m = {}
         for g in block.grid_dims:
             d = node.attrs[key].get(g) if rng.random() < keep else rng.choice([None, *range(rank)])
             if d is not None and d not in m.values():
                 m[g] = d
-        if node.op == "saver":
+        if kind is SAVER:
             return _with(node, attrs={"omap": m})
         fmap = node.attrs["fmap"] if rng.random() < keep else rng.choice([None, *range(rank)])
         return _with(node, attrs={"imap": m, "fmap": fmap})
@@ -109,7 +116,6 @@ def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0) -> Ke
     return rebuild(graph, draw, grid_loop=lambda k, b: ((1,) * len(b.grid), 1))
 
 
-_FAMILIES = (E.UNARY, E.BINARY)
 _CONSTS = (0.5, 2.0, 1 / 64)
 
 
@@ -130,17 +136,18 @@ def mutate(term: E.Term, rng: random.Random, tries: int = 50) -> E.Term | None:
 
 
 def _edit(n: E.Term, rng: random.Random, pdims: list[str]) -> E.Term:
-    kinds = E.OPS[n.op].attrs
+    kinds = E.TERMS[n.op].attrs
     choices = ["swap"] if len(n.args) == 2 else []
     choices += [k for k in ("dim", "pdim", "const") if k in kinds and (k != "pdim" or pdims)]
-    choices += ["family"] * any(n.op in f for f in _FAMILIES) + ["drop"] * (n.op in E.PARALLEL)
+    families = (E.UNARY, E.BINARY)
+    choices += ["family"] * any(n.op in f for f in families) + ["drop"] * (n.op in E.PARALLEL)
     if not choices:
         raise IllFormedTerm(f"no edit of {n.op}")
     how = rng.choice(choices)
     if how == "swap":
         return E.Term(n.op, n.args[::-1], n.attrs)
     if how == "family":
-        return E.Term(rng.choice(next(f for f in _FAMILIES if n.op in f)), n.args, n.attrs)
+        return E.Term(rng.choice(next(f for f in families if n.op in f)), n.args, n.attrs)
     if how == "drop":
         return n.args[0]
     i = kinds.index(how)

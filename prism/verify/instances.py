@@ -19,7 +19,7 @@ import torch
 
 from prism.errors import IllFormedTerm
 from prism.verify.axioms import Rule
-from prism.verify.expr import OPS, Sym, Term, Var, bcast, part, repl, subterms
+from prism.verify.expr import TERMS, Sym, Term, Var, bcast, part, repl, subterms
 from prism.verify.types import Extent, Extents, TermType, input_type, step
 
 __all__ = ["Binding", "Shapes", "bindings", "families", "ground", "infer_shapes", "wrappers", "random_env",
@@ -90,7 +90,7 @@ def families(term: Term) -> dict[str, list[str]] | None:
     need it present, operands of one op need the same families. Inputs left unconstrained get none.
     """
     out: dict[str, list[str]] = {}
-    pds = sorted({a for n in subterms(term) for kind, a in zip(OPS[n.op].attrs, n.attrs) if kind == "pdim"})
+    pds = sorted({a for n in subterms(term) for kind, a in zip(TERMS[n.op].attrs, n.attrs) if kind == "pdim"})
     for pd in pds:
         parent: dict[object, object] = {}
 
@@ -185,7 +185,7 @@ class Shapes(Extents):
                         self.fresh() for _ in range(self.rank))
                 memo[n] = TermType(self.inputs[name])
             else:
-                memo[n] = step(n.op, n.attrs, [memo[x] for x in n.args], self, what=n.op)
+                memo[n] = step(TERMS[n.op].rule, n.op, n.attrs, [memo[x] for x in n.args], self, what=n.op)
             self.used.extend(memo[n].extents)
         t = memo[term]
         return TermType(tuple(map(self.resolve, t.extents)), t.bcast, t.live)

@@ -4,6 +4,7 @@ A broadcast value (made by `bcast(t, d)`) keeps extent 1 along d and a mark sayi
 op stretches it to the other operand, matmul stretches a broadcast contraction dim, part along it hands
 every member the same value (as repl), comb along it needs members that are all equal, and a sum over it
 has no meaning (its extent is unknown). This is what lets a rule about broadcast operands be tested.
+A table op's term means the op's torch meaning (prism.ir.ops), applied member by member.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Callable, Mapping
 import torch
 
 from prism.errors import VerificationError
-from prism.verify.expr import Term
+from prism.ir.ops import OpDef
+from prism.verify.expr import TERMS, Term
 
 __all__ = ["Value", "IllFormed", "evaluate", "same_value"]
 
@@ -54,20 +56,6 @@ class Value:
         return self.data.permute(perm)
 
 
-_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "exp": torch.exp,
-    "silu": torch.nn.functional.silu,
-    "gelu": torch.nn.functional.gelu,
-    "relu": torch.relu,
-    "sqrt": torch.sqrt,
-    "square": torch.square,
-    "neg": torch.neg,
-}
-_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-}
-
-
 def evaluate(term: Term, env: Mapping[str, torch.Tensor], sizes: Mapping[str, int]) -> Value:
     """Evaluate `term` with inputs `env` (name -> tensor) and parallel sizes `sizes` (pdim -> size).
 
@@ -101,24 +89,9 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
         if name not in env:
             raise IllFormed(f"no input named {name!r}")
         return Value(env[name].to(torch.float64), (), frozenset())
-    if op in _UNARY:
-        (a,) = args
-        return Value(_UNARY[op](a.data), a.pdims, a.bdims)
-    if op == "scale":
-        (a,) = args
-        return Value(a.data * t.attrs[0], a.pdims, a.bdims)
-    if op == "shift":
-        (a,) = args
-        return Value(a.data + t.attrs[0], a.pdims, a.bdims)
-    if op in _BINARY:
-        return _binary(_BINARY[op], *args)
-    if op == "matmul":
-        return _matmul(*args)
-    if op == "sum":
-        (a,), d = args, t.attrs[0]
-        if d in a.bdims:
-            raise IllFormed(f"sum over broadcast dim {d}: its extent is unknown")
-        return Value(a.data.sum(dim=a.axis(d), keepdim=True), a.pdims, a.bdims)
+    opdef = TERMS[op].op if op in TERMS else None
+    if opdef is not None:  # a table op: its torch meaning, by its family's shape rule
+        return _MEANINGS[opdef.family.rule](opdef, t, args)
     if op == "bcast":
         (a,), d = args, t.attrs[0]
         if d in a.bdims or a.data.shape[a.axis(d)] != 1:
@@ -158,6 +131,27 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
     raise IllFormed(f"model has no meaning for op {op!r}")
 
 
+def _same(opdef: OpDef, t: Term, args: list[Value]) -> Value:
+    (a,) = args
+    return Value(opdef.torch_fn(a.data, **dict(zip(opdef.attrs, t.attrs))), a.pdims, a.bdims)
+
+
+def _reduce(opdef: OpDef, t: Term, args: list[Value]) -> Value:
+    (a,), d = args, t.attrs[0]
+    if d in a.bdims:
+        raise IllFormed(f"{t.op} over broadcast dim {d}: its extent is unknown")
+    return Value(opdef.torch_fn(a.data, a.axis(d)), a.pdims, a.bdims)
+
+
+_MEANINGS: dict[str, Callable[[OpDef, Term, list[Value]], Value]] = {
+    "same": _same,
+    "broadcast": lambda opdef, t, args: _binary(opdef.torch_fn, *args),
+    "reduce": _reduce,
+    "contract": lambda opdef, t, args: _matmul(opdef.torch_fn, *args),
+}
+"""Meanings of table-op terms, keyed by the op family's shape rule (prism.ir.ops.Family.rule)."""
+
+
 def _part(a: Value, d: int, p: str, n: int) -> Value:
     ax = a.axis(d)
     extent = a.data.shape[ax]
@@ -184,7 +178,7 @@ def _binary(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a: Value, 
     return Value(fn(a.data, bd), a.pdims, frozenset(out_b))
 
 
-def _matmul(a: Value, b: Value) -> Value:
+def _matmul(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a: Value, b: Value) -> Value:
     """Batched matmul; a broadcast contraction dim stretches to the other operand's extent."""
     if a.rank != b.rank or a.rank < 2:
         raise IllFormed(f"matmul operands of rank {a.rank} and {b.rank}")
@@ -206,7 +200,7 @@ def _matmul(a: Value, b: Value) -> Value:
             raise IllFormed(f"matmul batch extents {ea} and {eb} differ along dim {d}")
     if x.shape[-1] != y.shape[-2]:
         raise IllFormed(f"matmul shapes {tuple(x.shape[k:])} and {tuple(y.shape[k:])} do not fit")
-    return Value(torch.matmul(x, y), a.pdims, frozenset(flags))
+    return Value(fn(x, y), a.pdims, frozenset(flags))
 
 
 def same_value(x: Value, y: Value, *, rtol: float = 1e-7) -> bool:

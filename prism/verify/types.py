@@ -5,10 +5,11 @@ with the same data dims. Its type is that set of live parallel dims, the extent 
 data dims are broadcast. An extent is a coefficient times a product of parallel sizes with integer powers
 (`4096/x0`: dim 1 of a [8, 4096] input after `part(_, 0, x0)`), so a type holds for all parallel sizes.
 
-The rules, one per op family: `part`/`repl` over p need p not live (one parallel dim splits at most one
-dim of a tensor), `comb`/`red` need it live; dims must exist; `bcast` needs extent 1; operands of one op
-must be of one family and have equal extents except where one is broadcast; a contraction needs equal
-extents. A dim of extent 1 cannot be split (it would be well formed only when the size is 1).
+The rules, one per op family (`RULES`, keyed as the op table's families are): `part`/`repl` over p need p
+not live (one parallel dim splits at most one dim of a tensor), `comb`/`red` need it live; dims must
+exist; `bcast` needs extent 1; operands of one op must be of one family and have equal extents except
+where one is broadcast; a contraction needs equal extents. A dim of extent 1 cannot be split (it would be
+well formed only when the size is 1).
 
 Axioms preserve types (their numeric test checks every instance), so a well-formed term's e-class holds
 only well-formed terms of its type, and two terms of different types are never proved equal.
@@ -25,7 +26,7 @@ from typing import Sequence
 
 from prism.errors import IllFormedTerm
 
-__all__ = ["Extent", "ONE", "TermType", "Extents", "input_type", "step", "KNOWN"]
+__all__ = ["Extent", "ONE", "TermType", "Extents", "input_type", "step", "KNOWN", "RULES"]
 
 Mono = tuple[tuple[str, int], ...]
 """A product of parallel sizes: (parallel dim, power) pairs, sorted, no zero powers."""
@@ -112,44 +113,79 @@ def _dim(what: str, d: object, x: TermType) -> int:
     return d
 
 
-def step(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents = KNOWN, what: str = "") -> TermType:
+def step(rule: str, op: str, attrs: tuple, args: Sequence[TermType], ext: Extents = KNOWN,
+         what: str = "") -> TermType:
     """The type of `op(args..., attrs...)` given its operands' types, or IllFormedTerm saying why not.
 
-    `op` is a term op (prism.verify.expr.OPS) other than "var"; `what` names the term in messages.
+    `rule` is the term op's typing rule (prism.verify.expr.TERMS[op].rule: for a table op, its family's
+    shape rule); `what` names the term in messages.
     """
-    what = what or op
+    return RULES[rule](op, attrs, args, ext, what or op)
+
+
+def _parallel(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+    """part/repl over p add p to the family, comb/red remove it; part/comb split or stretch dim d."""
     x = args[0]
-    if op in ("part", "repl", "comb", "red"):
-        p = attrs[-1]
-        adds = op in ("part", "repl")
-        if adds == (p in x.live):
-            state = "already indexes the family" if adds else "is not live"
-            raise IllFormedTerm(f"{what}: parallel dim {p} {state} (type {x}); a parallel dim splits at most "
-                                "one dim of a tensor and is combined or reduced once")
-        exts = list(x.extents)
-        if op in ("part", "comb"):
-            d = _dim(what, attrs[0], x)
-            if d not in x.bcast:  # a broadcast dim has no extent to split or stretch
-                exts[d] = ext.split(exts[d], p, what) if op == "part" else ext.resolve(exts[d]).times(((p, 1),))
-        return TermType(tuple(exts), x.bcast, x.live | {p} if adds else x.live - {p})
-    if op in ("sum", "bcast"):
+    p = attrs[-1]
+    adds = op in ("part", "repl")
+    if adds == (p in x.live):
+        state = "already indexes the family" if adds else "is not live"
+        raise IllFormedTerm(f"{what}: parallel dim {p} {state} (type {x}); a parallel dim splits at most "
+                            "one dim of a tensor and is combined or reduced once")
+    exts = list(x.extents)
+    if op in ("part", "comb"):
         d = _dim(what, attrs[0], x)
-        if d in x.bcast:
-            raise IllFormedTerm(f"{what}: dim {d} of {x} is broadcast, its extent unknown")
-        if op == "sum":
-            return TermType(x.extents[:d] + (ONE,) + x.extents[d + 1:], x.bcast, x.live)
-        ext.unify(x.extents[d], ONE, f"{what}: only a dim of extent 1 broadcasts, dim {d} of {x} has")
-        return TermType(x.extents, x.bcast | {d}, x.live)
-    if len(args) == 1:  # element-wise
-        return x
-    y = args[1]
+        if d not in x.bcast:  # a broadcast dim has no extent to split or stretch
+            exts[d] = ext.split(exts[d], p, what) if op == "part" else ext.resolve(exts[d]).times(((p, 1),))
+    return TermType(tuple(exts), x.bcast, x.live | {p} if adds else x.live - {p})
+
+
+def _known_dim(what: str, attrs: tuple, x: TermType) -> int:
+    d = _dim(what, attrs[0], x)
+    if d in x.bcast:
+        raise IllFormedTerm(f"{what}: dim {d} of {x} is broadcast, its extent unknown")
+    return d
+
+
+def _reduce(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+    """A sum over dim d leaves extent 1 there."""
+    x = args[0]
+    d = _known_dim(what, attrs, x)
+    return TermType(x.extents[:d] + (ONE,) + x.extents[d + 1:], x.bcast, x.live)
+
+
+def _bcast(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+    """Only a dim of extent 1 broadcasts."""
+    x = args[0]
+    d = _known_dim(what, attrs, x)
+    ext.unify(x.extents[d], ONE, f"{what}: only a dim of extent 1 broadcasts, dim {d} of {x} has")
+    return TermType(x.extents, x.bcast | {d}, x.live)
+
+
+def _same(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+    """Element-wise with one operand: its type."""
+    return args[0]
+
+
+def _family(what: str, x: TermType, y: TermType) -> None:
     if x.live != y.live:
         raise IllFormedTerm(f"{what}: operands of different families: {x} and {y}")
     if x.rank != y.rank:
         raise IllFormedTerm(f"{what}: operands of ranks {x.rank} and {y.rank}: {x} and {y}")
-    if op != "matmul":
-        exts, flags = _pointwise(what, x.extents, y.extents, x.bcast, y.bcast, ext)
-        return TermType(exts, flags, x.live)
+
+
+def _broadcast(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+    """Element-wise with two operands of one family: equal extents, or one side broadcast."""
+    x, y = args
+    _family(what, x, y)
+    exts, flags = _pointwise(what, x.extents, y.extents, x.bcast, y.bcast, ext)
+    return TermType(exts, flags, x.live)
+
+
+def _contract(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+    """matmul: a's dim 0 against b's dim 1, dims >= 2 batch dims (element-wise)."""
+    x, y = args
+    _family(what, x, y)
     if x.rank < 2:
         raise IllFormedTerm(f"{what}: matmul of rank {x.rank}")
     if 0 in x.bcast and 1 in y.bcast:
@@ -171,3 +207,8 @@ def _pointwise(what: str, xs: tuple[Extent, ...], ys: tuple[Extent, ...], fx: se
             ext.unify(ex, ey, f"{what}: extents of dim {d} differ and neither operand is broadcast")
         out.append(ey if d in fx and d not in fy else ex)
     return tuple(out), frozenset(set(fx) & set(fy))
+
+
+RULES = {"parallel": _parallel, "reduce": _reduce, "bcast": _bcast, "same": _same, "broadcast": _broadcast,
+         "contract": _contract}
+"""Typing rules by name: the structural terms' own, and the op families' shape rules (prism.ir.ops.Family.rule)."""

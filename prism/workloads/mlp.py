@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from prism.ir import BlockGraph, KernelGraph, Tensor
-from prism.ir.graph import GraphBuilder
+from prism.ir.builder import GraphBuilder
 from prism.workloads.base import EPS, Config, Workload, default_tile, rms_norm
 
 __all__ = ["RMSNORM", "RMSNORM_MLP", "SWIGLU"]

@@ -28,6 +28,8 @@ EXPECTED = {
                  lambda x: x / ((x * x).sum(-1, keepdim=True) / 8 + 1e-3) ** 0.5),
     "mul_scalar": ([(3, 4)], {"value": -0.25}, lambda x: x / -4),
     "add_scalar": ([(3, 4)], {"value": 1.5}, lambda x: x - (-1.5)),
+    "sigmoid": ([(3, 4)], {}, lambda x: 1 / (1 + math.e ** -x)),
+    "erf": ([(3, 4)], {}, lambda x: torch.special.erf(x)),
 }
 
 

@@ -223,6 +223,7 @@ def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch):
         compiled.append(SimpleNamespace(src=k.src, metadata=k.metadata, function=1000 + len(compiled)))
     steps = native_steps(bound.launches, compiled, bound.workspace_slot, bound.zero_bytes)
     assert steps[0] == ("memset", bound.workspace_slot, bound.zero_bytes)
+    assert len(steps) - 1 == len(cg.plan.steps) > 0
     for (kind, function, gx, gy, gz, threads, shared, params), launch, k, step in zip(
             steps[1:], bound.launches, compiled, cg.plan.steps):
         assert kind == "kernel" and function == k.function and (gx, gy, gz) == launch.grid

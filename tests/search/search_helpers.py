@@ -1,4 +1,4 @@
-"""Shared helpers for the search tests: small configs, per-workload test limits, d=1 terms of µGraphs."""
+"""Shared helpers for the search tests: closure targets and d=1 terms of µGraphs (configs: tests/configs.py)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,6 @@ from prism.ir.ops import OPS
 from prism.symbolic.closure import closure
 from prism.symbolic.dims import AtomSpace
 from prism.symbolic.terms import Term, from_graph, leaf, mk
-
-SMALL = {"n": 4, "d": 64}
-SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
-
-LIMITS = {
-    "rmsnorm": {"max_block_ops": 11, "max_grid": 2},
-    "rmsnorm_mlp": {"max_block_ops": 16, "max_grid": 1},
-    "swiglu": {"max_block_ops": 9, "max_grid": 2},
-    "attention": {"max_block_ops": 9, "max_grid": 2},
-    "qk_attention": {"max_block_ops": 10, "max_grid": 2},
-}
-"""Test-sized limits: room for each hand-written fused kernel (ops and grid dims), no more."""
-
-
-def small_cfg(w) -> dict:
-    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
 
 
 def target_for(graph: KernelGraph):

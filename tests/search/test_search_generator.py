@@ -7,7 +7,8 @@ from prism.ir.ops import OPS
 from prism.search.generator import Generator, Limits, default_max_ops
 from prism.symbolic.dims import InvExtent
 from prism.symbolic.sgraph import ACCUM, BOp
-from search_helpers import d1_terms, small_cfg, target_for
+from search_helpers import d1_terms, target_for
+from tests.configs import small_cfg
 
 
 def dag_signature(st) -> str:

@@ -2,7 +2,7 @@
 
 import prism.workloads as wl
 from prism.search import driver, search
-from search_helpers import small_cfg
+from tests.configs import small_cfg
 
 
 def _comparable(result):

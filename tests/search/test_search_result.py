@@ -10,13 +10,13 @@ from prism import interp
 from prism.errors import GraphError, MappingError, SerializationError
 from prism.search import SearchResult, default_verify, search
 from prism.search.signature import signature
-from search_helpers import LIMITS, small_cfg
+from tests.configs import limits, small_cfg
 
 
 @pytest.fixture(scope="module")
 def rmsnorm_result():
     w = wl.get("rmsnorm")
-    return search(w.build(small_cfg(w)), workers=1, **LIMITS["rmsnorm"])
+    return search(w.build(small_cfg(w)), workers=1, **limits("rmsnorm", fused=True))
 
 
 def test_the_default_verifier_is_the_e_graph_checker():

@@ -5,14 +5,14 @@ import pytest
 import prism.workloads as wl
 from prism.search import search
 from prism.search.signature import signature
-from search_helpers import LIMITS, small_cfg
+from tests.configs import limits, small_cfg
 
 
 @pytest.fixture(scope="module", params=wl.names())
 def searched(request):
     w = wl.get(request.param)
     cfg = small_cfg(w)
-    return w, cfg, search(w.build(cfg), workers=1, **LIMITS[w.name])
+    return w, cfg, search(w.build(cfg), workers=1, **limits(w.name, fused=True))
 
 
 def test_the_hand_written_fused_graph_is_found(searched):

@@ -9,7 +9,8 @@ import pytest
 
 import prism.tune.tuner as tuner
 from prism.tune import COST_MODEL, Report, TuneError, spearman, tune
-from prism.tune.compile import CompileResult, KernelInfo, compile_many
+from prism.codegen.aot import AotKernel
+from prism.tune.compile import CompileResult, compile_many
 from prism.tune.profile import close, copies_for, ranks
 from prism.tune.report import UNFUSED
 
@@ -52,7 +53,7 @@ def test_model_picks_are_the_best_ranked_distinct_kernels(searched):
 def test_compiled_candidates_carry_registers_and_shared_memory(searched):
     w, cfg, result = searched("swiglu")
     r = tune(result, w.build(cfg), budget=2, workers=2, seed=0).report
-    assert all(e.status in ("ok", "chosen") for e in r.entries), r.table()
+    assert r.entries and all(e.status in ("ok", "chosen") for e in r.entries), r.table()
     for e in r.entries:
         assert e.kernels and all(k["registers"] and k["shared"] >= 0 for k in e.kernels)
     assert "compiled for sm_90 without spilling" in r.reason
@@ -72,11 +73,11 @@ def test_what_fails_spills_or_overflows_is_dropped_and_more_are_tried(searched, 
             n = len(plan_kernels(g))
             if g.blocks:                                   # fused; the unfused program has no custom op
                 bad = [CompileResult(error="CompilationError: at 3:4 nope"),
-                       CompileResult(tuple(KernelInfo(f"k{j}", 1024, 255, 96, 8) for j in range(n))),
-                       CompileResult(tuple(KernelInfo(f"k{j}", 300 * 1024, 64, 0, 4) for j in range(n)))]
+                       CompileResult(tuple(AotKernel(f"k{j}", 1024, 255, 96, 8) for j in range(n))),
+                       CompileResult(tuple(AotKernel(f"k{j}", 300 * 1024, 64, 0, 4) for j in range(n)))]
                 out.append(bad[k % 3])
             else:
-                out.append(CompileResult(tuple(KernelInfo(f"k{j}", 0, 32, 0, 4) for j in range(n))))
+                out.append(CompileResult(tuple(AotKernel(f"k{j}", 0, 32, 0, 4) for j in range(n))))
         return out
 
     monkeypatch.setattr(tuner, "compile_many", fake)

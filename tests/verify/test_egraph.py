@@ -94,14 +94,14 @@ def test_derived_rules_follow_from_the_loaded_ones(rule) -> None:
 
 def test_family_rules_are_the_tested_rules() -> None:
     """A rule emitted once for a whole op family equals, per op, a rule the numeric tests cover."""
-    from prism.verify.expr import OPS
+    from prism.verify.expr import TERMS
     loaded = rules(3)
     texts = {r.egglog() for r in loaded}
     generic = [line for line in egglog_rules(loaded) if " fam" in line]
     assert generic
     for line in generic:
         ctor = line.split("(")[2].split()[0]
-        for name, info in OPS.items():
+        for name, info in TERMS.items():
             if info.egg == ctor:
                 assert line.replace("fam", f'"{name}"') in texts, (line, name)
 

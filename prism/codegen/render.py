@@ -1,0 +1,109 @@
+"""A table op as one Triton expression: its template (`OpDef.triton`), or its decomposition's templates.
+
+The emitter renders each compute node through `render`; a composite op (rms_norm, silu, gelu) becomes one
+expression over its operands, as `x / tl.sqrt(tl.sum(x * x, axis=1, keep_dims=True) * 0.015625 + 1e-06)`.
+A sum zeroes the padded lanes of the dim it reduces first, unless they are known to be zero (a value is
+clean when its operands are and its op is zero-preserving).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from prism.codegen.errors import CodegenError
+from prism.codegen.layout import TileDim
+from prism.ir.ops import OPS
+
+__all__ = ["Expr", "UNIT", "literal", "render"]
+
+UNIT = TileDim("1", 1, 1)
+"""The tile dim of a dim a sum reduced: one lane."""
+
+
+@dataclass(frozen=True)
+class Expr:
+    """Triton text of a value, its tile dims, and whether its padded lanes are known to be zero."""
+
+    text: str
+    dims: tuple[TileDim, ...]
+    clean: bool
+
+
+Masks = Callable[[tuple[TileDim, ...]], "str | None"]
+"""The mask of the real lanes of a tile with these dims (None: no padded lanes)."""
+
+
+def literal(v: float) -> str:
+    """A float constant as Triton source (negative ones in parentheses)."""
+    r = repr(float(v))
+    return f"({r})" if r.startswith("-") else r
+
+
+def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Expr:
+    """Table op `op` on operand expressions `args` (matmul excluded: the emitter writes `tl.dot` itself)."""
+    d = OPS[op]
+    if not d.triton:
+        return d.decompose(_Builder(masks), *args, **attrs)
+    rule = d.family.rule
+    if rule not in _RESULT_DIMS:
+        raise CodegenError(f"{op}: only element-wise ops and sums render as expressions")
+    if rule == "reduce" and args[0].dims[attrs["dim"]].padded and not args[0].clean:
+        a = args[0]
+        args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, 0.0)", a.dims, True)]
+    fields = {k: (literal(v) if isinstance(v, float) else v) for k, v in attrs.items()}
+    return Expr(_fill(d.triton, [a.text for a in args], fields), _RESULT_DIMS[rule](args, attrs),
+                d.zero_preserving and all(a.clean for a in args))
+
+
+class _Builder:
+    """The Triton builder a decomposition (prism.ir.ops) is written with: a mean's 1/N is the tile's extent."""
+
+    def __init__(self, masks: Masks) -> None:
+        self.masks = masks
+
+    def __call__(self, op: str, *args: Expr, **attrs: Any) -> Expr:
+        return render(op, list(args), attrs, self.masks)
+
+    def rank(self, x: Expr) -> int:
+        return len(x.dims)
+
+    def inv_extent(self, x: Expr, dim: int) -> float:
+        return 1.0 / x.dims[dim].tile
+
+
+def _broadcast(args: list[Expr], attrs: dict[str, Any]) -> tuple[TileDim, ...]:
+    a, b = args
+    return tuple(y if x.tile == 1 else x for x, y in zip(a.dims, b.dims))
+
+
+_RESULT_DIMS = {  # the tile dims of an op's result, keyed by its family's shape rule
+    "same": lambda args, attrs: args[0].dims,
+    "broadcast": _broadcast,
+    "reduce": lambda args, attrs: tuple(UNIT if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
+}
+
+
+def _fill(template: str, operands: list[str], fields: dict[str, Any]) -> str:
+    """`template` with operand texts for `{0}`, `{1}`, ... (in parentheses where an operator could bind into
+    them) and `fields` for the named placeholders."""
+    def operand(m: re.Match) -> str:
+        before, after = template[:m.start()].rstrip()[-1:], template[m.end():].lstrip()[:1]
+        text = operands[int(m.group(1))]
+        return text if before in ("(", ",") and after in (")", ",") else _atom(text)
+    return re.sub(r"\{(\d+)\}", operand, template).format(**fields)
+
+
+def _atom(text: str) -> str:
+    """`text` as an operand of an operator: as it is if a name or one call, else in parentheses."""
+    if re.fullmatch(r"[\w.]+", text):
+        return text
+    call = re.match(r"[\w.]+\(", text)
+    if call:
+        depth = 0
+        for k in range(call.end() - 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            if depth == 0:
+                return text if k == len(text) - 1 else f"({text})"
+    return f"({text})"

@@ -1,0 +1,290 @@
+"""Block-graph node kinds as records: each kind says, for every pass, what a node of that kind is and does.
+
+A block graph has four kinds of node: loaders (a tile of a kernel input), compute ops (any op of the table,
+prism.ir.ops), accumulators (a tile combined over all loop iterations) and savers (a tile written to a
+kernel output). Each kind is one record holding its part of every pass: its phase (which side of the loop
+its value is on, what the builder checks), its place in the schedule (before, inside or after the loop),
+the executor's step, the verification encoding, the Triton it generates (init, update, finalize) and its
+cost. A pass calls a record with its own context (prism.interp.executor, prism.verify.encode,
+prism.codegen.emit, prism.tune.cost), whose small vocabulary the records are written in.
+
+An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
+(the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
+the loop (red), the Triton update statement, and whether `tl.dot` can accumulate into it. A new accumulator
+(a max, a running max with rescaling) is one record here plus its reducer term: the term (prism.verify.expr),
+its numeric meaning (prism.verify.model) and its axioms (prism.verify.axioms); its combine op must be in
+the op table, and the search tries it once the generator's vocabulary names it.
+
+`schedule(block)` places every node once; the executor, the emitter and the cost model all read it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from prism.ir.ops import OPS
+
+__all__ = [
+    "LOOP", "POST", "SAVED", "BEFORE", "INSIDE", "AFTER",
+    "Kind", "Loader", "Compute", "Accumulator", "Saver", "LOADER", "COMPUTE", "SUM", "SAVER",
+    "ACCUMULATORS", "KINDS", "kind_of", "Schedule", "schedule",
+]
+
+LOOP, POST, SAVED = "loop", "post", "saved"
+"""Phases: a value that changes every iteration, one that exists once the accumulators are done, a saved output."""
+BEFORE, INSIDE, AFTER = "pre", "loop", "post"
+"""Places in the schedule: once before the loop, every iteration, once after it."""
+
+
+class Kind:
+    """What every node of one kind is to each pass. `name` is the node's op in the IR and in JSON; `arity`
+    the number of its tensor operands."""
+
+    name: str
+    arity = 0
+
+    def phase(self, operands: Sequence[str]) -> str:
+        """The phase of the node's value, given its operands' phases."""
+        raise NotImplementedError
+
+    def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
+        """Where the node runs, given where its operands do and whether the block loops more than once."""
+        return AFTER
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        """Append a node like `node` (op and attrs) on tensors `args` to block graph `b` through its builder
+        method, so every check runs again (`source`: a loader's kernel-level input type)."""
+        raise NotImplementedError
+
+    def show(self, node: Any, args: str) -> str:
+        """The right-hand side of the node's line in a printed block graph."""
+        return f"{node.op}({args}{''.join(f', {k}={v}' for k, v in node.attrs.items())})"
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        """The executor's step (prism.interp.executor), where the schedule places the node."""
+        raise NotImplementedError
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        """The node's verification term (prism.verify.encode)."""
+        raise NotImplementedError
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        """The node's Triton lines (prism.codegen.emit), in the scope the schedule places it."""
+        raise NotImplementedError
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        """The node's bytes, FLOPs and live registers, as the cost model counts them (prism.tune.cost)."""
+        raise NotImplementedError
+
+
+class Loader(Kind):
+    """A tile of kernel input `index`: grid dims in `imap` split its dims, the loop walks dim `fmap`."""
+
+    name = "loader"
+
+    def phase(self, operands: Sequence[str]) -> str:
+        return LOOP
+
+    def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
+        return INSIDE if looped and node.attrs["fmap"] is not None else BEFORE
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        return b.input(source, imap=node.attrs["imap"], fmap=node.attrs["fmap"])
+
+    def show(self, node: Any, args: str) -> str:
+        a = node.attrs
+        return f"load in{a['index']} imap={a['imap']} fmap={a['fmap']}"
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        ex.env[i] = ex.inputs[node.attrs["index"]][ex.tile(node.outputs[0].shape, node.attrs["imap"],
+                                                           node.attrs["fmap"])]
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        """part along each mapped dim, repl for each parallel dim (loop included) that maps none."""
+        t = en.args[node.attrs["index"]]
+        splits = [(p, node.attrs["imap"].get(g)) for g, p in en.pdims.items()]
+        splits += [(en.loop, node.attrs["fmap"])] if en.loop else []
+        for p, d in splits:
+            t = en.term("repl", t, attrs=(p,)) if d is None else en.term("part", t, attrs=(en.axis(t, d), p))
+        en.env[i] = t
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        k, fmap = node.attrs["index"], node.attrs["fmap"]
+        base, dims = em.bases[k], em.layout.dims[i]
+        ptrs, mask, strides = em.address(base, dims, node.attrs["imap"], fmap, em.s.top)
+        dtype = em.load_dtype(i)
+        conv = "" if dtype == em.in_dtypes[k] else f".to({em.tl_dtype(dtype)})"
+        args = f", mask={mask}, other=0.0" if mask else ""
+        em.define(i, base, f"tl.load({ptrs}{args}){conv}", dtype, clean=True)
+        if fmap is not None and em.looped:
+            em.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        k = node.attrs["index"]
+        copies = math.prod(g for p, g in zip(cw.block.grid_dims, cw.block.grid) if p not in node.attrs["imap"])
+        cw.read(i, node.outputs[0].shape, cw.block.input_types[k].shape, cw.in_dtypes[k], copies)
+
+
+class Compute(Kind):
+    """An op of the table (prism.ir.ops) on tiles; its value is on the side of the loop its operands are."""
+
+    name = "op"
+
+    def phase(self, operands: Sequence[str]) -> str:
+        return operands[0]
+
+    def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
+        return max(operands, key=(BEFORE, INSIDE, AFTER).index)
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        return b.apply(node.op, args, node.attrs)
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        ex.env[i] = OPS[node.op].torch_fn(*(ex.env[r[0]] for r in node.inputs), **node.attrs)
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        en.env[i] = en.apply(node.op, [en.env[r[0]] for r in node.inputs], node.attrs)
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        em.op(i)
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        cw.compute(i, node)
+
+
+@dataclass(frozen=True)
+class Accumulator(Kind):
+    """A loop tile combined over all iterations: `combine` (a table op) folds each iteration's tile into the
+    value, which starts at `identity`. Verification writes it as term `reducer` over the loop's parallel
+    dim; Triton updates it with `update` (a template over `{acc}` and `{x}`); `dot` says `tl.dot` can
+    accumulate a matmul straight into it (its accumulator argument adds)."""
+
+    name: str
+    combine: str
+    identity: float
+    reducer: str
+    update: str
+    dot: bool = False
+    arity = 1
+
+    def phase(self, operands: Sequence[str]) -> str:
+        return POST
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        return b.accum(args[0], self.name)
+
+    def start(self, ex: Any, i: int, node: Any) -> None:
+        """The executor, before the loop: the identity."""
+        ex.env[i] = torch.full(node.outputs[0].shape, self.identity, dtype=ex.dtype)
+
+    def step(self, ex: Any, i: int, node: Any) -> None:
+        """The executor, at the end of every iteration: combine the iteration's tile into the value."""
+        ex.env[i] = OPS[self.combine].torch_fn(ex.env[i], ex.env[node.inputs[0][0]])
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        """After the loop: the value is final as it is."""
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        t = en.env[node.inputs[0][0]]
+        en.env[i] = en.term(self.reducer, t, attrs=(en.loop,)) if en.loop else t
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        src = node.inputs[0][0]
+        if not em.looped:  # one iteration: the value is the tile itself
+            em.alias(i, src)
+            return
+        acc = em.accumulator(i, self.identity)
+        if self.dot and em.fusable(i):
+            em.s.loop.append(f"{acc} = {em.dot(src, acc=acc)}")
+        else:
+            em.s.loop.append(self.update.format(acc=acc, x=em.operand(src, em.compute)))
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        cw.live += cw.numel(i)
+
+
+class Saver(Kind):
+    """Writes a post-loop tile to kernel output `index`; grid dims in `omap` concatenate along a data dim,
+    the others (of size > 1) sum their blocks' tiles."""
+
+    name = "saver"
+    arity = 1
+
+    def phase(self, operands: Sequence[str]) -> str:
+        return SAVED
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        return b.output(args[0], omap=node.attrs["omap"])
+
+    def show(self, node: Any, args: str) -> str:
+        return f"save {args} omap={node.attrs['omap']}"
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        tile = ex.env[node.inputs[0][0]]
+        ex.outs[node.attrs["index"]][ex.tile(tile.shape, node.attrs["omap"], None)] += tile
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        """comb along each mapped dim, red over each grid dim that maps none."""
+        t = en.env[node.inputs[0][0]]
+        for g, p in en.pdims.items():
+            d = node.attrs["omap"].get(g)
+            t = en.term("red", t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
+        en.output(node.attrs["index"], t)
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        k = node.attrs["index"]
+        base = em.outs[k]
+        ptrs, mask, _ = em.address(base, em.layout.dims[i], node.attrs["omap"], None, em.s.store)
+        value = f"{em.operand(node.inputs[0][0], em.compute)}.to({base}_ptr.dtype.element_ty)"
+        margs = f", mask={mask}" if mask else ""
+        if em.summed(k):
+            em.s.store.append(f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")")
+        else:
+            em.s.store.append(f"tl.store({ptrs}, {value}{margs})")
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        k = node.attrs["index"]
+        tile = cw.block.nodes[node.inputs[0][0]].outputs[0].shape
+        cw.write(tile, node.outputs[0].shape, cw.out_dtypes[k], cw.summed[k])
+
+
+LOADER, COMPUTE, SAVER = Loader(), Compute(), Saver()
+SUM = Accumulator("accum", combine="add", identity=0.0, reducer="red", update="{acc} += {x}", dot=True)
+ACCUMULATORS: dict[str, Accumulator] = {a.name: a for a in (SUM,)}
+KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), SAVER)}
+"""The structural kinds by node op; every other node is a COMPUTE node (its op is a table op)."""
+
+
+def kind_of(node: Any) -> Kind:
+    """The kind of a block-graph node."""
+    return KINDS.get(node.op, COMPUTE)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Where each node of a block graph runs: BEFORE the loop (once per block), INSIDE it (every iteration)
+    or AFTER it. An accumulator is AFTER (its value exists after the loop); it starts before the loop and
+    its update runs at the end of every iteration. With a loop of one, nothing is INSIDE."""
+
+    looped: bool
+    places: tuple[str, ...]
+
+    def __getitem__(self, i: int) -> str:
+        return self.places[i]
+
+    def at(self, place: str) -> list[int]:
+        """The nodes placed at `place`, in topological order."""
+        return [i for i, p in enumerate(self.places) if p == place]
+
+
+def schedule(block: Any) -> Schedule:
+    """Place every node of `block` (a BlockGraph) by its kind, in one pass over its nodes."""
+    looped = block.loop > 1
+    places: list[str] = []
+    for node in block.nodes:
+        places.append(kind_of(node).place(node, [places[r[0]] for r in node.inputs], looped))
+    return Schedule(looped, tuple(places))

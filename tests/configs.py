@@ -1,0 +1,32 @@
+"""The small workload configs and search limits the tests share: one table, so fixtures and search tests agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import prism.workloads as wl
+
+SMALL = {"n": 4, "d": 64}
+SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
+
+_LIMITS = {  # workload: (max_block_ops, max_grid) of a quick search, and of one with room for the fused kernel
+    "rmsnorm": ((10, 1), (11, 2)),
+    "rmsnorm_mlp": ((12, 1), (16, 1)),
+    "swiglu": ((9, 2), (9, 2)),
+    "attention": ((9, 2), (9, 2)),
+    "qk_attention": ((10, 1), (10, 2)),
+}
+
+
+def limits(workload: str, fused: bool = False) -> dict:
+    """Search limits for a workload: quick ones (each search about a second, still finding fused kernels: the
+    session fixture tuner and runtime tests share), or, with `fused`, room for its hand-written fused kernel
+    (its ops and grid dims, no more: what the search tests need to find it)."""
+    ops, grid = _LIMITS[workload][fused]
+    return {"max_block_ops": ops, "max_grid": grid}
+
+
+def small_cfg(workload: Any) -> dict:
+    """The small config of a workload (given by name or as a workload)."""
+    w = wl.get(workload) if isinstance(workload, str) else workload
+    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
