@@ -82,8 +82,9 @@ def capture(fn_or_module: Callable[..., Any], *example_inputs: Any) -> Capture:
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     code = getattr(fn_or_module, "__code__", None)
     if code is not None:  # torch records the wrapper's frame only: name the function's own definition
+        origin = f'in {code.co_name} defined at File "{code.co_filename}", line {code.co_firstlineno}'
         for n in nodes:
-            n.meta["prism_origin"] = f'in {code.co_name} defined at File "{code.co_filename}", line {code.co_firstlineno}'
+            n.meta["prism_origin"] = origin
     graph, sources = lower(nodes, list(placeholders.values()), outputs, names)
     return Capture(graph, sources, user, constants)
 

@@ -340,7 +340,8 @@ def _identity(lw: Lowering, a: Any, *args: Any, **kwargs: Any) -> Any:
     return a  # a copy or a cast: Prism computes in float32 and stores in the graph's dtype
 
 
-IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range_for_size.default"}
+IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
+           "aten.sym_constrain_range_for_size.default"}
 """Ops that check, not compute: skipped."""
 
 
