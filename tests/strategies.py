@@ -106,6 +106,7 @@ _OPERANDS: dict[str, Callable[..., tuple[list[Tensor], dict]]] = {
     "scalar": _one_operand(lambda draw, a: {"value": draw(SCALARS)}),
     "rowwise": _one_operand(lambda draw, a: {"eps": _pick(draw, EPS)}),
     "reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
+    "max_reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
     "binary": _binary_operands,
     "matmul": _matmul_operands,
 }

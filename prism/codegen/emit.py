@@ -76,6 +76,8 @@ class _Emitter:
         self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z"} | RESERVED
         self.vals: dict[int, _Val] = {}
         self.cache: dict[tuple, str] = {}
+        self.rescales: dict[int, str] = {}
+        """Per running max (prism.ir.kinds.RunningMax), the factor its online accumulators rescale by."""
         self.lane_masks: dict[str, str] = {}
         self.s = _Scopes()
         self.pids: set[str] = set()
@@ -129,8 +131,13 @@ class _Emitter:
 
     def accumulator(self, i: int, identity: float) -> str:
         """A fresh accumulator for node i, set to `identity` before the loop; its name."""
-        name = self.fresh(f"acc{i}")
-        self.vals[i] = _Val(name, self.compute, "post", False)
+        return self.carried(i, identity, "post")
+
+    def carried(self, i: int, identity: float, scope: str) -> str:
+        """A variable for node i carried across loop iterations, set to `identity` before the loop; node i's
+        value in `scope` ("post" for an accumulator's final value, "loop" for a running value); its name."""
+        name = self.fresh(f"acc{i}" if scope == "post" else f"m{i}")
+        self.vals[i] = _Val(name, self.compute, scope, False)
         shape, dtype = self.layout.shape_expr(i), TL_DTYPES[self.compute]
         init = (f"tl.zeros({shape}, dtype={dtype})" if identity == 0
                 else f"tl.full({shape}, {literal(identity)}, {dtype})")

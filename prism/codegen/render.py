@@ -8,6 +8,8 @@ clean when its operands are and its op is zero-preserving).
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -36,8 +38,10 @@ Masks = Callable[[tuple[TileDim, ...]], "str | None"]
 
 
 def literal(v: float) -> str:
-    """A float constant as Triton source (negative ones in parentheses)."""
+    """A float constant as Triton source (negative ones in parentheses, infinities spelled out)."""
     r = repr(float(v))
+    if not math.isfinite(v):
+        return f'float("{r}")'
     return f"({r})" if r.startswith("-") else r
 
 
@@ -49,9 +53,9 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
     rule = d.family.rule
     if rule not in _RESULT_DIMS:
         raise CodegenError(f"{op}: only element-wise ops and sums render as expressions")
-    if rule == "reduce" and args[0].dims[attrs["dim"]].padded and not args[0].clean:
-        a = args[0]
-        args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, 0.0)", a.dims, True)]
+    if rule == "reduce" and args[0].dims[attrs["dim"]].padded and (not args[0].clean or d.pad != 0):
+        a = args[0]   # padded lanes take the reduction's identity (0 for a sum, -inf for a max)
+        args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(d.pad)})", a.dims, d.pad == 0)]
     fields = {k: (literal(v) if isinstance(v, float) else v) for k, v in attrs.items()}
     return Expr(_fill(d.triton, [a.text for a in args], fields), _RESULT_DIMS[rule](args, attrs),
                 d.zero_preserving and all(a.clean for a in args))

@@ -59,7 +59,7 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
     accums = [i for i in after if isinstance(kind_of(block.nodes[i]), Accumulator)]
     b = _Block(block, list(inputs), [torch.zeros(t.shape, dtype=inputs[0].dtype) for t in block.output_types])
     for coord in itertools.product(*(range(g) for g in block.grid)):
-        b.at, b.env = dict(zip(block.grid_dims, coord)), {}
+        b.at, b.env, b.carry = dict(zip(block.grid_dims, coord)), {}, {}
         b.run(accums, "start")
         b.run(before)
         for it in range(block.loop):
@@ -80,6 +80,7 @@ class _Block:
     at: dict[str, int] = field(default_factory=dict)
     it: int = 0
     env: dict[int, torch.Tensor] = field(default_factory=dict)
+    carry: dict = field(default_factory=dict)  # what a node keeps from one iteration to the next (a running max)
 
     @property
     def dtype(self) -> torch.dtype:

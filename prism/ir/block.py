@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prism.errors import GraphError, MappingError
 from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
-from prism.ir.kinds import ACCUMULATORS, LOADER, LOOP, POST, SAVED, SAVER, SUM, Schedule, kind_of, schedule
+from prism.ir.kinds import (ACCUMULATORS, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM, Schedule,
+                            kind_of, scaling, schedule)
 from prism.ir.ops import TType, check_dtype
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
@@ -40,6 +41,10 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         self.input_types: list[TType] = []
         self.savers: list[int] = []
         self._phase: dict[Ref, str] = {}
+        self._scale: dict[Ref, tuple[str, Ref]] = {}
+        """Loop tensors that depend on a running max r: ("max", r) for r itself, ("shifted", r) for x - r,
+        ("scaled", r) for exp(x - r) times values independent of r (see prism.ir.kinds.RunningMax)."""
+        self._pending_scale: tuple[str, Ref] | None = None
         self._frozen = False
 
     @property
@@ -78,15 +83,39 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         self.input_types.append(full)
         return self._append(Node(LOADER.name, (), attrs, (TType(tuple(tile), full.dtype),)))[0]
 
-    def accum(self, tensor: Tensor, kind: str = SUM.name) -> Tensor:
+    def accum(self, tensor: Tensor, kind: str = SUM.name, running: Tensor | None = None) -> Tensor:
         """Combine a loop tensor over all loop iterations with accumulator `kind` (prism.ir.kinds.ACCUMULATORS;
-        the default sums); the result exists after the loop."""
+        the default sums); the result exists after the loop. The online accumulator ("accum_online") takes
+        the running max its tensor is scaled by (`running`, from `running_max`): the online softmax."""
         if kind not in ACCUMULATORS:
             raise GraphError(f"accum: unknown accumulator {kind!r}; known: {', '.join(ACCUMULATORS)}")
         t = self._own(tensor, "accum")
         if self._phase[t.ref] != LOOP:
             raise GraphError(f"accum: {t.name} is already after the loop; accumulate loop tensors only")
+        scale = self._scale.get(t.ref)
+        if kind == ONLINE.name:
+            r = self._own(running, "accum") if running is not None else None
+            if r is None or self._scale.get(r.ref) != ("max", r.ref) or scale != ("scaled", r.ref):
+                raise GraphError(f"accum: an online accumulator sums exp(x - m) times values that do not depend "
+                                 f"on m, for m = `running` (a running_max); {t.name} is not such a value of "
+                                 f"{running.name if isinstance(running, Tensor) else running!r}")
+            return self._append(Node(kind, (t.ref, r.ref), {}, (t.type,)))[0]
+        if running is not None:
+            raise GraphError(f"accum: only the online accumulator takes a running max, not {kind!r}")
+        if scale is not None:
+            raise GraphError(f"accum: {t.name} depends on a running max; only an online accumulator bound to it "
+                             "may sum it (it rescales as the max grows)")
         return self._append(Node(kind, (t.ref,), {}, (t.type,)))[0]
+
+    def running_max(self, tensor: Tensor) -> Tensor:
+        """The max of a loop tensor over the iterations so far, inside the loop (prism.ir.kinds.RunningMax):
+        the online softmax subtracts it before exp, and online accumulators bound to it rescale as it grows."""
+        t = self._own(tensor, "running_max")
+        if self._phase[t.ref] != LOOP or self._scale.get(t.ref) is not None:
+            raise GraphError(f"running_max: {t.name} must be a loop tensor that does not depend on a running max")
+        out = self._append(Node(RUNNING_MAX.name, (t.ref,), {}, (t.type,)))[0]
+        self._scale[out.ref] = ("max", out.ref)
+        return out
 
     def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None) -> Tensor:
         """Write a tile to a kernel output; omap: {"x"|"y"|"z": data dim the blocks concatenate along}.
@@ -139,17 +168,25 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
             raise GraphError(f"{where}: {t.name} is a saved output (a full tensor in global memory), not a tile")
         return t
 
-    def _check_operands(self, name: str, tensors: Sequence[Tensor]) -> None:
+    def _check_operands(self, name: str, tensors: Sequence[Tensor], attrs: Mapping[str, Any]) -> None:
         phases = {self._phase[t.ref] for t in tensors}
         if len(phases) > 1:
             names = ", ".join(f"{t.name} ({'inside the loop' if self._phase[t.ref] == LOOP else 'after it'})"
                               for t in tensors)
             raise GraphError(f"{name}: operands {names} are on different sides of the loop accumulator")
+        self._pending_scale = scaling(name, attrs, [(t.shape, self._scale.get(t.ref)) for t in tensors],
+                                      {r: self.type_of(r).shape for r in self._running()})
 
     def _append(self, node: Node) -> tuple[Tensor, ...]:
         out = super()._append(node)
         self._phase[out[0].ref] = kind_of(node).phase([self._phase[r] for r in node.inputs])
+        if self._pending_scale is not None:
+            self._scale[out[0].ref] = self._pending_scale
+            self._pending_scale = None
         return out
+
+    def _running(self) -> list[Ref]:
+        return [r for r, s in self._scale.items() if s == ("max", r)]
 
     def _before_append(self, node: Node) -> None:
         if self._frozen:

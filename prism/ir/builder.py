@@ -118,11 +118,12 @@ class GraphBuilder:
             out = opdef.infer(types, norm)
         except (ShapeError, DTypeError) as e:
             raise type(e)(f"{e} (operands {labels})") from None
-        self._check_operands(name, tensors)
+        self._check_operands(name, tensors, norm)
         return self._append(Node(name, tuple(t.ref for t in tensors), norm, (out,)))[0]
 
-    def _check_operands(self, name: str, tensors: Sequence[Tensor]) -> None:
-        """Hook: block graphs check that operands sit on the same side of the loop."""
+    def _check_operands(self, name: str, tensors: Sequence[Tensor], attrs: Mapping[str, Any]) -> None:
+        """Hook: block graphs check that operands sit on the same side of the loop, and how a result depends
+        on a running max."""
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -30,8 +30,9 @@ from prism.ir.ops import OPS
 
 __all__ = [
     "LOOP", "POST", "SAVED", "BEFORE", "INSIDE", "AFTER",
-    "Kind", "Loader", "Compute", "Accumulator", "Saver", "LOADER", "COMPUTE", "SUM", "SAVER",
-    "ACCUMULATORS", "KINDS", "kind_of", "Schedule", "schedule",
+    "Kind", "Loader", "Compute", "Accumulator", "RunningMax", "Online", "Saver", "LOADER", "COMPUTE", "SUM", "MAX",
+    "ONLINE", "RUNNING_MAX", "SAVER",
+    "ACCUMULATORS", "KINDS", "kind_of", "scaling", "Schedule", "schedule",
 ]
 
 LOOP, POST, SAVED = "loop", "post", "saved"
@@ -207,6 +208,115 @@ class Accumulator(Kind):
         cw.live += cw.numel(i)
 
 
+class RunningMax(Kind):
+    """The largest value of a loop tensor so far: after iteration k, the elementwise max over iterations
+    0..k of its operand (a row max of logits, say). It is what the online softmax subtracts before exp:
+    inside the loop a value derived from it may only be `exp(x - m)` times values that do not depend on it,
+    accumulated by an online accumulator bound to it (BlockGraph enforces this), whose rescaling by
+    exp(m_before - m_after) makes every iteration's term as if computed with the final max. So verification
+    writes it, in every iteration, as its final value: the max over the whole loop (`redmax`)."""
+
+    name = "running_max"
+    arity = 1
+
+    def phase(self, operands: Sequence[str]) -> str:
+        return LOOP
+
+    def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
+        return INSIDE if looped else BEFORE
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        return b.running_max(args[0])
+
+    def run(self, ex: Any, i: int, node: Any) -> None:
+        x = ex.env[node.inputs[0][0]]
+        before = ex.carry.get(i, torch.full_like(x, -math.inf))
+        ex.carry[("before", i)] = before
+        ex.env[i] = ex.carry[i] = torch.maximum(before, x)
+
+    def encode(self, en: Any, i: int, node: Any) -> None:
+        t = en.env[node.inputs[0][0]]
+        en.env[i] = en.term("repl", en.term("redmax", t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        src = node.inputs[0][0]
+        if not em.looped:
+            em.alias(i, src)
+            return
+        m = em.carried(i, -math.inf, INSIDE)
+        before, alpha = em.fresh(f"{m}_before"), em.fresh(f"alpha_{m}")
+        em.s.loop.append(f"{before} = {m}")
+        em.s.loop.append(f"{m} = tl.maximum({m}, {em.operand(src, em.compute)})")
+        em.s.loop.append(f"{alpha} = tl.exp({before} - {m})  # how much its online sums shrink")
+        em.rescales[i] = alpha
+
+    def cost(self, cw: Any, i: int, node: Any) -> None:
+        cw.live += cw.numel(i)
+
+
+def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]],
+            running: dict[Any, tuple[int, ...]]) -> tuple[str, Any] | None:
+    """How the result of table op `op` depends on a running max, given each operand's (shape, state): None
+    (not at all), ("shifted", r) for x - r, ("scaled", r) for a value that is exp(-r) times one independent
+    of r, per position (what an online accumulator bound to r can rescale); a GraphError for anything else.
+    `running` gives each running max's shape: a sum or a matmul's contraction must run over a dim where r
+    has extent 1 (so the factor is the same for every term)."""
+    states = [st for _, st in operands]
+    if all(st is None for st in states):
+        return None
+    refs = {st[1] for st in states if st is not None}
+    kinds = [st[0] if st is not None else None for st in states]
+    if len(refs) == 1:
+        (r,) = refs
+        rshape = running[r]
+        scaled = ("scaled", r)
+        if op == "sub" and kinds == [None, "max"]:
+            return ("shifted", r)
+        if (op == "exp" and kinds == ["shifted"]) or (op == "mul_scalar" and kinds == ["scaled"]):
+            return scaled
+        if (op == "mul" and sorted(map(str, kinds)) == ["None", "scaled"]) or (op == "div" and kinds == ["scaled", None]):
+            return scaled
+        if op in ("add", "sub") and kinds == ["scaled", "scaled"]:
+            return scaled
+        if op == "sum" and kinds == ["scaled"] and rshape[attrs["dim"]] == 1:
+            return scaled
+        if op == "matmul" and kinds == ["scaled", None] and rshape[-1] == 1:
+            return scaled
+    raise GraphError(f"{op}: an operand depends on a running max; inside the loop that may only be exp(x - m), "
+                     "times, divided by or summed with values that do not depend on m, summed over or contracted "
+                     "along a dim where m has extent 1, and accumulated by an online accumulator bound to m")
+
+
+@dataclass(frozen=True)
+class Online(Accumulator):
+    """A sum over the loop of values scaled by exp(-m) for a running max m (its second operand, a RunningMax
+    node): before each iteration's tile is added, the sum so far is multiplied by exp(m_before - m_after),
+    so the result is the sum of every tile as if computed with the final max (the online softmax's
+    numerator and denominator). Verification writes it as a plain sum (`red`) of tiles that use the final
+    max, which is what RunningMax's encoding gives them."""
+
+    arity = 2
+
+    def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        return b.accum(args[0], self.name, running=args[1])
+
+    def step(self, ex: Any, i: int, node: Any) -> None:
+        r = node.inputs[1][0]
+        ex.env[i] = ex.env[i] * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + ex.env[node.inputs[0][0]]
+
+    def emit(self, em: Any, i: int, node: Any) -> None:
+        src, r = (ref[0] for ref in node.inputs)
+        if not em.looped:
+            em.alias(i, src)
+            return
+        acc = em.accumulator(i, self.identity)
+        alpha = em.rescales[r]
+        if self.dot and em.fusable(i):
+            em.s.loop.append(f"{acc} = {em.dot(src, acc=f'{acc} * {alpha}')}")
+        else:
+            em.s.loop.append(f"{acc} = {acc} * {alpha} + {em.operand(src, em.compute)}")
+
+
 class Saver(Kind):
     """Writes a post-loop tile to kernel output `index`; grid dims in `omap` concatenate along a data dim,
     the others (of size > 1) sum their blocks' tiles."""
@@ -252,10 +362,13 @@ class Saver(Kind):
         cw.write(tile, node.outputs[0].shape, cw.out_dtypes[k], cw.summed[k])
 
 
-LOADER, COMPUTE, SAVER = Loader(), Compute(), Saver()
+LOADER, COMPUTE, SAVER, RUNNING_MAX = Loader(), Compute(), Saver(), RunningMax()
 SUM = Accumulator("accum", combine="add", identity=0.0, reducer="red", update="{acc} += {x}", dot=True)
-ACCUMULATORS: dict[str, Accumulator] = {a.name: a for a in (SUM,)}
-KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), SAVER)}
+MAX = Accumulator("accum_max", combine="maximum", identity=-math.inf, reducer="redmax",
+                  update="{acc} = tl.maximum({acc}, {x})")
+ONLINE = Online("accum_online", combine="add", identity=0.0, reducer="red", update="", dot=True)
+ACCUMULATORS: dict[str, Accumulator] = {a.name: a for a in (SUM, MAX, ONLINE)}
+KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), RUNNING_MAX, SAVER)}
 """The structural kinds by node op; every other node is a COMPUTE node (its op is a table op)."""
 
 

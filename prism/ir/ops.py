@@ -24,7 +24,7 @@ from prism.errors import DTypeError, GraphError, ShapeError
 
 __all__ = [
     "DTYPES", "TORCH_DTYPES", "TType", "Family", "OpDef", "Builder", "OPS",
-    "UNARY", "SCALAR", "BINARY", "REDUCE", "MATMUL", "ROWWISE",
+    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "MATMUL", "ROWWISE",
     "check_dtype", "op", "register", "unregister", "watch", "revision",
 ]
 
@@ -101,7 +101,9 @@ class OpDef:
     Traits: `commutative` (operands may be swapped), `linear` (f(a + b) = f(a) + f(b), operands taken
     jointly), `linear_first` (linear in its first operand, the second held fixed), `flops` (vector FLOPs
     per element: special-function ops cost several), `zero_preserving` (f(0, ...) = 0, so zeroed padding
-    lanes stay zero).
+    lanes stay zero). For a reduction: `pad`, the value padded lanes take before it reduces over them (its
+    identity: 0 for a sum, -inf for a max), and `accumulator`, the accumulator kind (prism.ir.kinds) that
+    combines its results over loop tiles.
     """
 
     name: str
@@ -118,6 +120,8 @@ class OpDef:
     linear_first: bool = False
     flops: int = 1
     zero_preserving: bool = False
+    pad: float = 0.0
+    accumulator: str = "accum"
 
     def __post_init__(self) -> None:
         if self.torch_fn is None:
@@ -243,6 +247,8 @@ SCALAR = Family("scalar", 1, "same", _check_scalar, elementwise=True, egg="Const
                 term_attrs=("const",))
 BINARY = Family("binary", 2, "broadcast", _no_attrs, elementwise=True, egg="Binary", shared=True)
 REDUCE = Family("reduce", 1, "reduce", _check_dim, egg="Sum", term_attrs=("dim",))
+MAX_REDUCE = Family("max_reduce", 1, "reduce", _check_dim, egg="Max", term_attrs=("dim",))
+"""A max over a dim: shaped like a sum, but with none of a sum's algebra (not linear)."""
 MATMUL = Family("matmul", 2, "contract", _no_attrs, egg="MatMul")
 ROWWISE = Family("rowwise", 1, "same", _check_eps)
 """An op over whole rows (the last dim) with a constant eps: composite, so it has no terms of its own."""
@@ -346,12 +352,17 @@ for _d in [
           linear_first=True, flops=4),
     OpDef("sum", REDUCE, "sum over dim, kept as size 1", lambda x, dim: x.sum(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True),
+    OpDef("max", MAX_REDUCE, "max over dim, kept as size 1", lambda x, dim: x.amax(dim=dim, keepdim=True),
+          attrs=("dim",), triton="tl.max({0}, axis={dim}, keep_dims=True)", term="max", pad=-math.inf,
+          accumulator="accum_max"),
     OpDef("rms_norm", ROWWISE, "x / sqrt(mean(x**2 over the last dim) + eps)", attrs=("eps",),
           defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
     OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),
           triton="{0} * {value}", term="scale", linear=True, zero_preserving=True),
     OpDef("add_scalar", SCALAR, "x + value for a constant", lambda x, value: x + value, attrs=("value",),
           triton="{0} + {value}", term="shift"),
+    OpDef("maximum", BINARY, "the larger of a and b, broadcasting size-1 dims", torch.maximum,
+          triton="tl.maximum({0}, {1})", term="maximum", commutative=True),
     OpDef("sigmoid", UNARY, "1 / (1 + e**-x)", torch.sigmoid, triton="tl.sigmoid({0})", term="sigmoid", flops=4),
     OpDef("erf", UNARY, "the error function", torch.erf, triton="tl.erf({0})", term="erf", flops=4,
           zero_preserving=True),

@@ -27,7 +27,8 @@ from typing import Iterator
 
 from prism.verify import expr as X
 from prism.verify.expr import (
-    Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, part, red, repl, scale, shift, sqrt, square, sum_,
+    Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, max_, part, red, redmax, repl, scale, shift, sqrt,
+    square, sub, sum_,
 )
 
 __all__ = ["Rule", "rules", "derived_rules", "all_rules", "sum_forms", "ne", "ge"]
@@ -177,6 +178,32 @@ def parallel_sum() -> Iterator[Rule]:
     yield R("sum-comb-same", sum_(comb(t, d, p), d), red(sum_(t, d), p))  # a sum over a concatenation
 
 
+def parallel_max() -> Iterator[Rule]:
+    """Maxima over data dims (max) and over families (redmax): a max commutes with what it does not reduce,
+    a max over chunks is the max of the chunks' maxima, and a max of copies is the copy (idempotence)."""
+    yield R("max-part", max_(part(t, d, p), e), part(max_(t, e), d, p), ne(d, e))
+    yield R("max-comb", max_(comb(t, d, p), e), comb(max_(t, e), d, p), ne(d, e))
+    yield R("max-repl", max_(repl(t, p), d), repl(max_(t, d), p))
+    yield R("max-redmax", max_(redmax(t, p), d), redmax(max_(t, d), p))
+    yield R("max-bcast", max_(bcast(v, d), e), bcast(max_(v, e), d), ne(d, e))
+    yield R("max-max", max_(max_(t, d), d), max_(t, d))  # a max over an extent-1 dim changes nothing
+    yield R("redmax-max-part", redmax(max_(part(t, d, p), d), p), max_(t, d))  # the chunks' maxima
+    yield R("max-comb-same", max_(comb(t, d, p), d), redmax(max_(t, d), p))    # a max over a concatenation
+    yield R("redmax-repl", redmax(repl(t, p), p), t)                           # max(t, ..., t) = t
+    yield E("redmax-part", redmax(part(t, d, q), p), part(redmax(t, p), d, q), ne(p, q))
+    yield E("comb-redmax", comb(redmax(t, p), d, q), redmax(comb(t, d, q), p), ne(p, q))
+    yield E("redmax-repl-other", redmax(repl(t, q), p), repl(redmax(t, p), q), ne(p, q))
+
+
+def softmax_shift() -> Iterator[Rule]:
+    """Why subtracting a max before exp (numerically safe softmax) computes the same function: exp turns the
+    shift into a factor, which a sum or a row of a matmul carries out, and a ratio of two things scaled by
+    the same exp (never zero) is the ratio of the unscaled ones. Any shift works; the max keeps exp <= 1."""
+    yield R("exp-sub", exp(sub(a, bcast(v, d))), div(exp(a), bcast(exp(v), d)))    # e^(a-v) = e^a / e^v
+    yield R("sum-div-same", sum_(div(t, bcast(v, d)), d), div(sum_(t, d), v))       # v is 1 along d
+    yield R("ratio-exp", div(div(a, bcast(exp(c), d)), bcast(div(b, exp(c)), d)), div(a, bcast(b, d)))
+
+
 def elementwise() -> Iterator[Rule]:
     """Element-wise ops commute with part, repl and comb; linear ones also with red."""
     for f in X.UNARY + X.CONST_UNARY:
@@ -214,6 +241,9 @@ def patterns() -> Iterator[Rule]:
     yield D("rmsnorm-matmul", div(matmul(a, b), rms), matmul(div(a, rms), b))
     yield D("softmax-matmul", matmul(div(exp(a), bcast(sum_(exp(a), 0), 0)), b),
             div(matmul(exp(a), b), bcast(sum_(exp(a), 0), 0)))
+    safe = exp(sub(a, bcast(max_(a, 0), 0)))  # softmax with its row max subtracted (safe in float16)
+    yield D("safe-softmax-matmul", div(matmul(safe, b), bcast(sum_(safe, 0), 0)),
+            div(matmul(exp(a), b), bcast(sum_(exp(a), 0), 0)))
     yield D("paper-sum-form-6",  # the paper's form 6 holds only under a sum (the extents differ otherwise)
             sum_(red(part(red(part(t, d, p), p), d, q), q), d), sum_(t, d), ne(p, q))
 
@@ -248,7 +278,8 @@ def rules(max_pdims: int = 3, *, shortcuts: bool = False) -> list[Rule]:
     commutations), so `max_pdims` only matters with `shortcuts`, which also loads sum_forms up to that
     depth as one-step rewrites.
     """
-    out = [*algebra(), *commute(), *parallel_matmul(), *parallel_sum(), *elementwise(), *broadcast()]
+    out = [*algebra(), *commute(), *parallel_matmul(), *parallel_sum(), *parallel_max(), *softmax_shift(),
+           *elementwise(), *broadcast()]
     out = [r for r in out if not r.derived]
     if shortcuts:
         out += [Rule(r.name, r.lhs, r.rhs, r.when) for n in range(1, max_pdims + 1) for r in sum_forms(n)]

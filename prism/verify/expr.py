@@ -20,7 +20,7 @@ __all__ = [
     "Term", "Sym", "TermOp", "TERMS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "LINEAR_BINARY",
     "LINEAR_FIRST", "CONST_UNARY", "PARALLEL",
     "Var", "matmul", "exp", "silu", "gelu", "relu", "sqrt", "square", "neg", "add", "sub", "mul", "div",
-    "sum_", "scale", "shift", "bcast", "part", "comb", "red", "repl",
+    "sum_", "scale", "shift", "bcast", "part", "comb", "red", "redmax", "repl", "max_", "maximum",
     "Attr", "TermType", "make", "parse", "pdims_of", "subterms", "is_ground",
 ]
 
@@ -53,12 +53,12 @@ class TermOp:
     op: OpDef | None = None
 
 
-PARALLEL = ("part", "comb", "red", "repl")
+PARALLEL = ("part", "comb", "red", "redmax", "repl")
 _VAR = TermOp("var", 0, ("name", "shape"), "Var")
 _STRUCTURAL = [
     TermOp("bcast", 1, ("dim",), "Bcast", rule="bcast"),
     *(TermOp(n, 1, ("dim", "pdim"), n.capitalize(), rule="parallel") for n in ("part", "comb")),
-    *(TermOp(n, 1, ("pdim",), n.capitalize(), rule="parallel") for n in ("red", "repl")),
+    *(TermOp(n, 1, ("pdim",), n.capitalize(), rule="parallel") for n in ("red", "redmax", "repl")),
 ]
 
 TERMS: dict[str, TermOp] = {}
@@ -273,6 +273,16 @@ def sum_(a: Term, d: int | Sym) -> Term:
     return make("sum", a, attrs=(d,))
 
 
+
+def max_(a: Term, d: int | Sym) -> Term:
+    """Max over data dim d (counted from the last axis), keeping it with extent 1."""
+    return make("max", a, attrs=(d,))
+
+
+def maximum(a: Term, b: Term) -> Term:
+    """Element-wise max of a and b (operands sorted)."""
+    return make("maximum", a, b)
+
 def scale(a: Term, c: float | Sym) -> Term:
     """a * c for a constant c."""
     return make("scale", a, attrs=(float(c) if not isinstance(c, Sym) else c,))
@@ -296,6 +306,11 @@ def part(a: Term, d: int | Sym, p: str | Sym) -> Term:
 def comb(a: Term, d: int | Sym, p: str | Sym) -> Term:
     """Concatenate the p-family along data dim d (inverse of part)."""
     return make("comb", a, attrs=(d, p))
+
+
+def redmax(a: Term, p: str | Sym) -> Term:
+    """Element-wise max of the p-family (a loop's running max, finally)."""
+    return make("redmax", a, attrs=(p,))
 
 
 def red(a: Term, p: str | Sym) -> Term:

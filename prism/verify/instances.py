@@ -114,7 +114,7 @@ def families(term: Term) -> dict[str, list[str]] | None:
             kids = [member[x] for x in n.args]
             if n.op == "var":
                 member[n] = ("var", n.attrs[0])
-            elif n.op in ("part", "repl", "comb", "red") and n.attrs[-1] == pd:
+            elif n.op in ("part", "repl", "comb", "red", "redmax") and n.attrs[-1] == pd:
                 adds = n.op in ("part", "repl")
                 if not union(kids[0], not adds):
                     return None

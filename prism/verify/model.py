@@ -94,7 +94,9 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
         return _MEANINGS[opdef.family.rule](opdef, t, args)
     if op == "bcast":
         (a,), d = args, t.attrs[0]
-        if d in a.bdims or a.data.shape[a.axis(d)] != 1:
+        if d in a.bdims:  # already stretches along d: the same value (as prism.verify.types has it)
+            return a
+        if a.data.shape[a.axis(d)] != 1:
             raise IllFormed(f"bcast along dim {d} needs extent 1 there, got shape {tuple(a.data.shape)}")
         return Value(a.data, a.pdims, a.bdims | {d})
     if op in ("part", "repl"):
@@ -107,7 +109,7 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
             return _part(a, t.attrs[0], p, n)
         # repl, or part of a broadcast dim: every chunk of a constant-along-d tensor is that constant
         return Value(a.data.unsqueeze(0).expand(n, *a.data.shape), (p,) + a.pdims, a.bdims)
-    if op in ("comb", "red"):
+    if op in ("comb", "red", "redmax"):
         (a,) = args
         p = t.attrs[-1]
         if p not in a.pdims:
@@ -116,6 +118,8 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
         rest = a.pdims[:i] + a.pdims[i + 1:]
         if op == "red":
             return Value(a.data.sum(dim=i), rest, a.bdims)
+        if op == "redmax":
+            return Value(a.data.amax(dim=i), rest, a.bdims)
         d = t.attrs[0]
         if d in a.bdims:
             # concatenating copies of a broadcast value is that value; anything else has no extent to name

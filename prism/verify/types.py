@@ -124,7 +124,7 @@ def step(rule: str, op: str, attrs: tuple, args: Sequence[TermType], ext: Extent
 
 
 def _parallel(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
-    """part/repl over p add p to the family, comb/red remove it; part/comb split or stretch dim d."""
+    """part/repl over p add p to the family, comb/red/redmax remove it; part/comb split or stretch dim d."""
     x = args[0]
     p = attrs[-1]
     adds = op in ("part", "repl")
@@ -155,9 +155,12 @@ def _reduce(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what:
 
 
 def _bcast(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
-    """Only a dim of extent 1 broadcasts."""
+    """Only a dim of extent 1 broadcasts; broadcasting a dim that already is changes nothing (a value that
+    stretches along d, stretched along d again, is that value)."""
     x = args[0]
-    d = _known_dim(what, attrs, x)
+    d = _dim(what, attrs[0], x)
+    if d in x.bcast:
+        return x
     ext.unify(x.extents[d], ONE, f"{what}: only a dim of extent 1 broadcasts, dim {d} of {x} has")
     return TermType(x.extents, x.bcast | {d}, x.live)
 

@@ -19,6 +19,7 @@ TL = SimpleNamespace(
     exp=torch.exp, sigmoid=torch.sigmoid, erf=torch.erf, sqrt=torch.sqrt,
     maximum=lambda a, b: torch.maximum(a, torch.as_tensor(b, dtype=a.dtype)),
     sum=lambda x, axis, keep_dims: x.sum(dim=axis, keepdim=keep_dims),
+    max=lambda x, axis, keep_dims: x.amax(dim=axis, keepdim=keep_dims),
     dot=torch.matmul,
 )
 
@@ -26,7 +27,7 @@ ARGS = {
     "matmul": ([(3, 5), (5, 4)], {}),
     "add": ([(3, 4), (3, 1)], {}), "sub": ([(1, 4), (3, 4)], {}),
     "mul": ([(3, 4), (3, 4)], {}), "div": ([(3, 4), (3, 1)], {}),
-    "sum": ([(3, 4)], {"dim": 1}),
+    "sum": ([(3, 4)], {"dim": 1}), "max": ([(3, 4)], {"dim": 1}), "maximum": ([(3, 4), (3, 1)], {}),
     "rms_norm": ([(3, 8)], {"eps": 1e-3}),
     "mul_scalar": ([(3, 4)], {"value": -0.25}), "add_scalar": ([(3, 4)], {"value": 1.5}),
 }
