@@ -1,6 +1,7 @@
 """Soundness fuzzing at scale: is everything the verifier proves numerically true?
 
-Candidates are well-formed mutants of every workload's hand-written fused µGraph (at small sizes):
+Candidates are well-formed mutants of every workload's hand-written fused µGraph (at small sizes), and of
+the attention workloads' online (running-max) forms:
   terms  the fused graph's verification term edited 1-3 times (`prism.verify.fuzz.mutate`: a dim, a
          parallel dim, an op of the same family, operand order, a dropped parallel op, a constant),
          checked against the program's term in batches (`egraph.check_all`);
@@ -59,20 +60,27 @@ def _numeric(cand, ref_values, env) -> str:
     return "equal" if seen else "not evaluable"
 
 
-def term_task(name: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
-    """`count` term mutants of workload `name`'s fused graph, drawn with `seed`."""
+def _form(label: str):
+    """(workload, small config, its program, the fused form `label` names: "NAME" or "NAME+online")."""
     from prism import workloads
+
+    name, _, variant = label.partition("+")
+    w = workloads.get(name)
+    cfg = _config(w)
+    return w, cfg, w.build(cfg), w.fused(cfg, **({"online": True} if variant == "online" else {}))
+
+
+def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
+    """`count` term mutants of fused form `label`, drawn with `seed`."""
     from prism.verify.egraph import check_all
     from prism.verify.encode import encode
     from prism.verify.fuzz import mutate
     from prism.verify.instances import random_env
     from prism.verify.model import evaluate
 
-    w = workloads.get(name)
-    cfg = _config(w)
-    program = w.build(cfg)
+    _, _, program, fused_graph = _form(label)
     (ref,) = encode(program).outputs
-    (fused,) = encode(w.fused(cfg)).outputs
+    (fused,) = encode(fused_graph).outputs
     env = random_env({f"in{k}": t.shape for k, t in enumerate(program.inputs)}, seed=seed)
     ref_values = [evaluate(ref, env, {}) for _ in range(2)]
     rng = random.Random(seed)
@@ -91,16 +99,13 @@ def term_task(name: str, seed: int, count: int) -> tuple[Counter, list[str], flo
     return counts, unsound, time.perf_counter() - start
 
 
-def map_task(name: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
-    """`count` random maps of workload `name`'s fused graph (a third uniform, the rest near it)."""
-    from prism import workloads
+def map_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
+    """`count` random maps of fused form `label` (a third uniform, the rest near it)."""
     from prism.verify import equivalent
     from prism.verify.fuzz import random_maps
     from prism.verify.numeric import random_test
 
-    w = workloads.get(name)
-    cfg = _config(w)
-    program, fused = w.build(cfg), w.fused(cfg)
+    _, _, program, fused = _form(label)
     rng = random.Random(seed)
     counts, unsound = Counter(), []
     start = time.perf_counter()
@@ -135,7 +140,7 @@ def main() -> None:
     args = ap.parse_args()
     from prism import workloads
 
-    names = workloads.names()
+    names = [*workloads.names(), "attention+online", "qk_attention+online"]
     tasks = []
     for kind, total, fn in (("terms", args.mutants, term_task), ("maps", args.maps, map_task)):
         per = total // len(names)

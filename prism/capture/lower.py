@@ -191,6 +191,7 @@ _op("aten.add.Tensor", "aten.add.Scalar")(_binary("add", _add_scalar))
 _op("aten.sub.Tensor", "aten.sub.Scalar")(_binary("sub", _sub_scalar))
 _op("aten.mul.Tensor", "aten.mul.Scalar")(_binary("mul", _mul_scalar))
 _op("aten.div.Tensor", "aten.div.Scalar")(_binary("div", _div_scalar))
+_op("aten.maximum.default")(_binary("maximum"))
 
 
 @_op("aten.rsub.Scalar", "aten.rsub.Tensor")
@@ -257,9 +258,22 @@ def _reduce(lw: Lowering, a: Any, dims: Any, keepdim: bool = False, dtype: Any =
     return lw.graph.mul_scalar(t, 1.0 / n) if op_name(lw.node).startswith("aten.mean") else t
 
 
+@_op("aten.amax.default")
+def _amax(lw: Lowering, a: Any, dims: Any = (), keepdim: bool = False) -> Tensor:
+    if not keepdim:
+        raise lw.fail("a reduction without keepdim=True changes the rank, which Prism cannot express")
+    t = lw.tensor(a)
+    for d in _dims(lw, a, dims):
+        t = lw.graph.max(t, d)
+    return t
+
+
 @_op("aten._softmax.default", "aten.softmax.int")
 def _softmax(lw: Lowering, a: Any, dim: int, half_to_float: Any = None) -> Tensor:
-    e = lw.graph.exp(lw.tensor(a))
+    """torch's softmax, max subtracted first (exp never exceeds 1)."""
+    x = lw.tensor(a)
+    dim %= len(x.shape)
+    e = lw.graph.exp(lw.graph.sub(x, lw.graph.max(x, dim)))
     return lw.graph.div(e, lw.graph.sum(e, dim))
 
 

@@ -20,7 +20,7 @@ from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
-from prism.ir.ops import MATMUL, OPS, REDUCE, ROWWISE, TType
+from prism.ir.ops import MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, TType
 
 __all__ = ["to_custom", "elementwise_block", "ELEMENTS", "ROW"]
 
@@ -76,19 +76,20 @@ def elementwise_block(op: str | None, attrs: dict, inputs: Sequence[TType], out:
     return b
 
 
-def _sum_block(x: TType, dim: int) -> BlockGraph:
-    """sum over `dim`: the loop walks `dim` in tiles, each block owns a tile of the other dims."""
+def _reduce_block(op: str, x: TType, dim: int) -> BlockGraph:
+    """A reduction (sum, max) over `dim`: the loop walks `dim` in tiles, each reduced and combined across
+    iterations by the op's accumulator; each block owns a tile of the other dims."""
     tile = _divisor(x.shape[dim], 1024)
     tiles, grid_of, grid = _tiling(x.shape, {dim: tile})
     b = BlockGraph(grid=grid, loop=x.shape[dim] // tile)
     t = b.input(x, imap={g: d for d, g in grid_of.items()}, fmap=dim)
-    b.output(b.accum(b.sum(t, dim)), omap={g: d for d, g in grid_of.items()})
+    b.output(b.accum(b.apply(op, [t], {"dim": dim}), OPS[op].accumulator), omap={g: d for d, g in grid_of.items()})
     return b
 
 
 class _RowPass:
-    """The block builder a decomposition runs with when the loop walks the last dim: a sum over it adds up
-    across iterations (an accumulator); an op that needs the whole row again after such a sum ends the
+    """The block builder a decomposition runs with when the loop walks the last dim: a reduction over it
+    combines across iterations (its op's accumulator); an op that needs the whole row again after such a sum ends the
     pass, leaving it for a second kernel."""
 
     def __init__(self, b: BlockGraph, x: TType) -> None:
@@ -99,7 +100,7 @@ class _RowPass:
             raise _SecondPass(op, args, attrs)
         t = self.b.apply(op, list(args), attrs)
         rowsum = OPS[op].family.rule == "reduce" and attrs["dim"] == self.last
-        return self.b.accum(t) if rowsum and self.b.phase(t.ref) == LOOP else t
+        return self.b.accum(t, OPS[op].accumulator) if rowsum and self.b.phase(t.ref) == LOOP else t
 
     def rank(self, t: Tensor) -> int:
         return len(t.shape)
@@ -170,11 +171,11 @@ def _matmul(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom
     return custom(_matmul_block(*(a.type for a in args)), args, op)
 
 
-def _sum(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
-    return custom(_sum_block(args[0].type, attrs["dim"]), args, op)
+def _reduce(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    return custom(_reduce_block(op, args[0].type, attrs["dim"]), args, op)
 
 
-_LOWERING = {MATMUL.name: _matmul, REDUCE.name: _sum, ROWWISE.name: _row_op}
+_LOWERING = {MATMUL.name: _matmul, REDUCE.name: _reduce, MAX_REDUCE.name: _reduce, ROWWISE.name: _row_op}
 """How a kernel-level op of each family runs as custom ops; element-wise families go tile by tile."""
 
 

@@ -92,30 +92,21 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         t = self._own(tensor, "accum")
         if self._phase[t.ref] != LOOP:
             raise GraphError(f"accum: {t.name} is already after the loop; accumulate loop tensors only")
-        scale = self._scale.get(t.ref)
-        if kind == ONLINE.name:
-            r = self._own(running, "accum") if running is not None else None
-            if r is None or self._scale.get(r.ref) != ("max", r.ref) or scale != ("scaled", r.ref):
-                raise GraphError(f"accum: an online accumulator sums exp(x - m) times values that do not depend "
-                                 f"on m, for m = `running` (a running_max); {t.name} is not such a value of "
-                                 f"{running.name if isinstance(running, Tensor) else running!r}")
-            return self._append(Node(kind, (t.ref, r.ref), {}, (t.type,)))[0]
-        if running is not None:
-            raise GraphError(f"accum: only the online accumulator takes a running max, not {kind!r}")
-        if scale is not None:
-            raise GraphError(f"accum: {t.name} depends on a running max; only an online accumulator bound to it "
-                             "may sum it (it rescales as the max grows)")
-        return self._append(Node(kind, (t.ref,), {}, (t.type,)))[0]
+        operands = [t] if running is None else [t, self._own(running, "accum")]
+        if (kind == ONLINE.name) != (running is not None):
+            raise GraphError(f"accum: the online accumulator, and only it, takes the running max its tensor is "
+                             f"scaled by (`running`); {kind!r} {'needs' if running is None else 'takes'} none")
+        self._scaled(kind, {}, operands)
+        return self._append(Node(kind, tuple(o.ref for o in operands), {}, (t.type,)))[0]
 
     def running_max(self, tensor: Tensor) -> Tensor:
         """The max of a loop tensor over the iterations so far, inside the loop (prism.ir.kinds.RunningMax):
         the online softmax subtracts it before exp, and online accumulators bound to it rescale as it grows."""
         t = self._own(tensor, "running_max")
-        if self._phase[t.ref] != LOOP or self._scale.get(t.ref) is not None:
-            raise GraphError(f"running_max: {t.name} must be a loop tensor that does not depend on a running max")
-        out = self._append(Node(RUNNING_MAX.name, (t.ref,), {}, (t.type,)))[0]
-        self._scale[out.ref] = ("max", out.ref)
-        return out
+        if self._phase[t.ref] != LOOP:
+            raise GraphError(f"running_max: {t.name} is already after the loop; a running max is of a loop tensor")
+        self._scaled(RUNNING_MAX.name, {}, [t])
+        return self._append(Node(RUNNING_MAX.name, (t.ref,), {}, (t.type,)))[0]
 
     def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None) -> Tensor:
         """Write a tile to a kernel output; omap: {"x"|"y"|"z": data dim the blocks concatenate along}.
@@ -174,8 +165,13 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
             names = ", ".join(f"{t.name} ({'inside the loop' if self._phase[t.ref] == LOOP else 'after it'})"
                               for t in tensors)
             raise GraphError(f"{name}: operands {names} are on different sides of the loop accumulator")
-        self._pending_scale = scaling(name, attrs, [(t.shape, self._scale.get(t.ref)) for t in tensors],
-                                      {r: self.type_of(r).shape for r in self._running()})
+        self._scaled(name, attrs, tensors)
+
+    def _scaled(self, op: str, attrs: Mapping[str, Any], tensors: Sequence[Tensor]) -> None:
+        """Check the running-max rule (prism.ir.kinds.scaling) for the node about to be appended."""
+        running = {r: self.type_of(r).shape for r, s in self._scale.items() if s == ("max", r)}
+        self._pending_scale = scaling(op, attrs, [(t.shape, self._scale.get(t.ref)) for t in tensors], running,
+                                      me=(len(self.nodes), 0))
 
     def _append(self, node: Node) -> tuple[Tensor, ...]:
         out = super()._append(node)
@@ -184,9 +180,6 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
             self._scale[out[0].ref] = self._pending_scale
             self._pending_scale = None
         return out
-
-    def _running(self) -> list[Ref]:
-        return [r for r, s in self._scale.items() if s == ("max", r)]
 
     def _before_append(self, node: Node) -> None:
         if self._frozen:

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
+from prism.errors import GraphError
 from prism.ir.ops import OPS
 
 __all__ = [
@@ -255,13 +256,32 @@ class RunningMax(Kind):
 
 
 def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]],
-            running: dict[Any, tuple[int, ...]]) -> tuple[str, Any] | None:
-    """How the result of table op `op` depends on a running max, given each operand's (shape, state): None
-    (not at all), ("shifted", r) for x - r, ("scaled", r) for a value that is exp(-r) times one independent
-    of r, per position (what an online accumulator bound to r can rescale); a GraphError for anything else.
-    `running` gives each running max's shape: a sum or a matmul's contraction must run over a dim where r
-    has extent 1 (so the factor is the same for every term)."""
+            running: dict[Any, tuple[int, ...]], me: Any = None) -> tuple[str, Any] | None:
+    """How a node's value depends on a running max, given each operand's (shape, state), or a GraphError
+    where it may not: the one rule BlockGraph and the search's sGraph both apply (prism.symbolic.sgraph).
+
+    States: None (independent of every running max), ("max", r) for running max r itself (`me`, the new
+    node's reference, when `op` is "running_max"), ("shifted", r) for x - r, ("scaled", r) for a value that
+    is exp(-r) times one independent of r, per position (what an online accumulator bound to r can
+    rescale). `running` gives each running max's shape (1 where its dim has extent 1): a sum or a matmul's
+    contraction of a scaled value must run over a dim where r has extent 1, so every term has the same
+    factor. Accumulators take independent values, except the online one: a value scaled by its second
+    operand."""
     states = [st for _, st in operands]
+    if op == RUNNING_MAX.name:
+        if states != [None]:
+            raise GraphError("running_max: its operand already depends on a running max")
+        return ("max", me)
+    if op in ACCUMULATORS:
+        if op == ONLINE.name:
+            r = states[1][1] if len(states) == 2 and states[1] is not None and states[1][0] == "max" else None
+            if r is None or states[0] != ("scaled", r):
+                raise GraphError("accum: an online accumulator sums exp(x - m) times values that do not depend "
+                                 "on m, for m its second operand (a running_max)")
+        elif states != [None]:
+            raise GraphError(f"accum: {op} cannot take a value that depends on a running max; only an online "
+                             "accumulator bound to it may sum it (it rescales as the max grows)")
+        return None
     if all(st is None for st in states):
         return None
     refs = {st[1] for st in states if st is not None}
@@ -274,7 +294,9 @@ def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]]
             return ("shifted", r)
         if (op == "exp" and kinds == ["shifted"]) or (op == "mul_scalar" and kinds == ["scaled"]):
             return scaled
-        if (op == "mul" and sorted(map(str, kinds)) == ["None", "scaled"]) or (op == "div" and kinds == ["scaled", None]):
+        if op == "mul" and sorted(map(str, kinds)) == ["None", "scaled"]:
+            return scaled
+        if op == "div" and kinds == ["scaled", None]:
             return scaled
         if op in ("add", "sub") and kinds == ["scaled", "scaled"]:
             return scaled

@@ -3,7 +3,8 @@
 A state is an immutable `SGraph` (one loader per kernel input, then block ops). From a state the
 generator appends one op at a time from the target's vocabulary (every (op, attrs) in the closure:
 matmul, unary, binary, sum(dim), mul_scalar/add_scalar with the target's constants, rms_norm) or an
-accumulator, in canonical order (each op's `BOp.key` above the previous op's, so a DAG is built in
+accumulator (a sum; a max or a running max of a max; the online sum of what a running max scales), in
+canonical order (each op's `BOp.key` above the previous op's, so a DAG is built in
 one order only). Candidates are built from the closure's parent index, so only ops whose d_p = 1
 term is a subterm of the target's closure exist (the expression check, §3.3); then the loop phase
 and dimension matching (§3.2) are checked.
@@ -20,11 +21,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+from prism.ir.kinds import MAX, ONLINE
 from prism.ir.ops import OPS
 from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
-from prism.symbolic.sgraph import ACCUM, BOp, Labels, SGraph, match_binary
+from prism.symbolic.sgraph import ACCUM, RUNNING_MAX, BOp, Labels, SGraph, match_binary
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
@@ -170,11 +172,8 @@ class Generator:
         by_term: dict[Term, list[int]] = {}
         for i, t in enumerate(s.terms):
             by_term.setdefault(t, []).append(i)
-        accum_ok = s.n_accums < self.limits.max_accums
         for i in range(lo, n):
-            ops: list[tuple[BOp, Term]] = []
-            if accum_ok and not s.post[i]:
-                ops.append((BOp(ACCUM, (i,), ()), s.terms[i]))
+            ops = [(bop, s.terms[i]) for bop in self._structural(s, i)]
             for parent in self.parents.get(s.terms[i], ()):
                 ops.extend(self._instances(parent, i, by_term))
             for bop, term in ops:
@@ -220,9 +219,24 @@ class Generator:
                 total += (pairs(n) - pairs(lo)) * (1 if d.commutative else 2)
             else:
                 total += n * n - lo * lo
+        return total + sum(len(self._structural(s, i)) for i in range(lo, n))
+
+    def _structural(self, s: SGraph, i: int) -> list[BOp]:
+        """The accumulators and running max that may take loop tensor i (their term is i's): a sum of a
+        value independent of every running max, a max or a running max of a max, an online sum of a value
+        scaled by a running max r (prism.ir.kinds.scaling)."""
+        if s.post[i]:
+            return []
+        state, is_max = s.scale[i], op_of(s.terms[i]) == "max"
+        out = []
         if s.n_accums < self.limits.max_accums:
-            total += sum(1 for i in range(lo, n) if not s.post[i])
-        return total
+            if state is None:
+                out += [BOp(ACCUM, (i,))] + ([BOp(MAX.name, (i,))] if is_max else [])
+            elif state[0] == "scaled":
+                out.append(BOp(ONLINE.name, (i, state[1])))
+        if is_max and state is None:
+            out.append(BOp(RUNNING_MAX, (i,)))
+        return out
 
     # -- emission ------------------------------------------------------------------------------
 

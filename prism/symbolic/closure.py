@@ -15,6 +15,13 @@ Rules (r is a row-broadcast operand: its last dim is UNIT; c a column-broadcast 
   sum(a·s, d)         <-> sum(a, d)·s
   sum(a / v, d)       <-> sum(a, d) / v                         (v's dim d is UNIT; same with a · v)
   (a / r) · b         <-> (a · b) / r                           (elementwise, any broadcast)
+
+and one rule on whole forms only (`SHIFT_FORMS`): where a form divides by sum(exp(a), d), and uses sum(exp(a), d)
+nowhere else, every exp(a) in it becomes exp(a - max(a, d)), and back: the max-subtracted softmax, whose
+fused forms (a running max, online accumulators) never overflow, and the paper's exp/sum/div, whatever
+form the program is written in. A ratio is invariant under the common factor exp(-max), so the new form
+is equal when exp(a) enters the numerator linearly, as in softmax and attention; the rule does not check
+that (pruning needs no soundness: the verifier decides).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent
 from prism.symbolic.terms import Term, attrs_of, kids, mk, op_of, subterms, term_shape
 
-__all__ = ["RULES", "Target", "closure", "vocabulary_ops"]
+__all__ = ["RULES", "SHIFT_FORMS", "Target", "closure", "vocabulary_ops"]
 
 Rule = Callable[[Term, AtomSpace], Iterator[Term]]
 
@@ -133,8 +140,50 @@ def _div_mul(t: Term, space: AtomSpace) -> Iterator[Term]:
 RULES: tuple[Rule, ...] = (_expand, _matmul_scale, _sum_scale, _div_mul)
 
 
+def _shift(t: Term, space: AtomSpace) -> Iterator[Term]:
+    """t with every exp(a) replaced by exp(a - max(a, d)), or every exp(a - max(a, d)) by exp(a), for each
+    sum(exp(.), d) that t only divides by."""
+    subs = subterms(t)
+    for den in sorted({kids(s)[1] for s in subs if op_of(s) == "div"}, key=repr):
+        if op_of(den) != "sum" or op_of(kids(den)[0]) != "exp":
+            continue
+        if any(den in kids(s) for s in subs if op_of(s) != "div" or kids(s)[1] != den or kids(s)[0] == den):
+            continue
+        e = kids(den)[0]
+        if _exps_outside(t, den) != {e}:
+            continue  # the numerator's exp must be the denominator's, or the common factor does not cancel
+        (a,), (d,) = kids(e), attrs_of(den)
+        if op_of(a) == "sub" and kids(a)[1] == mk("max", (d,), kids(a)[0]):
+            yield _replace(t, e, mk("exp", (), kids(a)[0]))
+        else:
+            yield _replace(t, e, mk("exp", (), mk("sub", (), a, mk("max", (d,), a))))
+
+
+def _exps_outside(t: Term, den: Term) -> set[Term]:
+    """The exp subterms of `t` outside every occurrence of `den`."""
+    if t == den:
+        return set()
+    found = {t} if op_of(t) == "exp" else set()
+    for c in kids(t):
+        found |= _exps_outside(c, den)
+    return found
+
+
+def _replace(t: Term, old: Term, new: Term) -> Term:
+    """t with every occurrence of `old` replaced by `new`."""
+    if t == old:
+        return new
+    if not kids(t):
+        return t
+    return mk(op_of(t), attrs_of(t), *(_replace(c, old, new) for c in kids(t)))
+
+
+SHIFT_FORMS: Rule = _shift
+"""The rule applied to whole forms only, before and after the saturation under RULES."""
+
+
 def _rewrites(t: Term, space: AtomSpace) -> Iterator[Term]:
-    """Every term one rule application away from `t`, at any position."""
+    """Every term one rule of RULES away from `t`, at any position."""
     for rule in RULES:
         yield from rule(t, space)
     ch = kids(t)
@@ -159,19 +208,25 @@ class Target:
 
 
 def closure(root: Term, space: AtomSpace, cap: int = 20000) -> Target:
-    """Saturate `root` under RULES (whole-term worklist; `complete` is False if `cap` forms were hit)."""
-    seen = {root}
-    work = [root]
+    """Saturate `root` (and its SHIFT forms) under RULES, then add the SHIFT forms of everything reached
+    (a whole-term worklist; `complete` is False if `cap` forms were hit).
+
+    SHIFT is applied around the saturation, not inside it: rewriting the two copies of a in
+    exp(a - max(a, d)) independently would multiply the forms by the square of a's forms, all unequal."""
+    shape = term_shape(root, space)
+    seen = {root, *SHIFT_FORMS(root, space)}
+    work = list(seen)
     complete = True
-    while work:
+    while work and complete:
         t = work.pop()
         for u in _rewrites(t, space):
-            if u not in seen and term_shape(u, space) == term_shape(root, space):
+            if u not in seen and term_shape(u, space) == shape:
                 if len(seen) >= cap:
                     complete = False
                     break
                 seen.add(u)
                 work.append(u)
+    seen |= {u for t in list(seen) for u in SHIFT_FORMS(t, space)}
     subs: set[Term] = set()
     for t in seen:
         subterms(t, subs)

@@ -13,15 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from prism.errors import GraphError
 from prism.ir import kinds
 from prism.ir.ops import OPS, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.terms import Term, leaf, mk
 
-__all__ = ["LOADER", "ACCUM", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
+__all__ = ["LOADER", "ACCUM", "RUNNING_MAX", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
 
-LOADER, ACCUM = kinds.LOADER.name, kinds.SUM.name
-"""The block ops that are no table op: a loader, and the accumulator the generator adds (a sum)."""
+LOADER, ACCUM, RUNNING_MAX = kinds.LOADER.name, kinds.SUM.name, kinds.RUNNING_MAX.name
+"""The block ops that are no table op: a loader, the plain accumulator (a sum; prism.ir.kinds.ACCUMULATORS
+has the others) and a running max."""
 
 Labels = tuple[tuple[int, int], ...]
 """Per atom: (grid dim index, or -1 for none, or -2 for symbolic; loop flag 0/1, or -2 for symbolic)."""
@@ -29,7 +31,8 @@ Labels = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class BOp:
-    """One block op: `op` is a table op, LOADER (attrs = (input index,)) or an accumulator (ACCUM)."""
+    """One block op: `op` is a table op, LOADER (attrs = (input index,)), RUNNING_MAX or an accumulator
+    (prism.ir.kinds.ACCUMULATORS; the online one's inputs are its tensor and the running max)."""
 
     op: str
     inputs: tuple[int, ...]
@@ -45,9 +48,9 @@ _OP_IDS: dict[str, int] = {}
 
 @watch
 def _number_ops() -> None:
-    """Op ids for the canonical order: the loader, the accumulators, then the table ops in table order."""
+    """Op ids for the canonical order: the loader, the accumulators, the running max, then the table ops."""
     _OP_IDS.clear()
-    _OP_IDS.update((name, k) for k, name in enumerate([LOADER, *kinds.ACCUMULATORS, *OPS]))
+    _OP_IDS.update((name, k) for k, name in enumerate([LOADER, *kinds.ACCUMULATORS, RUNNING_MAX, *OPS]))
 
 
 def _union(uf: UnionFind, a: int, b: int, space: AtomSpace, labels: Labels | None) -> UnionFind | None:
@@ -95,7 +98,7 @@ def match_matmul(a: tuple[int, ...], b: tuple[int, ...], uf: UnionFind, space: A
 def op_dims(op: str, attrs: tuple, shapes: list[tuple[int, ...]], uf: UnionFind, space: AtomSpace,
             labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
     """The result dims of a table op or an accumulator, and the unions it implies (None: incompatible)."""
-    rule = "same" if op in kinds.ACCUMULATORS else OPS[op].family.rule
+    rule = "same" if op in kinds.ACCUMULATORS or op == RUNNING_MAX else OPS[op].family.rule
     return _DIMS[rule](shapes, attrs, uf, space, labels)
 
 
@@ -118,7 +121,8 @@ _DIMS = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule)
 
 @dataclass(frozen=True)
 class SGraph:
-    """A partial or finished block graph with symbolic maps: ops, per-tensor dims/phase/term, classes."""
+    """A partial or finished block graph with symbolic maps: ops, per-tensor dims/phase/term, classes, and
+    how each tensor depends on a running max (`scale`: prism.ir.kinds.scaling's states, refs are indices)."""
 
     space: AtomSpace
     ops: tuple[BOp, ...]
@@ -128,6 +132,7 @@ class SGraph:
     uses: tuple[int, ...]
     uf: UnionFind
     labels: Labels | None = None
+    scale: tuple[tuple[str, int] | None, ...] = ()
 
     @classmethod
     def start(cls, space: AtomSpace, labels: Labels | None = None) -> SGraph:
@@ -135,7 +140,7 @@ class SGraph:
         n = len(space.shapes)
         return cls(space, tuple(BOp(LOADER, (), (i,)) for i in range(n)),
                    tuple(space.input_dims(i) for i in range(n)), (False,) * n,
-                   tuple(leaf(i) for i in range(n)), (0,) * n, UnionFind.identity(len(space)), labels)
+                   tuple(leaf(i) for i in range(n)), (0,) * n, UnionFind.identity(len(space)), labels, (None,) * n)
 
     @property
     def n_loaders(self) -> int:
@@ -146,29 +151,49 @@ class SGraph:
         return sum(1 for o in self.ops if o.op in kinds.ACCUMULATORS)
 
     def term(self, bop: BOp) -> Term:
-        """The abstract term of `bop`'s result with every d_p = 1 (accum is then the identity)."""
-        if bop.op in kinds.ACCUMULATORS:  # a combine over a loop of one tile is that tile
+        """The abstract term of `bop`'s result with every d_p = 1 (accumulators and a running max are then
+        identities: over a loop of one tile, they are that tile)."""
+        if bop.op in kinds.ACCUMULATORS or bop.op == RUNNING_MAX:
             return self.terms[bop.inputs[0]]
         return mk(bop.op, bop.attrs, *(self.terms[i] for i in bop.inputs))
 
     def extend(self, bop: BOp, term: Term | None = None) -> SGraph | str:
-        """This graph plus `bop`, or the reason it cannot be added: "phase" or "dims"."""
+        """This graph plus `bop`, or the reason it cannot be added: "phase", "dims" or "scale" (a use of a
+        running max that no online accumulator can rescale)."""
         phases = {self.post[i] for i in bop.inputs}
         accum = bop.op in kinds.ACCUMULATORS
-        if len(phases) != 1 or (accum and True in phases):
+        if len(phases) != 1 or ((accum or bop.op == RUNNING_MAX) and True in phases):
             return "phase"
         matched = op_dims(bop.op, bop.attrs, [self.dims[i] for i in bop.inputs], self.uf, self.space,
                           self.labels)
         if matched is None:
             return "dims"
         dims, uf = matched
+        scale = self._scaling(bop)
+        if scale == "scale":
+            return "scale"
         uses = list(self.uses)
         for i in set(bop.inputs):
             uses[i] += 1
         return replace(self, ops=self.ops + (bop,), dims=self.dims + (dims,),
                        post=self.post + (accum or phases == {True},),
                        terms=self.terms + (self.term(bop) if term is None else term,),
-                       uses=tuple(uses) + (0,), uf=uf)
+                       uses=tuple(uses) + (0,), uf=uf, scale=self.scale + (scale,))
+
+    def _scaling(self, bop: BOp) -> tuple[str, int] | None | str:
+        """`bop`'s running-max state (prism.ir.kinds.scaling, with UNIT dims as extent 1), or "scale"."""
+        def shape(i: int) -> tuple[int | None, ...]:
+            return tuple(1 if a == UNIT else None for a in self.dims[i])
+
+        if bop.op in OPS and all(self.scale[i] is None for i in bop.inputs):
+            return None
+        attrs = dict(zip(OPS[bop.op].attrs, bop.attrs)) if bop.op in OPS else {}
+        running = {r: shape(r) for r, st in enumerate(self.scale) if st == ("max", r)}
+        try:
+            return kinds.scaling(bop.op, attrs, [(shape(i), self.scale[i]) for i in bop.inputs], running,
+                                 me=len(self.ops))
+        except GraphError:
+            return "scale"
 
     def classes(self) -> dict[int, tuple[int, ...]]:
         """Representative atom -> member atoms, over the atoms that are not UNIT."""

@@ -17,7 +17,7 @@ from prism.ir.kinds import ACCUMULATORS
 from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
-from prism.symbolic.sgraph import LOADER, BOp, SGraph, attr_from_json, attr_json, op_dims
+from prism.symbolic.sgraph import LOADER, RUNNING_MAX, BOp, SGraph, attr_from_json, attr_json, op_dims
 
 __all__ = ["Structure", "check_shapes", "class_factor", "instantiate", "program_classes", "structure_from_json"]
 
@@ -125,7 +125,9 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
             imap, fmap = loaders[op.attrs[0]]
             ts.append(b.input(ins[op.attrs[0]], imap=imap, fmap=fmap))
         elif op.op in ACCUMULATORS:
-            ts.append(b.accum(ts[op.inputs[0]], op.op))
+            ts.append(b.accum(ts[op.inputs[0]], op.op, *(ts[i] for i in op.inputs[1:])))
+        elif op.op == RUNNING_MAX:
+            ts.append(b.running_max(ts[op.inputs[0]]))
         else:
             ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
     for k, o in enumerate(st.outputs):

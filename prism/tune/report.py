@@ -18,7 +18,8 @@ UNFUSED = -1
 @dataclass
 class Entry:
     """One candidate: where it came from ("model": the cost model's best; "random": a uniform draw;
-    "baseline": the unfused program), its estimate, its time if measured, its kernels, its fate."""
+    "baseline": the unfused program), its estimate, its time if measured, its kernels, its fate, and
+    `risk`: why it can overflow (prism.tune.safety), None if it cannot."""
 
     candidate: Candidate
     origin: str
@@ -26,6 +27,7 @@ class Entry:
     measured_us: float | None = None
     kernels: list[dict[str, Any]] = field(default_factory=list)
     status: str = "pending"
+    risk: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -37,12 +39,12 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate.to_json(), "origin": self.origin, "estimate_us": self.estimate_us,
-                "measured_us": self.measured_us, "kernels": self.kernels, "status": self.status}
+                "measured_us": self.measured_us, "kernels": self.kernels, "status": self.status, "risk": self.risk}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Entry:
         return cls(Candidate.from_json(d["candidate"]), d["origin"], d.get("estimate_us"), d.get("measured_us"),
-                   list(d.get("kernels", [])), d.get("status", "ok"))
+                   list(d.get("kernels", [])), d.get("status", "ok"), d.get("risk"))
 
 
 @dataclass
@@ -77,8 +79,9 @@ class Report:
                 "compiled ahead of time to PTX where shown")
 
     def table(self) -> str:
-        """One row per candidate, best first by the number that decided (time, else estimate)."""
-        head = ["", "candidate", "origin", "est us", "meas us", "regs", "smem B", "status"]
+        """One row per candidate, best first as the tuner chose: safe ones first (prism.tune.safety), then by
+        the number that decided (time, else estimate)."""
+        head = ["", "candidate", "origin", "est us", "meas us", "regs", "smem B", "safe", "status"]
         rows = []
         order = sorted(range(len(self.entries)), key=self._sort_key)
         for i in order:
@@ -87,7 +90,8 @@ class Report:
             smem = "/".join(str(k.get("shared", k.get("smem", "?"))) for k in e.kernels) or "-"
             rows.append(["*" if i == self.chosen else "", e.label, e.origin,
                          "-" if e.estimate_us is None else f"{e.estimate_us:.2f}",
-                         "-" if e.measured_us is None else f"{e.measured_us:.2f}", regs, smem, e.status])
+                         "-" if e.measured_us is None else f"{e.measured_us:.2f}", regs, smem,
+                         "no" if e.risk else "yes", e.status])
         widths = [max(len(str(r[c])) for r in [head] + rows) for c in range(len(head))]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
@@ -97,7 +101,7 @@ class Report:
     def _sort_key(self, i: int) -> tuple:
         e = self.entries[i]
         key = e.measured_us if self.method == GPU_PROFILE else e.estimate_us
-        return (not e.ok, key if key is not None else float("inf"), i)
+        return (not e.ok, e.risk is not None, key if key is not None else float("inf"), i)
 
     def summary(self) -> str:
         lines = [f"method: {self.method_text}",

@@ -6,7 +6,8 @@ ranks a point in well under a millisecond, so it ranks the whole space first and
 steps (compilation, profiling) on the model's best candidates plus a uniform random draw over all
 (graph, params) pairs (`explore`), which keeps the search honest where the model is wrong and gives
 the rank correlation between model and measurement its spread. The unfused program (one generated
-kernel per op) is always a candidate too: it is the baseline and the fallback.
+kernel per op) is always a candidate too: it is the baseline and the fallback. Candidates that can
+overflow (prism.tune.safety) rank after every safe one and are chosen only when no safe one survives.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prism.progress import report as report_progress
 from prism.tune.compile import CompileResult, compile_many
 from prism.tune.cost import Cost, estimate
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report
+from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
 from prism.tune.target import Target, get_target
 
@@ -85,7 +87,8 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     clock.lap("rank")
     seen: set[str] = set()
     picks = _select(space, ranked, budget, explore, seed, seen, target, report)
-    base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline"), program, estimate(program, target))
+    base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)), program,
+                 estimate(program, target))
     picks.append(base)
     for p in picks:
         p.entry.estimate_us = p.cost.seconds * 1e6
@@ -124,12 +127,14 @@ class _Clock:
 
 def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Report,
           log: Callable[[str], None]) -> list[_Pick]:
-    """Phase 1: every point (or a uniform sample of `rank_limit`) estimated and sorted, cheapest first;
-    ties go to less shared memory, then to candidate order."""
+    """Phase 1: every point (or a uniform sample of `rank_limit`) estimated and sorted: the ones that cannot
+    overflow first (prism.tune.safety), cheapest first; ties go to less shared memory, then to candidate
+    order."""
     points = space.points()
     pool = points if len(points) <= rank_limit else space.sample(rank_limit, seed)
     ranked = [p for p in (_pick(space, c, "model", target, report) for c in pool) if p is not None]
-    ranked.sort(key=lambda p: (p.cost.seconds, sum(k.work.smem for k in p.cost.kernels), p.entry.candidate))
+    ranked.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, sum(k.work.smem for k in p.cost.kernels),
+                               p.entry.candidate))
     report.space = {"graphs": len(space.graphs), "points": len(points), "ranked": len(pool)}
     if not points:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
@@ -189,7 +194,7 @@ def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Repor
     except MappingError as e:  # the space promised this point instantiates: a bug worth seeing
         report.notes.append(f"{c} is in the space but did not instantiate: {e}")
         return None
-    return _Pick(Entry(c, origin), g, estimate(g, target))
+    return _Pick(Entry(c, origin, risk=overflow_risk(g)), g, estimate(g, target))
 
 
 def _fresh(p: _Pick, seen: set[str]) -> bool:
@@ -316,6 +321,13 @@ def _choose(report: Report, target: Target) -> None:
     if not ok:
         reasons = "; ".join(f"{e.label}: {e.status}" for e in report.entries)
         raise TuneError(f"no candidate survived tuning ({reasons})")
+    risky = [i for i in ok if report.entries[i].risk]
+    if risky:
+        safe = [i for i in ok if not report.entries[i].risk]
+        report.notes.append(f"{len(risky)} of {len(ok)} surviving candidate(s) can overflow for large inputs "
+                            f"(first: {report.entries[risky[0]].risk}); "
+                            + ("they were set aside" if safe else "no safe candidate survived"))
+        ok = safe or ok
     best = min(ok, key=lambda i: (key(report.entries[i]), i))
     report.chosen = best
     e = report.entries[best]

@@ -121,19 +121,30 @@ class Workload:
 
     # -- data ----------------------------------------------------------------------------------
 
-    def inputs(self, cfg: Mapping[str, int], seed: int, dtype: Any = None) -> list[torch.Tensor]:
+    def inputs(self, cfg: Mapping[str, int], seed: int, dtype: Any = None,
+               scales: Mapping[str, float] | None = None) -> list[torch.Tensor]:
         """Random inputs for `cfg`, the same for the same seed whatever the dtype.
 
         Each entry is ±scale·u with u uniform in [0.5, 1.5): never zero (a zero would hide a missing
-        term) and O(scale) in size. Values are drawn in float32 (float64 arithmetic on 16M-entry
-        weights costs seconds) and then converted, so every dtype holds the same values, rounded.
+        term) and O(scale) in size; `scales` replaces the workload's scale of the inputs it names (the
+        attention workloads' `logit_scales` give the logits of real models). Values are drawn in float32
+        (float64 arithmetic on 16M-entry weights costs seconds) and then converted, so every dtype holds
+        the same values, rounded.
         """
         cfg = self.check_config(cfg)
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise WorkloadError(f"{self.name}: seed must be a non-negative int, got {seed!r}")
         torch_dtype = TORCH_DTYPES[self._dtype(dtype)]
         gen = torch.Generator().manual_seed(int(seed))
-        scales = self.scales_fn(cfg)
+        unknown = sorted(set(scales or {}) - set(self.input_names))
+        if unknown:
+            raise WorkloadError(f"{self.name}: scales for unknown input(s) {', '.join(map(repr, unknown))}; "
+                                f"inputs: {', '.join(self.input_names)}")
+        bad = {k: v for k, v in (scales or {}).items()
+               if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf}
+        if bad:
+            raise WorkloadError(f"{self.name}: a scale is a positive finite number, got {bad}")
+        scales = {**self.scales_fn(cfg), **(scales or {})}
         out = []
         for t in self.graph_fn(cfg, self.dtype).inputs:
             v = torch.rand(t.shape, generator=gen).mul_(2).sub_(1)          # uniform in [-1, 1)

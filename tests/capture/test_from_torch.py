@@ -73,10 +73,25 @@ def test_a_module_with_parameters_runs_like_torch_through_the_executor():
         assert torch.allclose(g, t, rtol=1e-4, atol=1e-5)
 
 
+def test_softmax_is_captured_max_subtracted_and_stays_finite_at_large_logits():
+    """torch's softmax never overflows, and neither does its capture (the max is subtracted before exp);
+    amax and maximum are captured as Prism's max and maximum."""
+    x = torch.randn(4, 64) * 60                                # exp(x) overflows float32 above 88
+    graph = prism.from_torch(lambda x: torch.softmax(x, -1), x)
+    assert [n.op for n in graph.nodes if n.op != "input"] == ["max", "sub", "exp", "sum", "div"]
+    (got,) = prism.interp.run(graph, [x])
+    assert got.isfinite().all() and torch.allclose(got, torch.softmax(x, -1), atol=1e-6)
+    user = lambda a, b: torch.maximum(a, b) - a.amax(-1, keepdim=True)
+    b = torch.randn(4, 64)
+    (got,) = prism.interp.run(prism.from_torch(user, x, b), [x, b])
+    assert torch.equal(got, user(x, b))
+
+
 @pytest.mark.parametrize("fn, op", [
     (lambda x: x.sort(-1).values @ x.t(), "aten.sort"),
     (lambda x: torch.tanh(x) @ x, "aten.tanh"),
     (lambda x: x.sum(-1), "keepdim"),
+    (lambda x: x.amax(-1), "keepdim"),
     (lambda x: (x @ x).view(-1), "a view of an intermediate"),
     (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), "approximate='tanh'"),
 ])

@@ -13,6 +13,7 @@ import torch
 
 import prism
 from prism.ir import BlockGraph, KernelGraph
+from prism.workloads.attention import logit_scales
 
 __all__ = ["Case", "CASES", "AOT_CASES"]
 
@@ -25,6 +26,9 @@ class Case:
     # views: input index -> a function giving the same values in another memory layout
     views: dict[int, Callable[[torch.Tensor], torch.Tensor]] = field(default_factory=dict)
     out_layout: str = "contiguous"   # or "reversed": the allocator hands out column-major buffers
+    # torch's function of the inputs: then the outputs must also be finite and match it (relative error
+    # at most 1e-2 of its largest entry), which catches what the executor shares with the kernels (overflow)
+    torch_reference: Callable[..., torch.Tensor] | None = None
 
 
 def _rand(shape, dtype, seed, scale=1.0, positive=False):
@@ -64,6 +68,50 @@ def grid3() -> Case:
     b.output(b.silu(b.accum(b.matmul(ta, tb))), omap={"z": 0, "y": 1, "x": 2})
     g.output(*g.custom(b, [a, bb]))
     return Case(g, [_rand((2, 32, 64), "float16", 3), _rand((2, 64, 32), "float16", 4, 0.125)])
+
+
+def _large_logits(name, cfg, **params):
+    """A workload's online (running-max) form on float16 inputs whose logits have standard deviation 30,
+    as in real models: exp(Q Kt) without the max would overflow float16 (above 11)."""
+    def make() -> Case:
+        w = prism.workloads.get(name)
+        xs = w.inputs(cfg, 0, torch.float16, scales=logit_scales(cfg, 30.0))
+        return Case(w.fused(cfg, online=True, **params), xs, torch_reference=w.reference)
+    return make
+
+
+def softmax_matmul_program(n: int = 4, d: int = 64, k: int = 16, dtype: str = "float16") -> KernelGraph:
+    """softmax(X) @ W written the paper's way: exp(X) / sum(exp(X)), no max subtracted."""
+    g = KernelGraph()
+    x, w = g.input((n, d), dtype, "X"), g.input((d, k), dtype, "W")
+    e = g.exp(x)
+    g.output(g.matmul(g.div(e, g.sum(e, 1)), w))
+    return g
+
+
+def searched_softmax_matmul() -> Case:
+    """The first running-max form the search finds for softmax_matmul_program, on entries up to ±45
+    (float16's exp overflows above 11): the form the search adds (the max subtraction) keeps it finite."""
+    from prism.search import search
+    from prism.tune.safety import overflow_risk
+
+    program = softmax_matmul_program()
+    result = search(program, workers=1, max_block_ops=11, max_grid=1)
+    graphs = (result.instantiate(i) for i in range(len(result)))
+    online = next(g for g in graphs if overflow_risk(g) is None
+                  and any(n.op == "running_max" for b in g.blocks for _, n in b.topo()))
+    x, w = _rand((4, 64), "float16", 21, 30.0), _rand((64, 16), "float16", 22)
+    return Case(online, [x, w], torch_reference=lambda x, w: torch.softmax(x, 1) @ w)
+
+
+def long_rows_softmax() -> Case:
+    """The max-subtracted softmax over rows of 3000 (a looped max kernel with masked lanes), unfused."""
+    g = KernelGraph()
+    x = g.input((2, 3000), "float32", "X")
+    e = g.exp(g.sub(x, g.max(x, 1)))
+    g.output(g.div(e, g.sum(e, 1)))
+    x0 = _rand((2, 3000), "float32", 23, 100.0)
+    return Case(g, [x0], rtol=1e-4, torch_reference=lambda x: torch.softmax(x, 1))
 
 
 def strided() -> Case:
@@ -230,6 +278,11 @@ CASES: dict[str, Callable[[], Case]] = {
     "long_rows": long_rows,
     "broadcast_padding": broadcast_padding,
     "fp32_dot": fp32_dot,
+    "large_logits_attention": _large_logits("attention", SMALL["attention"][0], loop=4),
+    "large_logits_qk_attention": _large_logits("qk_attention", SMALL["qk_attention"][0], loop=4),
+    "large_logits_non_pow2": _large_logits("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 24}, loop=4),
+    "searched_softmax_matmul": searched_softmax_matmul,
+    "long_rows_softmax": long_rows_softmax,
 }
 
 REAL = {

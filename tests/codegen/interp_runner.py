@@ -73,7 +73,7 @@ def _compare(got: torch.Tensor, want: torch.Tensor, rtol: float) -> float:
     return (got - want)[finite].abs().max().item() / max(scale, 1e-30) if finite.any() else 0.0
 
 
-def run_graph(graph, inputs, rtol, views=None, reversed_layout=False) -> dict:
+def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_reference=None) -> dict:
     alloc = Guarded(reversed_layout)
     cg = codegen.compile_graph(graph, allocate=alloc)
     views = views or {}
@@ -93,6 +93,14 @@ def run_graph(graph, inputs, rtol, views=None, reversed_layout=False) -> dict:
     for k, (got, want) in enumerate(zip(outs, wants)):
         assert got.dtype == getattr(torch, graph.output_tensors[k].dtype), f"output {k} has dtype {got.dtype}"
         errs.append(_compare(got, want, rtol))
+    if torch_reference is not None:
+        (got,), want = outs, torch_reference(*[t.double() for t in inputs])
+        if not got.isfinite().all():
+            raise AssertionError(f"{int((~got.isfinite()).sum())} output entries are not finite")
+        err = ((got.double() - want).abs().max() / want.abs().max()).item()
+        if not err <= 1e-2:
+            raise AssertionError(f"relative error {err:.3g} against torch's function, above 1e-2")
+        errs.append(err)
     return {"ok": True, "max_rel_err": max(errs), "kernels": len(cg.kernels), "seconds": seconds}
 
 
@@ -100,7 +108,7 @@ def run_case(name: str) -> dict:
     from tests.codegen.cases import CASES
 
     c = CASES[name]()
-    return run_graph(c.graph, c.inputs, c.rtol, c.views, c.out_layout == "reversed")
+    return run_graph(c.graph, c.inputs, c.rtol, c.views, c.out_layout == "reversed", c.torch_reference)
 
 
 def fuzz() -> dict:

@@ -6,7 +6,7 @@ import torch
 import prism.workloads as wl
 from prism.symbolic.closure import closure
 from prism.symbolic.dims import AtomSpace, InvExtent
-from prism.symbolic.terms import evaluate, from_graph, leaf, mk, render
+from prism.symbolic.terms import evaluate, from_graph, kids, leaf, mk, op_of, render, subterms
 
 SMALL = {"n": 4, "d": 12}
 SMALL_ATT = {"b": 2, "g": 3, "h": 10, "d": 6}
@@ -46,9 +46,19 @@ def test_rmsnorm_closure_holds_the_fused_kernels_terms():
 def test_attention_closure_moves_the_normalisation_past_the_second_matmul():
     _, _, _, target = target_of("attention")
     q, kt, v = leaf(0), leaf(1), leaf(2)
-    e = mk("exp", (), mk("matmul", (), q, kt))
-    assert mk("div", (), mk("matmul", (), e, v), mk("sum", (2,), e)) in target.roots
-    assert {op for op, _ in target.vocabulary} == {"matmul", "exp", "sum", "div"}
+    s = mk("matmul", (), q, kt)
+    for e in (mk("exp", (), s), mk("exp", (), mk("sub", (), s, mk("max", (2,), s)))):
+        assert mk("div", (), mk("matmul", (), e, v), mk("sum", (2,), e)) in target.roots
+    assert {op for op, _ in target.vocabulary} == {"matmul", "max", "sub", "exp", "sum", "div"}
+
+
+def test_the_shift_never_splits_a_softmax():
+    """exp(a) / sum(exp(a - max a)) is not a softmax: the shift rewrites numerator and denominator together,
+    and only where the numerator's exp is the denominator's."""
+    _, _, _, target = target_of("qk_attention")
+    for root in target.roots:
+        exps = {s for s in subterms(root) if op_of(s) == "exp"}
+        assert len({op_of(kids(e)[0]) == "sub" for e in exps}) == 1, render(root)
 
 
 def test_the_closure_is_size_independent():

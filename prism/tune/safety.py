@@ -1,0 +1,49 @@
+"""Which candidates can overflow: an exp of a value with no upper bound.
+
+exp overflows float16 above 11 and float32 above 88, logits of real models reach 100, and the generated
+kernels store exp's tiles in the input dtype for `tl.dot`. A candidate is safe when every exp it computes,
+in a kernel or between kernels, is of `x - max(x, d)` or `x - running_max(max(x, d))` for the same x: a
+value at most 0, so exp is at most 1 (sums of such values are bounded by their count). Everything else is
+at risk for some inputs, since the verifier proves equality over the reals, not over float16. The tuner
+marks such candidates in its report and never chooses one while a safe candidate survives
+(prism.tune.tuner); a program written in the paper's exp/sum/div has safe forms in its search space
+(prism.symbolic.closure.SHIFT_FORMS).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prism.ir import BlockGraph, KernelGraph
+from prism.ir.kinds import RUNNING_MAX
+
+__all__ = ["overflow_risk"]
+
+
+def overflow_risk(graph: KernelGraph) -> str | None:
+    """Why `graph` can overflow (the first exp of an unbounded value), or None if it cannot."""
+    blocks = [node.attrs["block"] for _, node in graph.topo() if node.op == "custom"]
+    for k, block in enumerate(blocks, 1):
+        risk = _risk(block)
+        if risk:
+            return f"kernel {k}: {risk}"
+    return _risk(graph)
+
+
+def _risk(g: KernelGraph | BlockGraph) -> str | None:
+    for i, node in g.topo():
+        if node.op == "exp" and not _bounded(g, node.inputs[0]):
+            return f"t{i} = exp(t{node.inputs[0][0]}) of a value with no upper bound (no max subtracted)"
+    return None
+
+
+def _bounded(g: Any, ref: tuple[int, int]) -> bool:
+    """ref is x - m where m is max(x, d), or a running max of it, for the same x: at most 0."""
+    node = g.nodes[ref[0]]
+    if node.op != "sub":
+        return False
+    x, m = node.inputs
+    stat = g.nodes[m[0]]
+    if stat.op == RUNNING_MAX.name:
+        stat = g.nodes[stat.inputs[0][0]]
+    return stat.op == "max" and stat.inputs[0] == x
