@@ -1,12 +1,12 @@
 """Tasks for the search's workers: generation subtrees and candidate checks, and the local worker pool.
 
-Workers come from `prism.pool` (spawned; no main guard needed; killed at once on Ctrl-C). Work crosses
-the process boundary as picklable values (sGraph states, structures, mappings, the program as JSON);
-the verifier is passed as a function workers import by name. Candidates are checked in two kinds of
-task: the numeric prefilter, one chunk of candidates each, then the verifier and the cross-check on a
-batch of the ones left. A worker keeps what it learns about a program (prefilter runs, verdicts) for
-its later tasks. Results come back in task order, so a parallel run returns what a one-process run
-returns.
+Workers come from `prism.pool` (spawned; no main guard needed; killed at once on Ctrl-C), or are Ray
+tasks (prism.search.cluster). Work crosses the process boundary as picklable values (sGraph states,
+structures, mappings, the program as JSON); the verifier is passed as a function workers import by
+name. Candidates are checked in two kinds of task: the numeric prefilter, one chunk of candidates each,
+then the verifier and the cross-check on a batch of the ones left. A worker keeps what it learns about
+a program (prefilter runs, verdicts) for its later tasks. Results come back in task order, so a
+parallel run returns what a one-process run returns.
 """
 
 from __future__ import annotations
