@@ -14,14 +14,15 @@ to MAX_RETRIES times; after that the search raises ClusterError: it never return
 local search would. An exception raised by a task itself is Prism's own and goes on as it is. Ctrl-C
 (any exception in the caller, or a caller that stops reading results) cancels every unfinished task: a
 queued one never starts, a running one gets KeyboardInterrupt at its next Python step (an e-graph run
-returns to Python every few iterations). Not `force=True`, which kills the worker at once: in Ray 2.60
-a forced cancel that meets the task finishing aborts the driver ("Check failed: Tried to complete task
-that was not pending", in about one Ctrl-C in three during the prefilter's short tasks).
-"""
+returns to Python every few iterations); tasks that go on are cancelled again. Not `force=True`, which
+kills the worker at once: in Ray 2.60 a forced cancel that meets the task finishing aborts the driver
+("Check failed: Tried to complete task that was not pending", in about one Ctrl-C in three during the
+prefilter's short tasks)."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Iterator, Sequence
 
 from prism import pool
@@ -31,6 +32,8 @@ __all__ = ["MAX_RETRIES", "ClusterError", "RayWorkers", "ray_module"]
 
 MAX_RETRIES = 3
 """How often Ray runs a task again after its worker process died."""
+CANCEL_SECONDS = 10.0
+"""How long a cancel goes on cancelling the tasks that have not stopped yet (see RayWorkers._cancel)."""
 _WAIT = 0.2
 """Seconds the driver waits on Ray at a time, so that Ctrl-C is seen promptly."""
 
@@ -81,14 +84,24 @@ class RayWorkers:
                 for ref in ready:
                     yield index[ref], self._result(fn, index[ref], ref)
         except BaseException:  # Ctrl-C, a lost task, or a caller that stopped reading: stop the rest
-            for ref in pending:
-                ray.cancel(ref)  # not force=True: see the module docstring
+            self._cancel(pending)
             raise
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
             done: Callable[[int, Any], None] | None = None) -> list[Any]:
         """fn(*task) for every task, results in task order; `done(i, result)` as each task i finishes."""
         return pool.collect(self.imap(fn, tasks), len(tasks), done)
+
+    def _cancel(self, refs: list[Any]) -> None:
+        """Cancel the tasks of `refs`, and again every _WAIT seconds for those still running, for up to
+        CANCEL_SECONDS: in Ray 2.60 a cancel that reaches a task as its worker starts it can be lost (about
+        one Ctrl-C in eight on a loaded machine), and the task then runs to its end. Not `force=True`: see
+        the module docstring."""
+        deadline = time.monotonic() + CANCEL_SECONDS
+        while refs and time.monotonic() < deadline:
+            for ref in refs:
+                self.ray.cancel(ref)
+            refs = self.ray.wait(refs, num_returns=len(refs), timeout=_WAIT)[1]
 
     def _result(self, fn: Callable[..., Any], i: int, ref: Any) -> Any:
         errors = self.ray.exceptions
