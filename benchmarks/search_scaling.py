@@ -2,7 +2,7 @@
 many-node Ray cluster that shows how the checks split across its nodes.
 
 Run: PYTHONPATH=. python benchmarks/search_scaling.py [--workload attention] [--workers 1,2] [--nodes 4]
-         [--runs 3] [--out benchmarks/results/search_scaling]
+         [--runs 3] [--out benchmarks/results/search_scaling_WORKLOAD]
 Writes OUT.json (every run) and OUT.md (medians, and the last cluster run's split by node).
 
 A check is one candidate (a structure and a mapping, mappings that differ only in a loop-free block's loop
@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts (default %(default)s)")
     ap.add_argument("--nodes", type=int, default=4, help="one-CPU nodes of the simulated cluster (0: none)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", default="benchmarks/results/search_scaling")
+    ap.add_argument("--out", help="output path without suffix (default benchmarks/results/search_scaling_WORKLOAD)")
     ap.add_argument("--child", nargs=2, metavar=("BACKEND", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -150,7 +150,7 @@ def main() -> None:
         return
     plan = [(b, int(n)) for n in args.workers.split(",") for b in ("pool", "ray")]
     plan += [("cluster", args.nodes)] if args.nodes else []
-    out = Path(args.out)
+    out = Path(args.out or f"benchmarks/results/search_scaling_{args.workload}")
     out.parent.mkdir(parents=True, exist_ok=True)
     env = os.environ | {LOG: str(out.with_suffix(".tasks.log"))}
     runs = []
