@@ -47,12 +47,14 @@ def _logged(kind: str, fn: Any, args: tuple) -> Any:
 
 
 def prefilter_task(*args: Any) -> Any:
+    """The search's prefilter task, logged (put in place of the driver's in the cluster run)."""
     from prism.search import parallel
 
     return _logged("prefilter", parallel.prefilter_task, args)
 
 
 def verify_task(*args: Any) -> Any:
+    """The search's verification task, logged (put in place of the driver's in the cluster run)."""
     from prism.search import parallel
 
     return _logged("verify", parallel.verify_task, args)
