@@ -193,6 +193,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["max_block_ops"] = args.max_block_ops
     if getattr(args, "modes", None):
         opts["modes"] = args.modes
+    if getattr(args, "ray", None) is not None:
+        opts |= {"backend": "ray", "ray_address": args.ray or None}
     return opts
 
 
@@ -452,6 +454,9 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--time-limit", type=_positive(float), default=3600.0,
                        help="search seconds (default %(default)s)")
         c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
+        c.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="run the search's checks as Ray tasks on the cluster at ADDRESS, or on a local Ray "
+                       "instance (--workers CPUs) without one; needs pip install 'prism-superopt[ray]'")
         c.add_argument("--max-block-ops", type=_positive(int), default=None,
                        help="block ops per fused kernel, loaders included (default: the search's, from the "
                        "program's size)")

@@ -18,11 +18,11 @@ import signal
 import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["importable", "kill", "run", "sigint_blocked", "start"]
+__all__ = ["collect", "completed", "importable", "kill", "run", "sigint_blocked", "start"]
 
 _UNAVAILABLE: list[str] = []
 """Why this process cannot start workers, once a start has failed (later starts are not tried)."""
@@ -89,21 +89,39 @@ def start(n: int, initializer: Callable[[], Any] | None = None) -> ProcessPoolEx
     return None
 
 
-def run(pool: ProcessPoolExecutor, fn: Callable[..., Any], tasks: Sequence[tuple],
-        done: Callable[[int], None] | None = None) -> list[Any]:
-    """fn(*task) for every task on `pool`, results in task order; `done(i)` as task i finishes. On any
-    exception (a task's, a dead worker, Ctrl-C) the pool is killed before the exception goes on."""
+def completed(pool: ProcessPoolExecutor, fn: Callable[..., Any], tasks: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
+    """(i, fn(*tasks[i])) for every task on `pool`, as each finishes. On any exception (a task's, a dead
+    worker, Ctrl-C) or when the caller closes the iterator early, the pool is killed first."""
     try:
         with sigint_blocked():  # a worker spawned by submit must be on the books before Ctrl-C can land
             futures = [pool.submit(fn, *t) for t in tasks]
         index = {f: i for i, f in enumerate(futures)}
         for f in as_completed(futures):
-            if done is not None:
-                done(index[f])
-        return [f.result() for f in futures]
-    except BaseException:
+            yield index[f], f.result()
+    except BaseException:  # GeneratorExit included: a caller that stops reading stops the workers
         kill(pool)
         raise
+
+
+def run(pool: ProcessPoolExecutor, fn: Callable[..., Any], tasks: Sequence[tuple],
+        done: Callable[[int], None] | None = None) -> list[Any]:
+    """fn(*task) for every task on `pool`, results in task order; `done(i)` as task i finishes. On any
+    exception (a task's, a dead worker, Ctrl-C) the pool is killed before the exception goes on."""
+    return collect(completed(pool, fn, tasks), len(tasks), None if done is None else lambda i, _: done(i))
+
+
+def collect(results: Iterator[tuple[int, Any]], n: int,
+            done: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """The n results of an iterator of (i, result) pairs, in order of i; `done(i, result)` as each
+    arrives. The iterator is closed on the way out, so an exception here (Ctrl-C in `done`) stops its
+    work too."""
+    out: list[Any] = [None] * n
+    with closing(results):  # type: ignore[type-var]
+        for i, r in results:
+            out[i] = r
+            if done is not None:
+                done(i, r)
+    return out
 
 
 def kill(pool: ProcessPoolExecutor) -> None:

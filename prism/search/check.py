@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -24,7 +24,7 @@ from prism.symbolic.sgraph import op_dims
 from prism.symbolic.structure import Structure, class_factor, instantiate, program_classes
 
 __all__ = ["CHECK_PARAMS", "PREFILTER_EXTENT", "NumericCheck", "Prefilter", "check_shapes_for", "cross_check",
-           "rebuild"]
+           "rebuild", "restrictions"]
 
 CHECK_PARAMS = (((2, 3, 4), 2, 2), ((3, 4, 2), 3, 3))
 """(grid sizes x, y, z; loop range; base tile) of the two cross-check instances: distinct sizes per
@@ -113,15 +113,34 @@ def cross_check(reference: KernelGraph, st: Structure, m: Mapping, names: Sequen
     return NumericCheck(worst <= tolerance, worst, "; ".join(details))
 
 
-# ---- the prefilter: one cheap run that rejects most wrong mappings before the e-graph ------------
+# ---- the prefilter: cheap runs that reject most wrong mappings before the e-graph ----------------
 
 PREFILTER_EXTENT = 8
 """Every non-unit dim gets this extent in the prefilter run: grid sizes 2 and loop range 2 divide it."""
 
 
+def restrictions(m: Mapping) -> Iterator[tuple[tuple, tuple[int, ...], int]]:
+    """Each parallel dim of `m` on its own: (what it splits, grid sizes, loop range), that dim at size 2
+    and every other at 1. What such a run computes depends only on the structure and the first item."""
+    n = m.n_grid
+    for p in range(n):
+        yield ("grid", m.grid[p] if m.grid else ()), tuple(2 if q == p else 1 for q in range(n)), 1
+    if m.loop:
+        yield ("loop", m.loop), (1,) * n, 2
+
+
 class Prefilter:
-    """Rejects a mapping that disagrees with the program at one fixed small size (sound: a correct
-    mapping agrees at every size). The program's output there is computed once and reused."""
+    """Rejects a mapping that disagrees with the program at a fixed small size (sound: a correct
+    mapping agrees at every size). The program's output there is computed once and reused.
+
+    Before the run at grid sizes 2 and loop range 2, the mapping is run with one parallel dim at a
+    time (`restrictions`; each verdict is kept per structure and shared by every mapping that splits
+    the same classes along some dim: a structure's mappings mostly combine a few of them). At sizes
+    where all other dims are 1, a split by them is the whole extent and a sum over them one block or
+    one iteration, so the kernel computes what the mapping restricted to that one dim computes. A
+    correct mapping is correct at those sizes too, so one that fails any of them is wrong, and the
+    verifier (sound) could not prove it: the prefilter rejects no mapping the search would return.
+    """
 
     def __init__(self, reference: KernelGraph, tolerance: float = 1e-6, seed: int = 1) -> None:
         from prism import interp
@@ -131,12 +150,24 @@ class Prefilter:
         self.inputs = _random_inputs(self.program, seed)
         self.want = interp.run(self.program, self.inputs, dtype=torch.float64)
         self.tolerance = tolerance
+        self.restricted: dict[tuple, bool] = {}
+        """Verdicts of one-dim runs by (structure key, what the dim splits)."""
 
     def passes(self, st: Structure, m: Mapping, names: Sequence[str] | None = None) -> bool:
+        key = st.key()
+        for splits, grid, loop in restrictions(m):
+            if (key, splits) not in self.restricted:
+                self.restricted[(key, splits)] = self._agrees(st, m, grid, loop, names)
+            if not self.restricted[(key, splits)]:
+                return False
+        return self._agrees(st, m, (2,) * m.n_grid, 2 if m.loop else 1, names)
+
+    def _agrees(self, st: Structure, m: Mapping, grid: tuple[int, ...], loop: int,
+                names: Sequence[str] | None) -> bool:
         from prism import interp
 
         try:
-            cand = instantiate(st, m, self.shapes, (2,) * m.n_grid, 2 if m.loop else 1, names=names)
+            cand = instantiate(st, m, self.shapes, grid, loop, names=names)
         except MappingError:
             return True  # cannot judge at this size: leave it to the verifier
         got = interp.run(cand, self.inputs, dtype=torch.float64)

@@ -4,11 +4,13 @@ Phases (each timed and counted in `SearchResult.stats`):
   generate     structures explored ("states") / emitted / pruned (order, expression check, phase,
                dims, budget)
   instantiate  mappings enumerated under the linear and equality constraints, modulo symmetry
-  prefilter    mappings rejected by one cheap numeric run before the verifier (optional, sound)
-  verify       each mapping's size-free instance checked by the verifier (verified / rejected)
+  prefilter    mappings rejected by cheap numeric runs before the verifier (optional, sound)
+  verify       each mapping's size-free instance checked by the verifier (verified / rejected), in
+               batches that share one e-graph run
   cross_check  every verified graph run at two concrete parameter choices; disagreements are
                unsound-axiom events, recorded with both expressions and never returned as results
 In the Mirage-style mode ("mirage") generation and checking interleave per concrete choice.
+The work runs on local worker processes (prism.search.parallel) or as Ray tasks (prism.search.cluster).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from prism.errors import GraphError, InputError, check_positive
 from prism.ir import KernelGraph, serialize
 from prism.pool import importable
 from prism.progress import Progress, report
+from prism.search.cluster import RayWorkers
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits
-from prism.search.parallel import Checker, Workers, check_task, concrete_task, generate_task, mirage_task
+from prism.search.parallel import (Checker, Workers, concrete_task, generate_task, mirage_task, prefilter_task,
+                                   verify_task)
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
@@ -37,7 +41,10 @@ __all__ = ["search", "default_verify"]
 INLINE_STATES = 20000
 """Generation explores this many states in-process before handing the rest to worker processes."""
 CHUNK = 64
-"""(structure, mapping) pairs per verification task."""
+"""(structure, mapping) pairs per prefilter task."""
+BATCH = 16
+"""Candidates per verification task, checked in one e-graph run (more than about 32 slow it down)."""
+BACKENDS = ("local", "ray")
 
 
 def default_verify() -> Callable[..., Any]:
@@ -51,7 +58,7 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
            time_limit: float = 3600.0, max_block_ops: int | None = None, max_accums: int = 3,
            max_outputs: int = 2, max_kernel_ops: int = 1, max_grid: int = 3, modes: str = "SSS",
            cross_check: bool = True, prefilter: bool = True, verify_timeout: float | None = None,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, backend: str = "local", ray_address: str | None = None) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default
@@ -59,6 +66,11 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         a lambda) makes the search run in this process, with a warning.
     workers: processes (default: all cores; 1 runs everything in this process, as does a process
         that cannot start workers, with a warning). Results are the same either way.
+    backend: "local" (worker processes here) or "ray": the work runs as Ray tasks (needs
+        `pip install 'prism-superopt[ray]'`), on the Ray this process has joined, else on the cluster at
+        `ray_address` (as `ray.init(address=...)` takes it), else on a local Ray instance with `workers`
+        CPUs (default: all cores), kept for later searches. Results are the same as a local search's;
+        `stats["workers"]` is then the cluster's CPU count. See prism.search.cluster for failures.
     modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS";
         "mirage" also enumerates grid sizes and loop ranges (the concrete baseline, at these shapes).
     prefilter: first run each mapping once at a small fixed size and skip the verifier for those that
@@ -67,9 +79,10 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     The limits bound block ops (loaders included; None: `generator.default_max_ops`), accumulators,
     block outputs, kernel-level ops after the fused kernel, grid dims, and total seconds.
     progress: called as (phase, done, total) while the search runs: "generate" (subtrees explored),
-        "verify" (candidates checked), or "search" (the Mirage-style mode's concrete map choices).
+        "verify" (candidates prefiltered out or verified), or "search" (the Mirage-style mode's concrete
+        map choices).
     """
-    _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout)
+    _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout, backend, ray_address)
     graph.check()
     if len(graph.outputs) != 1:
         raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}")
@@ -83,20 +96,17 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     target = closure(root, space)
     stats: dict[str, Any] = {"modes": mode.code, "limits": limits.__dict__ | {"max_block_ops": None}}
     checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
-    pool = Workers(workers)
-    if pool.n > 1 and not importable(verify):
+    pool = _workers(backend, workers, ray_address)
+    if isinstance(pool, Workers) and pool.n > 1 and not importable(verify):
         warnings.warn(f"search: worker processes cannot import the verifier {verify!r} (define it in a module, "
                       "not in the __main__ script); searching in this process", RuntimeWarning, stacklevel=2)
         pool.n = 1
-    stats["workers"] = pool.n
+    stats["workers"], stats["backend"] = pool.n, backend
     if mode.sizes:
         structures = _generate(target, limits, mode, deadline, pool, stats, progress)
         pairs = _instantiate(structures, mode, limits, deadline, stats)
         t0 = time.time()
-        chunks = [pairs[k:k + CHUNK] for k in range(0, len(pairs), CHUNK)]
-        tick = _ticker(progress, "verify", [len(ch) for ch in chunks])
-        results = [rec for out in pool.map(check_task, [(checker, deadline, ch) for ch in chunks], tick)
-                   for rec in out]
+        results = _check(pairs, checker, deadline, pool, progress)
         graphs = _tally(graph, pairs, results, cross_check, prefilter, stats, target)
         stats["check_wall_seconds"] = time.time() - t0
     else:
@@ -110,7 +120,8 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     return SearchResult(graph, graphs, stats)
 
 
-def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: Any, verify_timeout: Any) -> None:
+def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: Any, verify_timeout: Any,
+                     backend: Any, ray_address: Any) -> None:
     """InputError for a call that could only do nothing, or something other than what was asked."""
     if not isinstance(graph, KernelGraph):
         hint = f" (for a built-in workload: prism.workloads.get({graph!r}).build(config))" \
@@ -122,21 +133,56 @@ def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: A
             check_positive("search", name, value, whole=True)
     if verify_timeout is not None:
         check_positive("search", "verify_timeout", verify_timeout)
+    if backend not in BACKENDS:
+        raise InputError(f"search: backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if ray_address is not None and (backend != "ray" or not isinstance(ray_address, str)):
+        raise InputError(f"search: ray_address is a Ray cluster's address for backend='ray', got {ray_address!r} "
+                         f"with backend={backend!r}")
 
 
-def _ticker(progress: Progress | None, phase: str, sizes: list[int]) -> Callable[[int], None]:
-    """A `Workers.map` callback reporting `phase` progress in units (task i holds sizes[i] of them)."""
-    total, done = sum(sizes), 0
+def _workers(backend: str, workers: int | None, ray_address: str | None) -> Workers | RayWorkers:
+    """Local worker processes or Ray tasks; both have `n` and `map(fn, tasks, done)`."""
+    return RayWorkers(workers, ray_address) if backend == "ray" else Workers(workers)
+
+
+def _ticker(progress: Progress | None, phase: str, total: int) -> Callable[[int], None]:
+    """`advance(k)`: k more of `total` units of `phase` are done (reported to `progress`)."""
+    done = 0
     report(progress, phase, 0, total)
 
-    def tick(i: int) -> None:
+    def advance(k: int) -> None:
         nonlocal done
-        done += sizes[i]
+        done += k
         report(progress, phase, done, total)
-    return tick
+    return advance
 
 
-def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool: Workers,
+def _settled(recs: list[dict]) -> int:
+    """How many check records are final: rejected by the prefilter, verified or not, or skipped."""
+    return sum(1 for r in recs if r["skipped"] or "equal" in r)
+
+
+def _check(pairs: list[tuple[Structure, Mapping]], checker: Checker, deadline: float, pool: Workers | RayWorkers,
+           progress: Progress | None) -> list[dict]:
+    """Each pair's check record: the prefilter on every pair (tasks of CHUNK pairs), then the verifier
+    and the cross-check on the ones left (tasks of BATCH, one e-graph run each). The "verify" progress
+    counts candidates as the prefilter rejects them or their verification ends."""
+    advance = _ticker(progress, "verify", len(pairs))
+    if checker.prefilter:
+        tasks = [(checker, deadline, pairs[k:k + CHUNK]) for k in range(0, len(pairs), CHUNK)]
+        recs = [r for out in pool.map(prefilter_task, tasks, lambda i, out: advance(_settled(out))) for r in out]
+    else:
+        recs = [{"skipped": False, "prefilter_s": 0.0} for _ in pairs]
+    todo = [k for k, r in enumerate(recs) if not r["skipped"] and "equal" not in r]
+    batches = [todo[k:k + BATCH] for k in range(0, len(todo), BATCH)]
+    tasks = [(checker, deadline, [pairs[j] for j in b]) for b in batches]
+    for b, out in zip(batches, pool.map(verify_task, tasks, lambda i, out: advance(len(out)))):
+        for j, r in zip(b, out):
+            recs[j].update(r)
+    return recs
+
+
+def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool: Workers | RayWorkers,
               stats: dict, progress: Progress | None) -> list[Structure]:
     t0 = time.time()
     gen = Generator(target, limits, deadline, modes=mode)
@@ -148,13 +194,15 @@ def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool
         counts.update(gen.stats)
         if rest:
             chunks = [rest[k::pool.n * 8] for k in range(min(len(rest), pool.n * 8))]
-            tick = _ticker(progress, "generate", [1] * len(chunks))
-            for f, c in pool.map(generate_task, [(target, limits, deadline, mode, ch) for ch in chunks], tick):
+            advance = _ticker(progress, "generate", len(chunks))
+            tasks = [(target, limits, deadline, mode, ch) for ch in chunks]
+            for f, c in pool.map(generate_task, tasks, lambda i, out: advance(1)):
                 found.extend(f)
                 counts.update(c)
     else:  # one structure search per concrete imap/fmap choice
-        tick = _ticker(progress, "generate", [1] * len(starts))
-        for f, c in pool.map(concrete_task, [(target, limits, deadline, mode, labels) for labels in starts], tick):
+        advance = _ticker(progress, "generate", len(starts))
+        tasks = [(target, limits, deadline, mode, labels) for labels in starts]
+        for f, c in pool.map(concrete_task, tasks, lambda i, out: advance(1)):
             found.extend(f)
             counts.update(c)
     found.sort(key=Structure.key)
@@ -210,7 +258,7 @@ def _loop_free_key(st: Structure) -> tuple:
 
 
 def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, checker: Checker, deadline: float,
-            pool: Workers, stats: dict, progress: Progress | None) -> list[SymbolicGraph]:
+            pool: Workers | RayWorkers, stats: dict, progress: Progress | None) -> list[SymbolicGraph]:
     """The fully concrete baseline: one task per concrete imap/fmap, each searching structures for
     every grid-size/loop-range choice and checking every concrete candidate as it appears."""
     t0 = time.time()
@@ -219,7 +267,8 @@ def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, che
     starts = [(labels, sizes) for labels, sizes in starts if sizes]  # no sizes fit some choices
     tasks = [(target, limits, deadline, mode, labels, sizes, checker) for labels, sizes in starts]
     pairs, results, counts = [], [], Counter()
-    for found, c in pool.map(mirage_task, tasks, _ticker(progress, "search", [1] * len(tasks))):
+    advance = _ticker(progress, "search", len(tasks))
+    for found, c in pool.map(mirage_task, tasks, lambda i, out: advance(1)):
         pairs.extend((st, m) for st, m, _ in found)
         results.extend(rec for _, _, rec in found)
         counts.update(c)

@@ -1,9 +1,12 @@
-"""Tasks for the search's worker processes: generation subtrees and candidate checks.
+"""Tasks for the search's workers: generation subtrees and candidate checks, and the local worker pool.
 
-Workers come from `prism.pool` (spawned; no main guard needed; killed at once on Ctrl-C). Work
-crosses the process boundary as picklable values (sGraph states, structures, mappings, the program as
-JSON); the verifier is passed as a function workers import by name. Results come back in task order,
-so a parallel run returns what a one-process run returns.
+Workers come from `prism.pool` (spawned; no main guard needed; killed at once on Ctrl-C), or are Ray
+tasks (prism.search.cluster). Work crosses the process boundary as picklable values (sGraph states,
+structures, mappings, the program as JSON); the verifier is passed as a function workers import by
+name. Candidates are checked in two kinds of task: the numeric prefilter, one chunk of candidates each,
+then the verifier and the cross-check on a batch of the ones left. A worker keeps what it learns about
+a program (prefilter runs, verdicts) for its later tasks. Results come back in task order, so a
+parallel run returns what a one-process run returns.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Sequence
 
 from prism import pool
 from prism.ir import KernelGraph
@@ -26,8 +29,8 @@ from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.sgraph import SGraph
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["Checker", "Workers", "check_one", "check_task", "concrete_task", "generate_task", "mirage_task",
-           "shutdown"]
+__all__ = ["Checker", "Workers", "check_one", "concrete_task", "generate_task", "mirage_task", "prefilter_one",
+           "prefilter_task", "shutdown", "verify_all", "verify_task"]
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
@@ -37,7 +40,7 @@ def _pool(n: int) -> ProcessPoolExecutor | None:
     """The pool of `n` workers, started once per process and reused by later searches (starting a
     worker imports torch and egglog, seconds each); None if this process cannot start workers."""
     if n not in _POOLS:
-        started = pool.start(n, _import_verifier)
+        started = pool.start(n, _worker_init)
         if started is None:
             return None
         _POOLS[n] = started
@@ -46,8 +49,15 @@ def _pool(n: int) -> ProcessPoolExecutor | None:
     return _POOLS[n]
 
 
-def _import_verifier() -> None:
-    import prism.verify  # noqa: F401  egglog and its thread pool come up here, in the worker
+def _worker_init() -> None:
+    """Import the verifier (egglog and its thread pool come up here, in the worker) and keep torch to
+    one thread: the workers are the parallelism, and each one's extra threads would only spin against
+    the others' on the same cores (the prefilter's small runs were 9x slower on 2 cores with 2 workers)."""
+    import torch
+
+    import prism.verify  # noqa: F401
+
+    torch.set_num_threads(1)
 
 
 def shutdown() -> None:
@@ -63,26 +73,29 @@ class Workers:
     def __init__(self, n: int | None = None) -> None:
         self.n = (os.cpu_count() or 1) if n is None else n
 
-    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[int], None] | None = None) -> list[Any]:
-        """fn(*task) for every task, results in task order; `done(i)` as each task i finishes."""
+    def imap(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
+        """(i, fn(*tasks[i])) for every task, as each finishes (in task order in this process)."""
         workers = self._started() if len(tasks) > 1 else None
-        if workers is not None:
-            try:
-                return pool.run(workers, fn, tasks, done)
-            except BaseException:  # run() killed the pool: the next search starts a fresh one
-                _POOLS.pop(self.n, None)
-                raise
-        out = []
-        for i, t in enumerate(tasks):
-            out.append(fn(*t))
-            if done is not None:
-                done(i)
-        return out
+        if workers is None:
+            return ((i, fn(*t)) for i, t in enumerate(tasks))
+        return self._pooled(workers, fn, tasks)
+
+    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
+            done: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """fn(*task) for every task, results in task order; `done(i, result)` as each task i finishes."""
+        return pool.collect(self.imap(fn, tasks), len(tasks), done)
 
     def start(self) -> None:
         """Start the worker processes now (each imports the verifier), so later calls do not wait."""
         self._started()
+
+    def _pooled(self, workers: ProcessPoolExecutor, fn: Callable[..., Any],
+                tasks: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
+        try:
+            yield from pool.completed(workers, fn, tasks)
+        except BaseException:  # the pool was killed: the next search starts a fresh one
+            _POOLS.pop(self.n, None)
+            raise
 
     def _started(self) -> ProcessPoolExecutor | None:
         workers = _pool(self.n) if self.n > 1 else None
@@ -108,19 +121,6 @@ def concrete_task(target: Target, limits: Limits, deadline: float, modes: Any,
     return list(gen.run(gen.start(labels))), gen.stats
 
 
-_PROGRAMS: dict[str, tuple[KernelGraph, Prefilter | None]] = {}
-
-
-def _program(doc: str, prefilter: bool) -> tuple[KernelGraph, Prefilter | None]:
-    """The program (and its prefilter), made once per worker process."""
-    if (doc, prefilter) not in _PROGRAMS:
-        from prism.ir import serialize
-
-        program = serialize.loads(doc, KernelGraph)
-        _PROGRAMS[(doc, prefilter)] = (program, Prefilter(program) if prefilter else None)  # type: ignore
-    return _PROGRAMS[(doc, prefilter)]  # type: ignore[index]
-
-
 @dataclass(frozen=True)
 class Checker:
     """How candidates are checked: the program (as JSON), the verifier, its timeout, the cross-check
@@ -133,36 +133,111 @@ class Checker:
     prefilter: bool
 
 
+@dataclass
+class _Program:
+    """What a worker keeps per program: the graph, its input names, the prefilter (with its verdicts of
+    one-dim runs) and the e-graph's verdicts by candidate terms, both shared by every later task."""
+
+    graph: KernelGraph
+    names: list[str]
+    prefilter: Prefilter | None
+    verdicts: dict = field(default_factory=dict)
+
+
+_PROGRAMS: dict[tuple[str, bool], _Program] = {}
+
+
+def _program(checker: Checker) -> _Program:
+    """The program `checker` checks against, made once per worker process."""
+    key = (checker.program_doc, checker.prefilter)
+    if key not in _PROGRAMS:
+        from prism.ir import serialize
+
+        graph = serialize.loads(checker.program_doc, KernelGraph)
+        _PROGRAMS[key] = _Program(graph, [t.name for t in graph.inputs],  # type: ignore[attr-defined]
+                                  Prefilter(graph) if checker.prefilter else None)  # type: ignore[arg-type]
+    return _PROGRAMS[key]
+
+
+def prefilter_one(checker: Checker, st: Structure, m: Mapping) -> dict[str, Any]:
+    """The prefilter's record of one (structure, mapping): "prefiltered" if a numeric run rejected it."""
+    prog = _program(checker)
+    t0 = time.perf_counter()
+    rejected = prog.prefilter is not None and not prog.prefilter.passes(st, m, prog.names)
+    rec: dict[str, Any] = {"skipped": False, "prefilter_s": time.perf_counter() - t0}
+    return rec | {"prefiltered": True, "equal": False, "reason": "numerically different"} if rejected else rec
+
+
+def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+    """Verify each (structure, mapping) on its size-free instance and cross-check the verified ones.
+
+    Prism's own verifier checks them together (`prism.verify.equiv.equivalent_all`: one e-graph run,
+    verdicts remembered by the candidates' terms); another is called once per candidate. A verifier
+    failure is a rejection, recorded with its reason."""
+    prog = _program(checker)
+    recs: list[dict[str, Any]] = [{} for _ in items]
+    cands = []
+    for rec, (st, m) in zip(recs, items):
+        try:
+            cands.append((rec, instantiate(st, m, names=prog.names, dtype=prog.graph.inputs[0].dtype)))
+        except Exception as e:
+            rec.update(equal=False, reason=f"{type(e).__name__}: {e}", error=True, verify_s=0.0)
+    kwargs = {} if checker.verify_timeout is None else {"timeout": checker.verify_timeout}
+    t0 = time.perf_counter()
+    verdicts = _batched(checker, prog, [c for _, c in cands], kwargs)
+    if verdicts is not None:
+        share = (time.perf_counter() - t0) / max(1, len(cands))
+        for (rec, _), v in zip(cands, verdicts):
+            rec.update(equal=bool(v.equal), reason=str(v.reason), verify_s=share)
+    else:
+        for rec, cand in cands:
+            t0 = time.perf_counter()
+            try:
+                verdict = checker.verify(prog.graph, cand, **kwargs)
+                rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
+            except Exception as e:
+                rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
+            rec["verify_s"] = time.perf_counter() - t0
+    if checker.numeric:
+        for rec, (st, m) in zip(recs, items):
+            if rec["equal"]:
+                t1 = time.perf_counter()
+                check = cross_check(prog.graph, st, m, prog.names)
+                rec.update(numeric_ok=check.ok, numeric_error=check.max_error, numeric_detail=check.detail,
+                           check_s=time.perf_counter() - t1)
+    return recs
+
+
+def _batched(checker: Checker, prog: _Program, cands: list[KernelGraph], kwargs: dict) -> list[Any] | None:
+    """Prism's verifier's verdicts on all candidates at once; None for another verifier, or where the
+    batch raised (then each candidate is checked alone, so the failure is recorded against its own)."""
+    from prism.verify import equivalent
+    from prism.verify.equiv import equivalent_all
+
+    if checker.verify is not equivalent or not cands:
+        return None
+    try:
+        return equivalent_all(prog.graph, cands, cache=prog.verdicts, **kwargs)
+    except Exception:
+        return None
+
+
 def check_one(checker: Checker, st: Structure, m: Mapping) -> dict[str, Any]:
     """Prefilter, verify on the size-free instance, and cross-check one (structure, mapping)."""
-    reference, pre = _program(checker.program_doc, checker.prefilter)
-    names = [t.name for t in reference.inputs]
-    rec: dict[str, Any] = {"skipped": False}
-    t0 = time.perf_counter()
-    if pre is not None and not pre.passes(st, m, names):
-        return rec | {"prefiltered": True, "equal": False, "reason": "numerically different",
-                      "prefilter_s": time.perf_counter() - t0}
-    rec["prefilter_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    try:
-        cand = instantiate(st, m, names=names, dtype=reference.inputs[0].dtype)
-        kwargs = {} if checker.verify_timeout is None else {"timeout": checker.verify_timeout}
-        verdict = checker.verify(reference, cand, **kwargs)
-        rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
-    except Exception as e:  # a verifier failure is a rejection, recorded with its reason
-        rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
-    rec["verify_s"] = time.perf_counter() - t0
-    if rec["equal"] and checker.numeric:
-        t1 = time.perf_counter()
-        check = cross_check(reference, st, m, names)
-        rec["numeric_ok"], rec["numeric_error"], rec["numeric_detail"] = check.ok, check.max_error, check.detail
-        rec["check_s"] = time.perf_counter() - t1
-    return rec
+    rec = prefilter_one(checker, st, m)
+    return rec if rec.get("prefiltered") else rec | verify_all(checker, [(st, m)])[0]
 
 
-def check_task(checker: Checker, deadline: float, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
-    """check_one for each item until the deadline; later items are marked skipped."""
-    return [{"skipped": True} if time.time() > deadline else check_one(checker, st, m) for st, m in items]
+def prefilter_task(checker: Checker, deadline: float,
+                   items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+    """prefilter_one for each item until the deadline; later items are marked skipped."""
+    return [{"skipped": True} if time.time() > deadline else prefilter_one(checker, st, m) for st, m in items]
+
+
+def verify_task(checker: Checker, deadline: float,
+                items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+    """verify_all on the items (skipped, all of them, past the deadline)."""
+    return [{"skipped": True} for _ in items] if time.time() > deadline else verify_all(checker, items)
 
 
 def mirage_task(target: Target, limits: Limits, deadline: float, modes: Any, labels: Any, sizes: Sequence[Any],

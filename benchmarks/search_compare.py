@@ -1,0 +1,85 @@
+"""Search time and unique graphs of two Prism source trees side by side (before and after a change).
+
+Run: python benchmarks/search_compare.py OLD_TREE NEW_TREE [--workloads rmsnorm,...] [--runs 3] [--workers 2]
+         [--out benchmarks/results/search_compare]
+Writes OUT.json (every run) and OUT.md (medians per workload and tree).
+
+Each search is the symbolic search of a workload at config 1 with default limits (as `prism bench --quick`),
+in a fresh process importing Prism from one tree (PYTHONPATH), its worker processes started before the
+clock starts. Fresh processes, because workers keep verdicts for later searches of the same program. The
+trees' runs alternate (old first in even rounds, new first in odd ones), so that load from elsewhere on a
+shared machine falls on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = """
+import json, os, sys, time
+import prism.workloads as wl
+from prism.search import search
+from prism.search.parallel import Workers
+name, workers = sys.argv[1], int(sys.argv[2])
+Workers(workers).start()
+w = wl.get(name)
+load = os.getloadavg()[0]
+t0 = time.perf_counter()
+r = search(w.build(w.configs[0]), workers=workers)
+s = r.stats
+print(json.dumps({"seconds": time.perf_counter() - t0, "graphs": len(r), "mappings": s["instantiate"]["mappings"],
+                  "verified": s["verify"]["verified"], "check_s": s["check_wall_seconds"],
+                  "generate_s": s["generate"]["seconds"], "unsound": s["cross_check"]["unsound"], "load": load}))
+"""
+
+WORKLOADS = "rmsnorm,rmsnorm_mlp,swiglu,attention,qk_attention"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--workloads", default=WORKLOADS)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default="benchmarks/results/search_compare")
+    args = ap.parse_args()
+    trees = {"before": str(Path(args.old).resolve()), "after": str(Path(args.new).resolve())}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for k in range(args.runs):
+        for name in args.workloads.split(","):
+            for side in (("before", "after") if k % 2 == 0 else ("after", "before")):
+                env = os.environ | {"PYTHONPATH": trees[side]}
+                p = subprocess.run([sys.executable, "-c", CHILD, name, str(args.workers)], capture_output=True,
+                                   text=True, env=env, cwd=trees[side], check=True)
+                rec = json.loads(p.stdout.strip().splitlines()[-1]) | {"run": k, "workload": name, "side": side}
+                runs.append(rec)
+                print(f"run {k} {name} {side}: {rec['seconds']:.2f} s, {rec['graphs']} graphs, load {rec['load']:.1f}",
+                      file=sys.stderr)
+                out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    lines = [f"Medians of {args.runs} runs, {args.workers} workers; seconds of each run in brackets.", "",
+             "| workload | graphs before / after | verified / mappings before | verified / mappings after | "
+             "seconds before | seconds after | speedup |", "|---|---|---|---|---|---|---|"]
+    for name in args.workloads.split(","):
+        side = {s: [r for r in runs if r["workload"] == name and r["side"] == s] for s in trees}
+        med = {s: statistics.median(r["seconds"] for r in side[s]) for s in trees}
+        graphs = {s: "/".join(sorted({str(r["graphs"]) for r in side[s]})) for s in trees}
+        counts = {s: f"{side[s][0]['verified']:,} / {side[s][0]['mappings']:,}" for s in trees}
+        each = {s: ", ".join(f"{r['seconds']:.1f}" for r in side[s]) for s in trees}
+        lines.append(f"| {name} | {graphs['before']} / {graphs['after']} | {counts['before']} | {counts['after']} | "
+                     f"{med['before']:.2f} ({each['before']}) | {med['after']:.2f} ({each['after']}) | "
+                     f"{med['before'] / med['after']:.1f}x |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
