@@ -193,9 +193,12 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["max_block_ops"] = args.max_block_ops
     if getattr(args, "modes", None):
         opts["modes"] = args.modes
-    if getattr(args, "ray", None) is not None:
-        opts |= {"backend": "ray", "ray_address": args.ray or None}
-    return opts
+    return opts | _backend(args)
+
+
+def _backend(args: argparse.Namespace) -> dict[str, Any]:
+    """--ray [ADDRESS] as the search's and superoptimize's backend arguments."""
+    return {} if getattr(args, "ray", None) is None else {"backend": "ray", "ray_address": args.ray or None}
 
 
 def _search_summary(result: Any) -> dict[str, Any]:
@@ -251,7 +254,8 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
     with _bars(args) as bars, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "prism: no GPU", RuntimeWarning)  # the summary states it instead
         opt = superoptimize(prog.graph, search_result=result, budget=args.budget, workers=args.workers,
-                            cache=not args.no_cache, search_options=_search_options(args), progress=bars)
+                            cache=not args.no_cache, search_options=_search_options(args), progress=bars,
+                            **_backend(args))
     searched = result is None and opt.search_result is not None  # else given, or the cache answered
     if result is None:
         result = opt.search_result
@@ -455,7 +459,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="search seconds (default %(default)s)")
         c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
         c.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                       help="run the search's checks as Ray tasks on the cluster at ADDRESS, or on a local Ray "
+                       help="run the search's checks (and the tuner's compiles) as Ray tasks on the cluster at "
+                       "ADDRESS, or on a local Ray "
                        "instance (--workers CPUs) without one; needs pip install 'prism-superopt[ray]'")
         c.add_argument("--max-block-ops", type=_positive(int), default=None,
                        help="block ops per fused kernel, loaders included (default: the search's, from the "

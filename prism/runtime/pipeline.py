@@ -20,6 +20,7 @@ from prism.ir import KernelGraph
 from prism.progress import Progress
 from prism.runtime.cache import ResultCache, cache_key
 from prism.runtime.optimized import OptimizedGraph
+from prism.search.cluster import RayWorkers, check_backend
 from prism.tune.report import Report
 from prism.tune.target import get_target
 from prism.tune.tuner import tune
@@ -85,7 +86,8 @@ def _load_result(search_result: Any):
 def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int = 16, device: Any = None,
                   cache: Any = True, seed: int = 0, target: Any = None, workers: int | None = None,
                   search_options: dict[str, Any] | None = None, compile: bool = True,
-                  log: Callable[[str], None] | None = None, progress: Progress | None = None) -> OptimizedGraph:
+                  log: Callable[[str], None] | None = None, progress: Progress | None = None,
+                  backend: str = "local", ray_address: str | None = None) -> OptimizedGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph.
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
@@ -99,6 +101,9 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     target: the GPU the cost model assumes without one ("h100" default, "h200").
     search_options: keyword limits for `prism.search.search` (time_limit, max_block_ops, workers, ...).
     compile: False skips ahead-of-time compilation on the CPU (faster, less informed).
+    backend, ray_address: "ray" runs the search (unless search_options say otherwise) and the
+        ahead-of-time compiles as Ray tasks, on the cluster at ray_address or a local Ray
+        (prism.search.cluster); "local" (the default) in worker processes here.
     log, progress: one line per step, and (phase, done, total) calls (`prism.progress`) while the
         search and the tuner run.
     """
@@ -108,6 +113,9 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     check_positive("superoptimize", "budget", budget, whole=True)
     if workers is not None:
         check_positive("superoptimize", "workers", workers, whole=True)
+    check_backend("superoptimize", backend, ray_address)
+    if backend == "ray":
+        search_options = {"backend": backend, "ray_address": ray_address, **(search_options or {})}
     from prism import __version__
 
     start = time.time()
@@ -136,8 +144,9 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             return OptimizedGraph(graph, chosen, report, dev)
 
     result = given if given is not None else _cached_search(graph, search_options, log, progress, store, notes)
+    cluster = RayWorkers(workers, ray_address) if backend == "ray" and compile else None
     tuned = tune(result, graph, budget=budget, seed=seed, gpu=gpu, device=dev if gpu else None, target=target,
-                 workers=workers, compile=compile, log=log, progress=progress)
+                 workers=workers, compile=compile, log=log, progress=progress, cluster=cluster)
     report = tuned.report
     report.search = {"source": "given" if search_result is not None else result.stats.get("source", "searched"),
                      "graphs": len(result.graphs),

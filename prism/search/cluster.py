@@ -28,8 +28,10 @@ from typing import Any, Callable, Iterator, Sequence
 from prism import pool
 from prism.errors import InputError, PrismError
 
-__all__ = ["MAX_RETRIES", "ClusterError", "RayWorkers", "ray_module"]
+__all__ = ["BACKENDS", "MAX_RETRIES", "ClusterError", "RayWorkers", "check_backend", "ray_module"]
 
+BACKENDS = ("local", "ray")
+"""Where the search's and the tuner's tasks run: worker processes here, or Ray tasks."""
 MAX_RETRIES = 3
 """How often Ray runs a task again after its worker process died."""
 CANCEL_SECONDS = 10.0
@@ -50,6 +52,15 @@ def ray_module() -> Any:
         raise InputError("search: backend='ray' needs Ray, an optional dependency: "
                          "pip install 'prism-superopt[ray]'") from None
     return ray
+
+
+def check_backend(who: str, backend: Any, ray_address: Any) -> None:
+    """InputError for a backend that is not one of BACKENDS, or an address without backend='ray'."""
+    if backend not in BACKENDS:
+        raise InputError(f"{who}: backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if ray_address is not None and (backend != "ray" or not isinstance(ray_address, str)):
+        raise InputError(f"{who}: ray_address is a Ray cluster's address for backend='ray', got {ray_address!r} "
+                         f"with backend={backend!r}")
 
 
 class RayWorkers:

@@ -24,7 +24,7 @@ from prism.errors import GraphError, InputError, check_positive
 from prism.ir import KernelGraph, serialize
 from prism.pool import importable
 from prism.progress import Progress, report
-from prism.search.cluster import RayWorkers
+from prism.search.cluster import RayWorkers, check_backend
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits
 from prism.search.parallel import (Checker, Workers, concrete_task, generate_task, mirage_task, prefilter_task,
@@ -44,7 +44,6 @@ CHUNK = 64
 """(structure, mapping) pairs per prefilter task."""
 BATCH = 16
 """Candidates per verification task, checked in one e-graph run (more than about 32 slow it down)."""
-BACKENDS = ("local", "ray")
 
 
 def default_verify() -> Callable[..., Any]:
@@ -133,11 +132,7 @@ def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: A
             check_positive("search", name, value, whole=True)
     if verify_timeout is not None:
         check_positive("search", "verify_timeout", verify_timeout)
-    if backend not in BACKENDS:
-        raise InputError(f"search: backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-    if ray_address is not None and (backend != "ray" or not isinstance(ray_address, str)):
-        raise InputError(f"search: ray_address is a Ray cluster's address for backend='ray', got {ray_address!r} "
-                         f"with backend={backend!r}")
+    check_backend("search", backend, ray_address)
 
 
 def _workers(backend: str, workers: int | None, ray_address: str | None) -> Workers | RayWorkers:

@@ -19,7 +19,7 @@ from prism import pool
 from prism.codegen.aot import AotKernel
 from prism.ir import KernelGraph
 
-__all__ = ["CompileResult", "compile_one", "compile_many", "default_workers"]
+__all__ = ["CompileResult", "compile_one", "compile_many", "compile_task", "default_workers"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ def _worker_init() -> None:
     os.environ["TRITON_INTERPRET"] = "0"
 
 
+def compile_task(doc: dict[str, Any], arch: int = 90) -> CompileResult:
+    """compile_one in a worker that did not start with _worker_init (a Ray task): the interpreter off."""
+    _worker_init()
+    return compile_one(doc, arch)
+
+
 def _interpreting() -> bool:
     import sys
 
@@ -79,12 +85,16 @@ def _interpreting() -> bool:
 
 
 def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90,
-                 done: Callable[[int], None] | None = None) -> list[CompileResult]:
-    """Compile every graph; results in order, `done(k)` after k have finished. Runs in this process
-    when one worker suffices and this process compiles (not interpreting), or when no worker process
-    can be started; else in a pool of `workers` processes (default: cores)."""
+                 done: Callable[[int], None] | None = None, cluster: Any = None) -> list[CompileResult]:
+    """Compile every graph; results in order, `done(k)` after k have finished. With `cluster` (a
+    prism.search.cluster.RayWorkers) as Ray tasks; else in this process when one worker suffices and this
+    process compiles (not interpreting), or when no worker process can be started; else in a pool of
+    `workers` processes (default: cores)."""
     done = done or (lambda k: None)
     tasks = [(g.to_json(), arch) for g in graphs]
+    finished = itertools.count(1)
+    if cluster is not None:
+        return cluster.map(compile_task, tasks, lambda i, r: done(next(finished)))
     workers = min(default_workers() if workers is None else max(1, workers), len(tasks))
     started = pool.start(workers, _worker_init) if workers > 1 or (tasks and _interpreting()) else None
     if started is None:
@@ -93,7 +103,6 @@ def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch
             out.append(compile_one(*t))
             done(k)
         return out
-    finished = itertools.count(1)
     try:
         return pool.run(started, compile_one, tasks, lambda _: done(next(finished)))
     finally:

@@ -67,7 +67,7 @@ def floor_seconds(program: KernelGraph, target: Target) -> float:
 def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: bool = False,
          device: Any = None, target: Target | str | None = None, workers: int | None = None,
          compile: bool = True, explore: float = 0.25, rank_limit: int = RANK_LIMIT,
-         log: Callable[[str], None] | None = None, progress: Progress | None = None) -> Tuned:
+         log: Callable[[str], None] | None = None, progress: Progress | None = None, cluster: Any = None) -> Tuned:
     """Pick the best (graph, grid, loop) of `result` (a SearchResult) for `program`'s input shapes.
 
     budget: candidates compiled (and on a GPU, timed), the unfused baseline not counted.
@@ -75,6 +75,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     compile: compile candidates ahead of time for sm_90 (drops what fails or spills, and feeds the
         compiler's registers and shared memory to the model); False ranks by the model alone (tests).
        log, progress: one line per step; (phase, done, total) as "compile" and "profile" advance.
+    cluster: a prism.search.cluster.RayWorkers to compile on (Ray tasks), instead of local processes.
     """
     log = log or (lambda s: None)
     budget = max(1, int(budget))
@@ -95,7 +96,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     if compile:
         taken = {id(p) for p in picks}
         _compile_until_one_survives(picks, [p for p in ranked if id(p) not in taken], budget, seen, target,
-                                    workers, report, log, progress)
+                                    workers, report, log, progress, cluster)
     else:
         for p in picks:
             p.entry.status = "ok"
@@ -163,10 +164,10 @@ def _select(space: Space, ranked: list[_Pick], budget: int, explore: float, seed
 
 def _compile_until_one_survives(picks: list[_Pick], rest: list[_Pick], budget: int, seen: set[str],
                                 target: Target, workers: int | None, report: Report,
-                                log: Callable[[str], None], progress: Progress | None) -> None:
+                                log: Callable[[str], None], progress: Progress | None, cluster: Any = None) -> None:
     """Phase 3: compile every pick; if no fused one survives, compile more from the ranking (picks
     grows in place, the baseline staying last)."""
-    _compile(picks, target, workers, report, log, progress)
+    _compile(picks, target, workers, report, log, progress, cluster)
     rounds = 0
     while not any(p.entry.ok for p in picks[:-1]) and rest and rounds < EXTRA_ROUNDS:
         more = _take(rest, budget, seen)
@@ -175,7 +176,7 @@ def _compile_until_one_survives(picks: list[_Pick], rest: list[_Pick], budget: i
         for p in more:
             p.entry.estimate_us = p.cost.seconds * 1e6
         report.notes.append(f"no compiled candidate survived; compiled {len(more)} more from the ranking")
-        _compile(more, target, workers, report, log, progress)
+        _compile(more, target, workers, report, log, progress, cluster)
         picks[-1:-1] = more
         rounds += 1
 
@@ -231,15 +232,15 @@ def _take(ranked: Sequence[_Pick], n: int, seen: set[str]) -> list[_Pick]:
 
 
 def _compile(picks: list[_Pick], target: Target, workers: int | None, report: Report,
-             log: Callable[[str], None], progress: Progress | None) -> None:
+             log: Callable[[str], None], progress: Progress | None, cluster: Any = None) -> None:
     log(f"compiling {len(picks)} candidate(s) for sm_{target.arch}")
     def done(k: int) -> None:
         report_progress(progress, "compile", k, len(picks))
 
     done(0)
     try:
-        results = compile_many([p.graph for p in picks], workers, target.arch, done)
-    except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn)
+        results = compile_many([p.graph for p in picks], workers, target.arch, done, cluster)
+    except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn) or a lost Ray task
         report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this process")
         results = compile_many([p.graph for p in picks], 1, target.arch)
     for p, r in zip(picks, results):

@@ -135,3 +135,25 @@ def test_the_command_line_searches_on_ray(local_ray, tmp_path, capsys):
     here = SearchResult.load(out)
     assert on_ray.stats["backend"] == "ray" and here.stats["backend"] == "local"
     assert [on_ray.describe(i) for i in range(len(on_ray))] == [here.describe(i) for i in range(len(here))]
+
+
+def test_superoptimize_compiles_its_candidates_on_ray(local_ray, monkeypatch):
+    """backend="ray": the tuner's ahead-of-time compiles run as Ray tasks, with what a local run gets."""
+    from prism.runtime import superoptimize
+
+    ran = []
+    on_ray = cluster.RayWorkers.map
+    monkeypatch.setattr(cluster.RayWorkers, "map", lambda self, fn, tasks, done=None:
+                        ran.append((fn.__name__, len(tasks))) or on_ray(self, fn, tasks, done))
+
+    program = _program("swiglu")
+    result = search(program, workers=1, max_block_ops=9, max_grid=1)
+    runs = {}
+    for backend in ("local", "ray"):
+        with pytest.warns(RuntimeWarning, match="reference executor"):
+            opt = superoptimize(program, search_result=result, budget=2, workers=1, cache=False, device="cpu",
+                                backend=backend)
+        runs[backend] = [(e.label, e.status, [(k["registers"], k["shared"]) for k in e.kernels])
+                         for e in opt.report.entries]
+    assert runs["ray"] == runs["local"] and any(kernels for _, _, kernels in runs["ray"])
+    assert ran == [("compile_task", len(runs["ray"]))]  # every candidate, the unfused baseline too
