@@ -21,25 +21,22 @@ for p in (ROOT, ROOT / "examples"):
 
 
 def main() -> int:
+    from decoder_layer import SHAPE, example, shape_arguments
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--dim", type=int, default=1024)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=2816)
-    ap.add_argument("--length", type=int, default=512)
+    shape_arguments(ap, 8, 1024, 8, 2816, 512)
     ap.add_argument("--budget", type=int, default=8, help="candidates Prism tunes per fused region")
     args = ap.parse_args()
     import torch
     import triton.testing
 
     import prism.capture as pc
-    from decoder_layer import example
 
     if not torch.cuda.is_available():
         print("decoder_bench: no CUDA GPU visible to torch; nothing measured", file=sys.stderr)
         return 2
     pc.OPTIONS.budget = args.budget
-    layer, inputs = example(args.batch, args.dim, args.heads, args.hidden, args.length, "cuda", torch.float16)
+    layer, inputs = example(*(getattr(args, n) for n in SHAPE), "cuda", torch.float16)
     rows = []
     with torch.no_grad():
         want = layer(*inputs).float()

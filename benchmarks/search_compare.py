@@ -32,8 +32,14 @@ w = wl.get(name)
 load = os.getloadavg()[0]
 t0 = time.perf_counter()
 r = search(w.build(w.configs[0]), workers=workers)
+seconds = time.perf_counter() - t0
 s = r.stats
-print(json.dumps({"seconds": time.perf_counter() - t0, "graphs": len(r), "mappings": s["instantiate"]["mappings"],
+try:  # graphs that cannot overflow (prism.tune.safety), in trees that have the check
+    from prism.tune.safety import overflow_risk
+    safe = sum(overflow_risk(r.instantiate(i)) is None for i in range(len(r)))
+except ImportError:
+    safe = None
+print(json.dumps({"seconds": seconds, "graphs": len(r), "safe": safe, "mappings": s["instantiate"]["mappings"],
                   "verified": s["verify"]["verified"], "check_s": s["check_wall_seconds"],
                   "generate_s": s["generate"]["seconds"], "unsound": s["cross_check"]["unsound"], "load": load}))
 """
@@ -71,7 +77,8 @@ def main() -> None:
     for name in args.workloads.split(","):
         side = {s: [r for r in runs if r["workload"] == name and r["side"] == s] for s in trees}
         med = {s: statistics.median(r["seconds"] for r in side[s]) for s in trees}
-        graphs = {s: "/".join(sorted({str(r["graphs"]) for r in side[s]})) for s in trees}
+        graphs = {s: "/".join(sorted({str(r["graphs"]) + ("" if r.get("safe") is None else f" ({r['safe']} safe)")
+                                      for r in side[s]})) for s in trees}
         counts = {s: f"{side[s][0]['verified']:,} / {side[s][0]['mappings']:,}" for s in trees}
         each = {s: ", ".join(f"{r['seconds']:.1f}" for r in side[s]) for s in trees}
         lines.append(f"| {name} | {graphs['before']} / {graphs['after']} | {counts['before']} | {counts['after']} | "

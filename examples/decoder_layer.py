@@ -57,19 +57,25 @@ def example(batch: int = 4, dim: int = 64, heads: int = 4, hidden: int = 128, le
     return layer, (x, k, v)
 
 
+SHAPE = ("batch", "dim", "heads", "hidden", "length")
+"""example()'s size arguments, in its order."""
+
+
+def shape_arguments(ap: argparse.ArgumentParser, *defaults: int) -> None:
+    """--batch, --dim, --heads, --hidden, --length with these defaults (this example's and the benchmark's)."""
+    for name, default in zip(SHAPE, defaults, strict=True):
+        ap.add_argument(f"--{name}", type=int, default=default)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--length", type=int, default=32)
+    shape_arguments(ap, 4, 64, 4, 128, 32)
     args = ap.parse_args()
     import prism.capture
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    layer, inputs = example(args.batch, args.dim, args.heads, args.hidden, args.length, device,
+    layer, inputs = example(*(getattr(args, n) for n in SHAPE), device,
                             torch.float16 if device == "cuda" else torch.float32)
     with torch.no_grad():
         want = layer(*inputs)
