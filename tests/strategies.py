@@ -101,12 +101,19 @@ def _one_operand(attrs: Callable[[Any, Tensor], dict]) -> Callable[..., tuple[li
     return operands
 
 
+def _group_attrs(draw: Any, a: Tensor) -> dict:
+    """A dim and a group size dividing its extent (the extent itself: one group; 1: the whole sum)."""
+    dim = draw(st.integers(0, len(a.shape) - 1))
+    return {"dim": dim, "size": _pick(draw, [n for n in range(1, a.shape[dim] + 1) if a.shape[dim] % n == 0])}
+
+
 _OPERANDS: dict[str, Callable[..., tuple[list[Tensor], dict]]] = {
     "unary": _one_operand(lambda draw, a: {}),
     "scalar": _one_operand(lambda draw, a: {"value": draw(SCALARS)}),
     "rowwise": _one_operand(lambda draw, a: {"eps": _pick(draw, EPS)}),
     "reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
     "max_reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
+    "group": _one_operand(lambda draw, a: _group_attrs(draw, a)),
     "binary": _binary_operands,
     "matmul": _matmul_operands,
 }

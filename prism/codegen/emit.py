@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from prism.codegen.errors import CodegenError
-from prism.codegen.layout import Layout, TileDim
+from prism.codegen.layout import MIN_DOT, Layout, TileDim
 from prism.codegen.render import UNIT, Expr, literal, render
 from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name, unique
 from prism.ir.block import BlockGraph
@@ -271,6 +271,10 @@ class _Emitter:
                 args.append(Expr(text, tuple(UNIT if d in cut else t for d, t in enumerate(sdims)),
                                  self.vals[s].clean))
             expr = render(node.op, args, node.attrs, self.full_mask).text
+            if OPS[node.op].family.rule == "group" and dims[node.attrs["dim"]].block != node.attrs["size"]:
+                raise CodegenError(f"{self.name}: a group sum's result {self.b.label((i, 0))} is padded to "
+                                   f"{dims[node.attrs['dim']].block} lanes (a later matmul needs at least "
+                                   f"{MIN_DOT}), but its groups give {node.attrs['size']}")
             if OPS[node.op].family.rule == "reduce" and dims[node.attrs["dim"]].block > 1:
                 d = node.attrs["dim"]   # the reduced dim is padded for a later matmul: value in lane 0
                 expr = f"tl.where(tl.arange(0, {dims[d].block_expr}){_at(d, rank)} == 0, {expr}, 0.0)"

@@ -20,7 +20,7 @@ from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
-from prism.ir.ops import MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, TType
+from prism.ir.ops import GROUP, MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, TType
 
 __all__ = ["to_custom", "elementwise_block", "ELEMENTS", "ROW"]
 
@@ -84,6 +84,16 @@ def _reduce_block(op: str, x: TType, dim: int) -> BlockGraph:
     b = BlockGraph(grid=grid, loop=x.shape[dim] // tile)
     t = b.input(x, imap={g: d for d, g in grid_of.items()}, fmap=dim)
     b.output(b.accum(b.apply(op, [t], {"dim": dim}), OPS[op].accumulator), omap={g: d for d, g in grid_of.items()})
+    return b
+
+
+def _group_block(x: TType, dim: int, size: int) -> BlockGraph:
+    """A group sum over `dim`: the loop walks the groups, one per iteration, and a sum accumulator adds them
+    (no reshape, so any group size); each block owns a tile of the other dims."""
+    tiles, grid_of, grid = _tiling(x.shape, {dim: size})
+    b = BlockGraph(grid=grid, loop=x.shape[dim] // size)
+    t = b.input(x, imap={g: d for d, g in grid_of.items()}, fmap=dim)
+    b.output(b.accum(t), omap={g: d for d, g in grid_of.items()})
     return b
 
 
@@ -175,7 +185,12 @@ def _reduce(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom
     return custom(_reduce_block(op, args[0].type, attrs["dim"]), args, op)
 
 
-_LOWERING = {MATMUL.name: _matmul, REDUCE.name: _reduce, MAX_REDUCE.name: _reduce, ROWWISE.name: _row_op}
+def _group(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    return custom(_group_block(args[0].type, attrs["dim"], attrs["size"]), args, op)
+
+
+_LOWERING = {MATMUL.name: _matmul, REDUCE.name: _reduce, MAX_REDUCE.name: _reduce, ROWWISE.name: _row_op,
+             GROUP.name: _group}
 """How a kernel-level op of each family runs as custom ops; element-wise families go tile by tile."""
 
 

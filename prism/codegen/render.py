@@ -52,13 +52,28 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
         return d.decompose(_Builder(masks), *args, **attrs)
     rule = d.family.rule
     if rule not in _RESULT_DIMS:
-        raise CodegenError(f"{op}: only element-wise ops and sums render as expressions")
+        raise CodegenError(f"{op}: only element-wise ops, sums and group sums render as expressions")
     if rule == "reduce" and args[0].dims[attrs["dim"]].padded and (not args[0].clean or d.pad != 0):
         a = args[0]   # padded lanes take the reduction's identity (0 for a sum, -inf for a max)
         args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(d.pad)})", a.dims, d.pad == 0)]
     fields = {k: (literal(v) if isinstance(v, float) else v) for k, v in attrs.items()}
+    if rule == "group":
+        args, fields["groups"] = _groups(args[0], attrs["dim"], attrs["size"], masks)
     return Expr(_fill(d.triton, [a.text for a in args], fields), _RESULT_DIMS[rule](args, attrs),
                 d.zero_preserving and all(a.clean for a in args))
+
+
+def _groups(a: Expr, dim: int, size: int, masks: Masks) -> tuple[list[Expr], str]:
+    """A group sum's operand (padded lanes zeroed) and its block shape with `dim` split into (groups, size).
+    The padded block splits evenly when `size` is a power of two (next_pow2(G·size) = next_pow2(G)·size)."""
+    t = a.dims[dim]
+    if size & (size - 1):
+        raise CodegenError(f"group_sum inside a kernel needs a power-of-two group size, got {size}")
+    if t.padded and not a.clean:
+        a = Expr(f"tl.where({masks(a.dims)}, {a.text}, 0.0)", a.dims, True)
+    shape = [x.block_expr for x in a.dims]
+    shape[dim:dim + 1] = [f"{t.block_expr} // {size}", str(size)]
+    return [a], f"({', '.join(shape)})"
 
 
 class _Builder:
@@ -86,6 +101,8 @@ _RESULT_DIMS = {  # the tile dims of an op's result, keyed by its family's shape
     "same": lambda args, attrs: args[0].dims,
     "broadcast": _broadcast,
     "reduce": lambda args, attrs: tuple(UNIT if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
+    "group": lambda args, attrs: tuple(TileDim(f"{t.name}_{attrs['size']}", attrs["size"], attrs["size"])
+                                       if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
 }
 
 

@@ -24,7 +24,7 @@ from prism.errors import DTypeError, GraphError, ShapeError
 
 __all__ = [
     "DTYPES", "TORCH_DTYPES", "TType", "Family", "OpDef", "Builder", "OPS",
-    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "MATMUL", "ROWWISE",
+    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "MATMUL", "ROWWISE",
     "check_dtype", "op", "register", "unregister", "watch", "revision",
 ]
 
@@ -95,7 +95,8 @@ class OpDef:
     Meanings: `torch_fn(*tensors, **attrs)` is the reference meaning (the executor's and the tests'); `triton`
     a `str.format` template over operand texts `{0}`, `{1}` and the attributes by name (matmul's `{extra}`:
     the accumulator and precision arguments the code generator adds); `term` names its verification term
-    (None: verification expands `decompose`). `decompose(f, *operands, **attrs)` writes the op with other
+    (None: verification expands `decompose`, or writes the op with parallel ops, as
+    prism.verify.encode.PARALLEL_FORMS says). `decompose(f, *operands, **attrs)` writes the op with other
     table ops through a pass's `Builder` f; a missing torch meaning or template comes from it.
 
     Traits: `commutative` (operands may be swapped), `linear` (f(a + b) = f(a) + f(b), operands taken
@@ -195,6 +196,12 @@ def _reduce(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tu
     return tuple(shape)
 
 
+def _group(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tuple[int, ...]:
+    shape = list(types[0].shape)
+    shape[attrs["dim"]] = attrs["size"]
+    return tuple(shape)
+
+
 def _contract(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> tuple[int, ...]:
     a, b = types
     if len(a.shape) < 2 or len(a.shape) != len(b.shape):
@@ -207,7 +214,8 @@ def _contract(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> 
     return a.shape[:-1] + b.shape[-1:]
 
 
-_SHAPES = {"same": _same_shape, "broadcast": _broadcast, "reduce": _reduce, "contract": _contract}
+_SHAPES = {"same": _same_shape, "broadcast": _broadcast, "reduce": _reduce, "group": _group,
+           "contract": _contract}
 
 # ---- attribute checks ----------------------------------------------------------------------------
 
@@ -240,6 +248,15 @@ def _check_dim(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> di
     return {"dim": dim % rank}
 
 
+def _check_group(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+    dim = _check_dim(op, types, {"dim": attrs["dim"]})["dim"]
+    size, extent = attrs["size"], types[0].shape[dim]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1 or extent % size:
+        raise ShapeError(f"{op.name}: size {size!r} must be a positive int dividing the extent {extent} of dim "
+                         f"{dim} of {types[0]} (the dim holds whole groups of that size)")
+    return {"dim": dim, "size": size}
+
+
 # ---- the families --------------------------------------------------------------------------------
 
 UNARY = Family("unary", 1, "same", _no_attrs, elementwise=True, egg="Unary", shared=True)
@@ -249,6 +266,11 @@ BINARY = Family("binary", 2, "broadcast", _no_attrs, elementwise=True, egg="Bina
 REDUCE = Family("reduce", 1, "reduce", _check_dim, egg="Sum", term_attrs=("dim",))
 MAX_REDUCE = Family("max_reduce", 1, "reduce", _check_dim, egg="Max", term_attrs=("dim",))
 """A max over a dim: shaped like a sum, but with none of a sum's algebra (not linear)."""
+GROUP = Family("group", 1, "group", _check_group)
+"""A sum over the groups of a dim: its extent G·size read as G contiguous groups of `size`, added element-wise
+(`out[..., j] = Σ_k x[..., k·size + j]`). It folds back partials that a grid dim concatenated along a data dim
+(split-KV attention's second kernel; Mirage's reduce-to-dimx). Its op has no term of its own: verification
+writes it as the part and red of the parallel dims that concatenated it (prism.verify.encode.PARALLEL_FORMS)."""
 MATMUL = Family("matmul", 2, "contract", _no_attrs, egg="MatMul")
 ROWWISE = Family("rowwise", 1, "same", _check_eps)
 """An op over whole rows (the last dim) with a constant eps: composite, so it has no terms of its own."""
@@ -275,6 +297,15 @@ def _gelu(f: Builder, x: Any) -> Any:
     return f("mul", f("mul_scalar", x, value=0.5),
              f("add_scalar", f("erf", f("mul_scalar", x, value=SQRT_HALF)), value=1.0))
 
+
+def _group_sum(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    shape = x.shape
+    return x.reshape(*shape[:dim], shape[dim] // size, size, *shape[dim + 1:]).sum(dim=dim)
+
+
+GROUP_TRITON = "tl.sum(tl.reshape({0}, {groups}), axis={dim})"
+"""`{groups}`: the tile's block shape with dim split into (groups, size), written by the renderer
+(prism.codegen.render), which needs `size` to be a power of two so that the padded block splits evenly."""
 
 # ---- the table -----------------------------------------------------------------------------------
 
@@ -355,6 +386,8 @@ for _d in [
     OpDef("max", MAX_REDUCE, "max over dim, kept as size 1", lambda x, dim: x.amax(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.max({0}, axis={dim}, keep_dims=True)", term="max", pad=-math.inf,
           accumulator="accum_max"),
+    OpDef("group_sum", GROUP, "sum of the contiguous groups of `size` along dim: out[..., j] = sum_k x[..., k*size+j]",
+          _group_sum, attrs=("dim", "size"), triton=GROUP_TRITON, zero_preserving=True),
     OpDef("rms_norm", ROWWISE, "x / sqrt(mean(x**2 over the last dim) + eps)", attrs=("eps",),
           defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
     OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),

@@ -176,6 +176,9 @@ def parallel_sum() -> Iterator[Rule]:
     yield R("sum-red", sum_(red(t, p), d), red(sum_(t, d), p))
     yield R("red-sum-part", red(sum_(part(t, d, p), d), p), sum_(t, d))  # partial sums of the chunks
     yield R("sum-comb-same", sum_(comb(t, d, p), d), red(sum_(t, d), p))  # a sum over a concatenation
+    # split-K partial sums concatenated along e, then summed in groups (group_sum, written with part and red
+    # by prism.verify.encode): the sum they were split from
+    yield D("group-sum-partials", red(part(comb(sum_(part(t, d, p), d), e, p), e, p), p), sum_(t, d))
 
 
 def parallel_max() -> Iterator[Rule]:
@@ -288,7 +291,7 @@ def rules(max_pdims: int = 3, *, shortcuts: bool = False) -> list[Rule]:
 
 def derived_rules(max_pdims: int = 3) -> list[Rule]:
     """Equations implied by `rules()`: the paper's forms of its table and whole workload patterns."""
-    out = [r for r in [*parallel_matmul(), *patterns()] if r.derived]
+    out = [r for r in [*parallel_matmul(), *parallel_sum(), *patterns()] if r.derived]
     return out + [r for n in range(1, max_pdims + 1) for r in sum_forms(n)]
 
 

@@ -23,7 +23,7 @@ from prism.ir.ops import OPS
 from prism.verify import expr as E
 from prism.verify.types import ONE
 
-__all__ = ["Encoding", "NotEncodable", "encode", "loop_dim", "grid_pdim"]
+__all__ = ["Encoding", "NotEncodable", "PARALLEL_FORMS", "encode", "loop_dim", "grid_pdim"]
 
 
 class NotEncodable(Exception):
@@ -65,6 +65,10 @@ def encode(graph: KernelGraph) -> Encoding:
     except IllFormedTerm as e:
         raise NotEncodable(str(e)) from None
     outputs = tuple(values[r] for r in graph.outputs)
+    for k, t in enumerate(outputs):
+        if any(e.mono for e in t.type.extents):
+            raise NotEncodable(f"output {k} has type {t.type}: its extents depend on parallel sizes (a grid dim "
+                               "concatenates along a dim it does not split, and no group sum folds it back)")
     return Encoding(outputs, frozenset().union(*(E.pdims_of(t) for t in outputs)))
 
 
@@ -95,9 +99,10 @@ class _Block:
         return apply(op, args, attrs)
 
     def output(self, k: int, t: E.Term) -> None:
-        if t.type.live or any(e.mono for e in t.type.extents):
-            raise NotEncodable(f"output {k} has type {t.type}: its extents depend on parallel sizes (a grid "
-                               "dim concatenates along a dim it does not split, or a split dim is never combined)")
+        """A kernel output is one tensor (no live parallel dim); its extents may still depend on parallel sizes
+        (partials a grid dim concatenates for a later kernel to sum in groups), a graph output's may not."""
+        if t.type.live:
+            raise NotEncodable(f"output {k} has type {t.type}: a split dim is never combined")
         self.outs[k] = t
 
 
@@ -129,13 +134,38 @@ class _Terms:
 def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
     """Table op `op` on term operands: its term, or its decomposition's where it has none."""
     d = OPS[op]
+    if op in PARALLEL_FORMS:
+        return PARALLEL_FORMS[op](args[0], _axis(args[0].type.rank, attrs["dim"]), attrs["size"])
     if d.term is None:
+        if d.decompose is None:
+            raise NotEncodable(f"op {op} has no verification term, decomposition or parallel form")
         return d.decompose(_Terms(), *args, **attrs)
     if d.family.rule == "broadcast":
         args = _broadcast(*args)
     term_attrs = tuple(_axis(args[0].type.rank, attrs[a]) if kind == "dim" else attrs[a]
                        for kind, a in zip(d.family.term_attrs, d.attrs))
     return E.make(d.term, *args, attrs=term_attrs)
+
+
+def _group_sum(x: E.Term, d: int, size: int) -> E.Term:
+    """A sum of the groups of `size` along term dim d, for x concatenated there by parallel dims p, q, ...
+    (its extent along d is size·p·q...): groups are then the members, so the sum is part along d by each
+    of them, then red over each. That is the op at every size, hence sound for all of them. Groups of a
+    dim of known extent (no parallel dim made them) have no such form and are NotEncodable."""
+    e = x.type.extents[d]
+    if d in x.type.bcast or e.coef != size or not e.mono or any(k != 1 for _, k in e.mono):
+        raise NotEncodable(f"a group sum of size {size} over extent {e}: only the groups a grid dim concatenated "
+                           "(extent size·p) can be verified")
+    pdims = [p for p, _ in e.mono]
+    for p in pdims:
+        x = E.part(x, d, p)
+    for p in reversed(pdims):
+        x = E.red(x, p)
+    return x
+
+
+PARALLEL_FORMS = {"group_sum": _group_sum}
+"""Table ops verification writes with the parallel ops (part, red) instead of a term of their own."""
 
 
 def _broadcast(a: E.Term, b: E.Term) -> list[E.Term]:

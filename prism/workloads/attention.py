@@ -8,7 +8,9 @@ that cannot overflow when one exists (prism.tune.safety).
 The paper's fused form is two kernels. Kernel 1 runs a grid of (batch, kv split) blocks, each looping over its
 share of the kv length and accumulating the unnormalised numerator exp(Q Kt) V and the denominator
 sum(exp(Q Kt)); its savers leave the split dim y unmapped, so the splits are summed across blocks.
-Kernel 2 divides the two. This is correct only because both sums distribute over the kv length; it has
+Kernel 2 divides the two. With `partials=True` (FlashDecoding's and Mirage's form) the savers map y to
+the last dim instead, so each split's sums land side by side, and kernel 2 sums them in groups
+(`group_sum`) before it divides: no atomics, the same bits every run. Either is correct only because both sums distribute over the kv length; it has
 no max subtraction, so it overflows at realistic logits. The online form (`online=True`) is one kernel
 per batch looping over the whole kv length with a running max, rescaling its two sums as the max grows
 (FlashAttention's online softmax, prism.ir.kinds.RunningMax), then dividing after the loop.
@@ -52,9 +54,10 @@ def _graph(cfg: Config, dtype: str, *, qk_norm: bool) -> KernelGraph:
 
 
 def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
-           loop: int | None = None, online: bool = False) -> KernelGraph:
+           loop: int | None = None, online: bool = False, partials: bool = False) -> KernelGraph:
     """Kernel 1 sums exp(Q Kt) V and exp(Q Kt) over kv per (batch, split) block; kernel 2 divides.
-    With `online`, one kernel with a running max (see the module docstring)."""
+    With `online`, one kernel with a running max; with `partials`, the splits' sums are kept side by side
+    and kernel 2 sums them in groups (see the module docstring)."""
     g = KernelGraph()
     q, kt, v = _declare(g, cfg, dtype)
     if online:
@@ -69,9 +72,13 @@ def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
     if qk_norm:
         bq = k1.rms_norm(bq, EPS)                                     # the whole last dim is in the tile
     e = k1.exp(k1.matmul(bq, bk))                                     # E tile [1, g, h/(splits*loop)]
-    k1.output(k1.accum(k1.matmul(e, bv)), omap={"x": 0})             # numerator [1, g, d], y summed
-    k1.output(k1.accum(k1.sum(e, 2)), omap={"x": 0})                 # denominator [1, g, 1], y summed
+    kept = {"y": 2} if partials else {}                               # partials side by side, or y summed
+    k1.output(k1.accum(k1.matmul(e, bv)), omap={"x": 0, **kept})     # numerator [1, g, d]
+    k1.output(k1.accum(k1.sum(e, 2)), omap={"x": 0, **kept})         # denominator [1, g, 1]
     num, den = g.custom(k1, [q, kt, v])
+    if partials:
+        g.output(_sum_partials(g, cfg, num, den))
+        return g
 
     # Kernel 2: savers take only post-loop tensors, so each loaded tile goes through a 1-iteration
     # accum. Accumulating before the div keeps it right for any loop range (loop·num / loop·den).
@@ -82,6 +89,17 @@ def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
     (o,) = g.custom(k2, [num, den])
     g.output(o)
     return g
+
+
+def _sum_partials(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor) -> Tensor:
+    """Kernel 2 of the split form with partials: each batch's block sums the splits' numerators (groups of d
+    along the last dim) and denominators (groups of 1), then divides."""
+    k2 = BlockGraph(grid=(cfg["b"],), loop=1)
+    n2 = k2.group_sum(k2.accum(k2.input(num, imap={"x": 0})), 2, cfg["d"])   # [1, g, splits·d] -> [1, g, d]
+    d2 = k2.group_sum(k2.accum(k2.input(den, imap={"x": 0})), 2, 1)          # [1, g, splits] -> [1, g, 1]
+    k2.output(k2.div(n2, d2), omap={"x": 0})
+    (o,) = g.custom(k2, [num, den])
+    return o
 
 
 def _online(g: KernelGraph, cfg: Config, q: Tensor, kt: Tensor, v: Tensor, qk_norm: bool, splits: int | None,
@@ -125,7 +143,7 @@ def _workload(name: str, program: str, qk_norm: bool) -> Workload:
     return Workload(
         name=name, program=program, dims=("b", "g", "h", "d"),
         real_configs=({"b": 2, "g": 8, "h": 8 * 1024, "d": 128}, {"b": 2, "g": 8, "h": 8 * 2048, "d": 128}),
-        fused_params=("splits", "loop", "online"),
+        fused_params=("splits", "loop", "online", "partials"),
         graph_fn=partial(_graph, qk_norm=qk_norm), reference_fn=partial(_reference, qk_norm=qk_norm),
         scales_fn=_scales, fused_fn=partial(_fused, qk_norm=qk_norm))
 

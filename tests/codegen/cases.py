@@ -255,6 +255,20 @@ def fp32_dot() -> Case:
     return Case(g, [_rand((16, 48), "float32", 20), _rand((48, 32), "float32", 21)], rtol=1e-4)
 
 
+def group_sums() -> Case:
+    """group_sum as kernel ops (lowered to a loop over the groups: any group size, here 3) and inside a
+    kernel (a reshape: groups of 4 along a tile of 12 padded to 16, after an exp that leaves 1 in the padded
+    lanes)."""
+    g = KernelGraph()
+    x = g.input((6, 12), "float32", "X")
+    b = BlockGraph(grid=(2,), loop=1)
+    t = b.exp(b.accum(b.input(x, imap={"x": 0})))                 # [3, 12], padded to [4, 16]
+    b.output(b.group_sum(t, 1, 4), omap={"x": 0})                # [3, 4]
+    (y,) = g.custom(b, [x])
+    g.output(y, g.group_sum(x, 1, 3), g.group_sum(x, 0, 2))
+    return Case(g, [_rand((6, 12), "float32", 22)], rtol=1e-4)
+
+
 SMALL = {
     "rmsnorm": ({"n": 4, "d": 64}, {"grid": 2, "loop": 2}),
     "rmsnorm_mlp": ({"n": 4, "d": 64}, {"grid": 2, "loop": 2}),
@@ -281,6 +295,10 @@ CASES: dict[str, Callable[[], Case]] = {
     "large_logits_attention": _large_logits("attention", SMALL["attention"][0], loop=4),
     "large_logits_qk_attention": _large_logits("qk_attention", SMALL["qk_attention"][0], loop=4),
     "large_logits_non_pow2": _large_logits("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 24}, loop=4),
+    "split_kv_partials": _workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True),
+    "split_kv_partials_non_pow2": _workload("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3, loop=2,
+                                            partials=True),
+    "group_sums": group_sums,
     "searched_softmax_matmul": searched_softmax_matmul,
     "long_rows_softmax": long_rows_softmax,
 }
@@ -303,6 +321,7 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     **{f"real_{n}": (lambda n=n: prism.workloads.get(n).fused(REAL[n])) for n in REAL},
     "bf16_swiglu": lambda: prism.workloads.get("swiglu").fused({"n": 8, "d": 256}, "bfloat16"),
     "matmul4d": _matmul4d,
+    "real_attention_partials": lambda: prism.workloads.get("attention").fused(REAL["attention"], partials=True),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
-                                                    "broadcast_padding", "fp32_dot")},
+                                                    "broadcast_padding", "fp32_dot", "group_sums")},
 }

@@ -18,9 +18,9 @@ from prism.ir.ops import MATMUL, OPS
 TL = SimpleNamespace(
     exp=torch.exp, sigmoid=torch.sigmoid, erf=torch.erf, sqrt=torch.sqrt,
     maximum=lambda a, b: torch.maximum(a, torch.as_tensor(b, dtype=a.dtype)),
-    sum=lambda x, axis, keep_dims: x.sum(dim=axis, keepdim=keep_dims),
+    sum=lambda x, axis, keep_dims=False: x.sum(dim=axis, keepdim=keep_dims),
     max=lambda x, axis, keep_dims: x.amax(dim=axis, keepdim=keep_dims),
-    dot=torch.matmul,
+    dot=torch.matmul, reshape=lambda x, shape: x.reshape(shape),
 )
 
 ARGS = {
@@ -28,7 +28,7 @@ ARGS = {
     "add": ([(3, 4), (3, 1)], {}), "sub": ([(1, 4), (3, 4)], {}),
     "mul": ([(3, 4), (3, 4)], {}), "div": ([(3, 4), (3, 1)], {}),
     "sum": ([(3, 4)], {"dim": 1}), "max": ([(3, 4)], {"dim": 1}), "maximum": ([(3, 4), (3, 1)], {}),
-    "rms_norm": ([(3, 8)], {"eps": 1e-3}),
+    "rms_norm": ([(3, 8)], {"eps": 1e-3}), "group_sum": ([(3, 8)], {"dim": 1, "size": 2}),
     "mul_scalar": ([(3, 4)], {"value": -0.25}), "add_scalar": ([(3, 4)], {"value": 1.5}),
 }
 
@@ -52,7 +52,8 @@ def test_lowering_means_the_op(name):
     shapes, attrs = ARGS.get(name, ([(3, 4)], {}))
     gen = torch.Generator().manual_seed(0)
     operands = [torch.rand(s, generator=gen, dtype=torch.float64) + 0.5 for s in shapes]
-    got = eval(render(name, operands, attrs), {"tl": TL}, {f"a{k}": t for k, t in enumerate(operands)})
+    blocks = {f"BLOCK_D{d}": n for t in operands for d, n in enumerate(t.shape)}  # the tiles' constexprs
+    got = eval(render(name, operands, attrs), {"tl": TL}, {f"a{k}": t for k, t in enumerate(operands)} | blocks)
     want = OPS[name].torch_fn(*operands, **attrs)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 

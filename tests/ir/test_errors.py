@@ -53,6 +53,9 @@ def test_bad_attributes_and_unknown_op():
     g, x, w = _graph()
     with pytest.raises(ShapeError, match="sum: dim 2 is out of range"):
         g.sum(x, 2)
+    for size in (3, 0, 2.0, True):
+        with pytest.raises(ShapeError, match=f"group_sum: size {size!r} must be a positive int dividing the extent"):
+            g.group_sum(x, 1, size)
     with pytest.raises(GraphError, match="rms_norm: eps must be >= 0"):
         g.rms_norm(x, -1.0)
     with pytest.raises(GraphError, match="mul_scalar: value must be a finite number"):

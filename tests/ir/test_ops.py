@@ -25,6 +25,8 @@ EXPECTED = {
     "div": ([(2, 3, 4), (2, 3, 1)], {}, lambda a, b: a / b.expand(2, 3, 4)),
     "sum": ([(3, 4, 5)], {"dim": -2}, lambda x: sum(x[:, j:j + 1, :] for j in range(4))),
     "max": ([(3, 4, 5)], {"dim": -2}, lambda x: torch.stack([x[:, j, :] for j in range(4)]).max(0).values[:, None]),
+    "group_sum": ([(3, 6, 2)], {"dim": 1, "size": 2},
+                  lambda x: x[:, 0:2, :] + x[:, 2:4, :] + x[:, 4:6, :]),
     "maximum": ([(3, 4), (3, 1)], {}, lambda a, b: torch.where(a > b, a, b.expand(3, 4))),
     "rms_norm": ([(3, 8)], {"eps": 1e-3},
                  lambda x: x / ((x * x).sum(-1, keepdim=True) / 8 + 1e-3) ** 0.5),
