@@ -32,7 +32,7 @@ from prism.search.parallel import (Checker, Workers, concrete_task, generate_tas
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
-from prism.symbolic.mapping import Mapping, enumerate_mappings
+from prism.symbolic.mapping import Mapping, enumerate_mappings, partial_variant
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import from_graph, mk, render
 
@@ -220,8 +220,9 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadl
         shape_free = (id(st.graph), st.outputs, st.kernel_ops, st.omaps)
         if shape_free not in matched:
             problem = st.problem()
-            matched[shape_free] = [m for m in enumerate_mappings(problem, limits.max_grid)
-                                   if mode.code == "SSS" or matches_fixed(st, problem, m)]
+            plain = [m for m in enumerate_mappings(problem, limits.max_grid)
+                     if mode.code == "SSS" or matches_fixed(st, problem, m)]
+            matched[shape_free] = plain + [v for v in (partial_variant(problem, m) for m in plain) if v]
         for m in matched[shape_free]:
             counts["enumerated"] += 1
             key = (st.key()[:4], m, st.sizes)

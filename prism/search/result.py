@@ -60,8 +60,12 @@ class SymbolicGraph:
                 args = ", ".join(f"t{i}" for i in op.inputs) + "".join(f", {a!r}" for a in op.attrs)
                 rhs = f"{op.op}({args})"
             lines.append(f"  t{k} = {rhs}")
+        folds = self.structure.problem().partials(self.mapping) if self.mapping.partials else None
         for k, o in enumerate(self.structure.outputs):
-            lines.append(f"  out{k} = save t{o} omap={omaps[k]}")
+            fold = folds[k] if folds else {}
+            kept = f"  (partials: {', '.join(f'd_{p} side by side along {d}' for p, d in fold.items())}, then " \
+                "group_sum)" if fold else ""
+            lines.append(f"  out{k} = save t{o} omap={omaps[k] | fold}{kept}")
         for k, op in enumerate(self.structure.kernel_ops):
             lines.append(f"  kernel v{len(self.structure.outputs) + k} = {op.op}("
                          + ", ".join(f"v{i}" for i in op.inputs) + ")")

@@ -27,15 +27,21 @@ from typing import Iterator, Sequence
 from prism.ir.block import GRID_DIMS
 from prism.symbolic.dims import UNIT, MVar, UnionFind
 
-__all__ = ["Mapping", "MappingProblem", "RawMapping", "brute_force", "enumerate_mappings"]
+__all__ = ["Mapping", "MappingProblem", "RawMapping", "brute_force", "enumerate_mappings", "partial_variant"]
 
 
 @dataclass(frozen=True)
 class Mapping:
-    """Classes (by representative atom) partitioned by each grid dim x, y, z, and by the loop."""
+    """Classes (by representative atom) partitioned by each grid dim x, y, z, and by the loop.
+
+    `partials`: an output a grid dim sums (it partitions none of the output's classes) keeps each block's
+    tile side by side along a data dim instead (the saver maps the grid dim there, `MappingProblem.partials`),
+    and a kernel-level group_sum folds them back: the split-KV form without atomics (deterministic, no
+    zeroed buffer). Same structure, same function; `partial_variant` makes it from the summing mapping."""
 
     grid: tuple[tuple[int, ...], ...]
     loop: tuple[int, ...]
+    partials: bool = False
 
     @property
     def n_grid(self) -> int:
@@ -48,11 +54,12 @@ class Mapping:
         return None
 
     def to_json(self) -> dict:
-        return {"grid": [list(g) for g in self.grid], "loop": list(self.loop)}
+        return {"grid": [list(g) for g in self.grid], "loop": list(self.loop)} | \
+            ({"partials": True} if self.partials else {})
 
     @classmethod
     def from_json(cls, data: dict) -> Mapping:
-        return cls(tuple(tuple(g) for g in data["grid"]), tuple(data["loop"]))
+        return cls(tuple(tuple(g) for g in data["grid"]), tuple(data["loop"]), bool(data.get("partials", False)))
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,19 @@ class MappingProblem:
             loaders.append((gmap(dims), f[0] if f else None))
         return loaders, [gmap(dims) for dims in self.outputs]
 
+    def partials(self, m: Mapping) -> list[dict[str, int]] | None:
+        """Per output, {grid dim: data dim} for each grid dim that sums it, the data dim its partials go side by
+        side along: the last dims no grid dim maps, one each (None where an output has too few)."""
+        _, omaps = self.maps(m)
+        out = []
+        for dims, omap in zip(self.outputs, omaps):
+            summed = [GRID_DIMS[p] for p in range(len(m.grid)) if GRID_DIMS[p] not in omap]
+            free = [d for d in reversed(range(len(dims))) if d not in omap.values()]
+            if len(free) < len(summed):
+                return None
+            out.append(dict(zip(summed, free)))
+        return out
+
     def raw(self, m: Mapping) -> RawMapping:
         loaders, omaps = self.maps(m)
         dims = GRID_DIMS[: m.n_grid]
@@ -163,6 +183,15 @@ class MappingProblem:
         by_dim = [tuple(sorted(c for c, ps in grid_m.items() if p in ps)) for p in range(raw.k)]
         grid = tuple(sorted(g for g in by_dim if g))
         return Mapping(grid, tuple(sorted(c for c, f in loop_m.items() if f)))
+
+
+def partial_variant(problem: MappingProblem, m: Mapping) -> Mapping | None:
+    """`m` with its summed outputs kept as partials and folded back by group sums; None if no output of `m`
+    is summed over a grid dim (nothing to keep apart) or one has no free dim to keep them along."""
+    folds = problem.partials(m)
+    if m.partials or folds is None or not any(folds):
+        return None
+    return Mapping(m.grid, m.loop, partials=True)
 
 
 def _independent_sets(items: Sequence[int], conflicts: set[frozenset[int]]) -> Iterator[tuple[int, ...]]:

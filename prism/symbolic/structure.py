@@ -116,6 +116,9 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
         raise MappingError(f"instantiate: this graph has {m.n_grid} grid dim(s), got grid sizes {grid}")
     names = list(names) if names is not None else [f"in{i}" for i in range(len(shapes))]
     loaders, omaps = st.problem().maps(m)
+    folds = st.problem().partials(m) if m.partials else [{} for _ in omaps]
+    if folds is None:
+        raise MappingError("instantiate: an output has no free dim to keep its partials along")
     g = KernelGraph()
     ins = [g.input(s, dtype, n) for s, n in zip(shapes, names)]
     b = BlockGraph(grid=grid, loop=loop)
@@ -131,12 +134,38 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
         else:
             ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
     for k, o in enumerate(st.outputs):
-        b.output(ts[o], omap=omaps[k])
+        b.output(ts[o], omap={**omaps[k], **folds[k]})
     values = list(g.custom(b, ins))
+    groups = [{d: values[k].shape[d] // b.grid_size(p) for p, d in fold.items()} for k, fold in enumerate(folds)]
+    if any(groups):
+        g.output(_fold(g, values, groups, st.kernel_ops, shapes))
+        return g
     for op in st.kernel_ops:
         values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
     g.output(values[-1])
     return g
+
+
+def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], kernel_ops: Sequence[BOp],
+          shapes: Sequence[Sequence[int]]) -> Any:
+    """Kernel 2 of a partials form, one custom op: every block loads whole rows of the saved partials, sums
+    them in groups (`groups[k]`: data dim -> group size of saved tensor k), then runs the kernel-level ops.
+    Its grid splits dim 0 when every tensor has the same extent there and none sums groups along it."""
+    n = saved[0].shape[0]
+    split = all(t.shape[0] == n and 0 not in gr for t, gr in zip(saved, groups))
+    k2 = BlockGraph(grid=(n,) if split else (1,), loop=1)
+    imap = {"x": 0} if split else {}
+    tiles = []
+    for t, gr in zip(saved, groups):
+        tile = k2.accum(k2.input(t, imap=imap))
+        for d, size in gr.items():
+            tile = k2.group_sum(tile, d, size)
+        tiles.append(tile)
+    for op in kernel_ops:
+        tiles.append(k2.apply(op.op, [tiles[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
+    k2.output(tiles[-1], omap=imap)
+    (out,) = g.custom(k2, saved)
+    return out
 
 
 def program_classes(graph: KernelGraph, space: AtomSpace) -> UnionFind:

@@ -104,6 +104,20 @@ def searched_softmax_matmul() -> Case:
     return Case(online, [x, w], torch_reference=lambda x, w: torch.softmax(x, 1) @ w)
 
 
+def searched_split_kv_partials() -> Case:
+    """The search's split-KV attention with partials (kernel 1's splits side by side, then group_sum kernels
+    and the division), at 2 batches × 2 splits and a loop of 2."""
+    from prism.search import search
+    from prism.search.signature import signature
+    from tests.configs import SMALL_ATT, limits
+
+    w = prism.workloads.get("attention")
+    result = search(w.build(SMALL_ATT), workers=1, **limits("attention", fused=True))
+    want = signature(w.fused(SMALL_ATT, partials=True))
+    (sg,) = [g for g in result.graphs if g.mapping.partials and signature(g.instantiate()) == want]
+    return Case(sg.instantiate(grid=(2, 2), loop=2), w.inputs(SMALL_ATT, 0, torch.float16))
+
+
 def long_rows_softmax() -> Case:
     """The max-subtracted softmax over rows of 3000 (a looped max kernel with masked lanes), unfused."""
     g = KernelGraph()
@@ -299,6 +313,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "split_kv_partials_non_pow2": _workload("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3, loop=2,
                                             partials=True),
     "group_sums": group_sums,
+    "searched_split_kv_partials": searched_split_kv_partials,
     "searched_softmax_matmul": searched_softmax_matmul,
     "long_rows_softmax": long_rows_softmax,
 }
