@@ -114,8 +114,8 @@ def searched_split_kv_partials() -> Case:
     w = prism.workloads.get("attention")
     result = search(w.build(SMALL_ATT), workers=1, **limits("attention", fused=True))
     want = signature(w.fused(SMALL_ATT, partials=True))
-    (sg,) = [g for g in result.graphs if g.mapping.partials and signature(g.instantiate()) == want]
-    return Case(sg.instantiate(grid=(2, 2), loop=2), w.inputs(SMALL_ATT, 0, torch.float16))
+    (i,) = [i for i, g in enumerate(result.graphs) if g.mapping.partials and signature(result.instantiate(i)) == want]
+    return Case(result.instantiate(i, grid=(2, 2), loop=2), w.inputs(SMALL_ATT, 0, torch.float16))
 
 
 def long_rows_softmax() -> Case:
