@@ -1,7 +1,7 @@
 """Soundness fuzzing at scale: is everything the verifier proves numerically true?
 
 Candidates are well-formed mutants of every workload's hand-written fused µGraph (at small sizes), and of
-the attention workloads' online (running-max) forms:
+the attention workloads' online (running-max) forms and their split-KV forms with partials (group sums):
   terms  the fused graph's verification term edited 1-3 times (`prism.verify.fuzz.mutate`: a dim, a
          parallel dim, an op of the same family, operand order, a dropped parallel op, a constant),
          checked against the program's term in batches (`egraph.check_all`);
@@ -61,13 +61,14 @@ def _numeric(cand, ref_values, env) -> str:
 
 
 def _form(label: str):
-    """(workload, small config, its program, the fused form `label` names: "NAME" or "NAME+online")."""
+    """(workload, small config, its program, the fused form `label` names: "NAME", "NAME+online" or
+    "NAME+partials" (the attention forms' fused_params of that name set))."""
     from prism import workloads
 
     name, _, variant = label.partition("+")
     w = workloads.get(name)
     cfg = _config(w)
-    return w, cfg, w.build(cfg), w.fused(cfg, **({"online": True} if variant == "online" else {}))
+    return w, cfg, w.build(cfg), w.fused(cfg, **({variant: True} if variant else {}))
 
 
 def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
@@ -137,10 +138,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the counts here")
+    ap.add_argument("--forms", help="comma-separated subset of the forms (default: all of them)")
     args = ap.parse_args()
     from prism import workloads
 
-    names = [*workloads.names(), "attention+online", "qk_attention+online"]
+    names = [*workloads.names(), *(f"{n}+{v}" for v in ("online", "partials") for n in ("attention", "qk_attention"))]
+    if args.forms:
+        unknown = set(args.forms.split(",")) - set(names)
+        if unknown:
+            raise SystemExit(f"fuzz_soundness: unknown form(s) {sorted(unknown)}; known: {', '.join(names)}")
+        names = args.forms.split(",")
     tasks = []
     for kind, total, fn in (("terms", args.mutants, term_task), ("maps", args.maps, map_task)):
         per = total // len(names)
