@@ -69,3 +69,16 @@ def test_each_partials_form_stands_beside_its_atomic_twin(name):
 
 def id_(g: SymbolicGraph) -> tuple:
     return g.structure.key()
+
+
+def test_the_cost_model_prices_both_forms():
+    """The tuner ranks partials and atomic forms with one cost model: the atomic form's kernel 1 adds into a
+    zeroed buffer, the partials form's does not; both are estimated."""
+    from prism.tune.cost import estimate, kernels_of
+
+    w = wl.get("attention")
+    cfg = w.configs[0]
+    atomic, partials = (kernels_of(w.fused(cfg, partials=p)) for p in (False, True))
+    assert atomic[0].atomic and atomic[0].memset > 0
+    assert not any(k.atomic or k.memset for k in partials)
+    assert all(estimate(w.fused(cfg, partials=p)).seconds > 0 for p in (False, True))
