@@ -115,8 +115,9 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     if len(grid) != m.n_grid:
         raise MappingError(f"instantiate: this graph has {m.n_grid} grid dim(s), got grid sizes {grid}")
     names = list(names) if names is not None else [f"in{i}" for i in range(len(shapes))]
-    loaders, omaps = st.problem().maps(m)
-    folds = st.problem().partials(m) if m.partials else [{} for _ in omaps]
+    problem = st.problem()
+    loaders, omaps = problem.maps(m)
+    folds = problem.partials(m) if m.partials else [{} for _ in omaps]
     if folds is None:
         raise MappingError("instantiate: an output has no free dim to keep its partials along")
     g = KernelGraph()
