@@ -20,12 +20,38 @@ for p in (ROOT, ROOT / "examples"):
         sys.path.insert(0, str(p))
 
 
+def profile(fn, inputs) -> str:
+    """Where one decode step's time goes: host functions by own time over 100 calls (cProfile), then the
+    device's kernels and the host's aten ops by time over 20 calls (torch.profiler)."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    host = cProfile.Profile()
+    host.runcall(lambda: [fn(*inputs) for _ in range(100)])
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(host, stream=text).sort_stats("tottime").print_stats(30)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    table = prof.key_averages()
+    return (text.getvalue() + "\n" + table.table(sort_by="cuda_time_total", row_limit=25) + "\n"
+            + table.table(sort_by="self_cpu_time_total", row_limit=25))
+
+
 def main() -> int:
     from decoder_layer import SHAPE, example, shape_arguments
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     shape_arguments(ap, 8, 1024, 8, 2816, 512)
     ap.add_argument("--budget", type=int, default=8, help="candidates Prism tunes per fused region")
+    ap.add_argument("--profile", default="", help="also write where the Prism variant's time goes to this file: "
+                    "the host (cProfile, 100 calls) and the device (torch.profiler, kernels by device time)")
     args = ap.parse_args()
     import torch
     import triton.testing
@@ -53,6 +79,8 @@ def main() -> int:
             err = ((out.float() - want).norm() / want.norm()).item()
             us = triton.testing.do_bench(lambda: fn(*inputs), warmup=25, rep=200, return_mode="median") * 1e3
             rows.append((label, us, err, warm))
+            if args.profile and "prism" in label:
+                Path(args.profile).write_text(profile(fn, inputs))
             print(f"{label}: {us:.1f} us (relative error {err:.1e}, first calls {warm:.0f} s)", file=sys.stderr)
     fused = pc.history[-1]["replaced"] if pc.history else []
     print(f"device {torch.cuda.get_device_name()}; batch {args.batch}, dim {args.dim}, heads {args.heads}, hidden "
@@ -61,8 +89,11 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for label, us, err, warm in rows:
         print(f"| {label} | {us:.1f} | {rows[0][1] / us:.2f}x | {err:.1e} | {warm:.0f} |")
-    print(f"Prism fused {len(fused)} regions: " + "; ".join(
-        f"{len(r['ops'])} ops ({', '.join(sorted({o.split('.')[1] for o in r['ops']}))})" for r in fused))
+    print(f"Prism fused {len(fused)} regions:")
+    for r in fused:
+        ops = ", ".join(sorted({o.split(".")[1] for o in r["ops"]}))
+        print(f"- {len(r['ops'])} ops ({ops}): {r['chosen']}, {r['why']}; {len(r['dropped'])} dropped"
+              + "".join(f"\n  - {d[:300]}" for d in r["dropped"][:3]))
     return 0
 
 

@@ -110,7 +110,10 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
     best = opt.report.best
     record["replaced"].append({"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes], "program": str(graph),
                                "op": str(opt.op), "chosen": best.label if best else None,
-                               "cached": opt.report.cached, "search": opt.report.search})
+                               "cached": opt.report.cached, "search": opt.report.search,
+                               "why": opt.report.reason,
+                               "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries
+                                           if e.status.startswith("dropped")]})
     log.info("prism: replaced %s (%d ops: %s) by %s, %s%s", cone.root.name, len(cone.nodes),
              ", ".join(sorted({op_name(n).split(".")[1] for n in cone.nodes})), opt.op,
              best.label if best else "?", " (cached)" if opt.report.cached else "")
@@ -125,9 +128,14 @@ def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., 
 
 
 def register() -> None:
-    """Register the backend as "prism" with torch.compile (done on `import prism` when torch is imported,
-    and through the package's `torch_dynamo_backends` entry point otherwise)."""
+    """Register the backend as "prism" with torch.compile. Done when this module is imported (by `import
+    prism` when torch is already imported, or `import prism.capture`), and through the package's
+    `torch_dynamo_backends` entry point when Prism is installed: a checkout on PYTHONPATH has no entry point,
+    and `import prism` before torch registers nothing."""
     from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
 
     if "prism" not in _COMPILER_FNS and _BACKENDS.get("prism") is None:  # an entry point torch is loading
         register_backend(prism_backend, name="prism")                    # registers itself next
+
+
+register()

@@ -23,7 +23,7 @@ from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, TileDim
 from prism.codegen.render import UNIT, Expr, literal, render
 from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name, unique
-from prism.ir.block import BlockGraph
+from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import INSIDE, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import MATMUL, OPS
 from prism.ir.printer import format_block
@@ -300,8 +300,8 @@ class _Emitter:
 
     def run(self) -> KernelSpec:
         b = self.b
-        if len(b.grid) > 1 and max(b.grid[1:]) > 65535:
-            raise CodegenError(f"{self.name}: grid {b.grid}: CUDA allows at most 65535 blocks along y and z")
+        if len(b.grid) > 1 and max(b.grid[1:]) > MAX_GRID_YZ:
+            raise CodegenError(f"{self.name}: grid {b.grid}: CUDA allows at most {MAX_GRID_YZ} blocks along y and z")
         for i, node in b.topo():
             if math.prod(self.layout.shape(i)) > MAX_NUMEL:
                 raise CodegenError(f"{self.name}: tile of {b.label((i, 0))} is padded to "

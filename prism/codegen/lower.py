@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import next_pow2
-from prism.ir.block import BlockGraph
+from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
@@ -60,8 +60,8 @@ def _tiling(shape: Sequence[int], fixed: dict[int, int],
     split = split[:3]
     grid_of = {d: "xyz"[k] for k, d in enumerate(split)}
     grid = tuple(shape[d] // tiles[d] for d in split) or (1,)
-    if any(g > 65535 for g in grid[1:]):
-        raise CodegenError(f"a pass over shape {list(shape)} needs grid {grid}: more than 65535 blocks "
+    if any(g > MAX_GRID_YZ for g in grid[1:]):
+        raise CodegenError(f"a pass over shape {list(shape)} needs grid {grid}: more than {MAX_GRID_YZ} blocks "
                            "along y or z")
     return tiles, grid_of, grid
 
@@ -163,8 +163,8 @@ def _matmul_block(a: TType, bt: TType) -> BlockGraph:
     m, k, n = a.shape[-2], a.shape[-1], bt.shape[-1]
     tm, tk, tn = (_divisor(s, MATMUL_TILE) for s in (m, k, n))
     grid = (n // tn, m // tm) + ((a.shape[0],) if r >= 3 else ())
-    if any(g > 65535 for g in grid[1:]):
-        raise CodegenError(f"matmul {a} @ {bt}: grid {grid} has more than 65535 blocks along y or z")
+    if any(g > MAX_GRID_YZ for g in grid[1:]):
+        raise CodegenError(f"matmul {a} @ {bt}: grid {grid} has more than {MAX_GRID_YZ} blocks along y or z")
     z = {"z": 0} if r >= 3 else {}
     b = BlockGraph(grid=grid, loop=k // tk)
     ta = b.input(a, imap={"y": r - 2, **z}, fmap=r - 1)

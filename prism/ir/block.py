@@ -21,9 +21,11 @@ from prism.ir.ops import TType, check_dtype
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
 
-__all__ = ["GRID_DIMS", "BlockGraph"]
+__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph"]
 
 GRID_DIMS = ("x", "y", "z")
+MAX_GRID_YZ = 65535
+"""CUDA's limit on the blocks along grid dims y and z (x allows 2^31 - 1)."""
 
 
 class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):

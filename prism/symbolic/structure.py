@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from prism.errors import MappingError
 from prism.ir import BlockGraph, KernelGraph
+from prism.ir.block import GRID_DIMS, MAX_GRID_YZ
 from prism.ir.kinds import ACCUMULATORS
 from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
@@ -151,11 +152,18 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], kernel
           shapes: Sequence[Sequence[int]]) -> Any:
     """Kernel 2 of a partials form, one custom op: every block loads whole rows of the saved partials, sums
     them in groups (`groups[k]`: data dim -> group size of saved tensor k), then runs the kernel-level ops.
-    Its grid splits dim 0 when every tensor has the same extent there and none sums groups along it."""
-    n = saved[0].shape[0]
-    split = all(t.shape[0] == n and 0 not in gr for t, gr in zip(saved, groups))
-    k2 = BlockGraph(grid=(n,) if split else (1,), loop=1)
-    imap = {"x": 0} if split else {}
+    Its grid splits, one block per index, every dim but the last (up to three) that all saved tensors share
+    with the same extent, that none sums groups along, and that element-wise kernel ops keep: the partials
+    are small, and one block per batch row left most of the GPU idle (10.9 µs for attention's, against
+    1.2 µs for the atomic form's division; H100, 2026-11-23)."""
+    rank, shape = len(saved[0].shape), saved[0].shape
+    elementwise = all(OPS[op.op].family.elementwise for op in kernel_ops)
+    dims = [d for d in range(rank - 1) if elementwise and shape[d] > 1
+            and all(len(t.shape) == rank and t.shape[d] == shape[d] and d not in gr for t, gr in zip(saved, groups))]
+    dims = sorted(dims, key=lambda d: -shape[d])[:len(GRID_DIMS)]
+    dims = [d for k, d in enumerate(dims) if k == 0 or shape[d] <= MAX_GRID_YZ]
+    k2 = BlockGraph(grid=tuple(shape[d] for d in dims) or (1,), loop=1)
+    imap = {GRID_DIMS[k]: d for k, d in enumerate(dims)}
     tiles = []
     for t, gr in zip(saved, groups):
         tile = k2.accum(k2.input(t, imap=imap))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from prism.ir.block import MAX_GRID_YZ
+
 __all__ = ["Target", "H100", "H200", "TARGETS", "get_target"]
 
 
@@ -36,7 +38,7 @@ class Target:
     launch: float                   # s between two dependent kernels (launch, ramp-up, tail)
     sector: int = 32                # bytes: DRAM is read in sectors; a narrower row still costs one
     max_blocks: int = 8192          # the tuner's cap on blocks per kernel (not a hardware limit)
-    max_grid_yz: int = 65535        # CUDA's limit on grid dims y and z
+    max_grid_yz: int = MAX_GRID_YZ  # CUDA's limit on grid dims y and z
 
     def describe(self) -> str:
         return (f"{self.name}: {self.sms} SMs, {self.dram_bandwidth / 1e12:.2f} TB/s DRAM, "

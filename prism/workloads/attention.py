@@ -92,12 +92,13 @@ def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
 
 
 def _sum_partials(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor) -> Tensor:
-    """Kernel 2 of the split form with partials: each batch's block sums the splits' numerators (groups of d
-    along the last dim) and denominators (groups of 1), then divides."""
-    k2 = BlockGraph(grid=(cfg["b"],), loop=1)
-    n2 = k2.group_sum(k2.accum(k2.input(num, imap={"x": 0})), 2, cfg["d"])   # [1, g, splits·d] -> [1, g, d]
-    d2 = k2.group_sum(k2.accum(k2.input(den, imap={"x": 0})), 2, 1)          # [1, g, splits] -> [1, g, 1]
-    k2.output(k2.div(n2, d2), omap={"x": 0})
+    """Kernel 2 of the split form with partials: a block per (batch, head) sums the splits' numerators (groups
+    of d along the last dim) and denominators (groups of 1), then divides."""
+    k2 = BlockGraph(grid=(cfg["b"], cfg["g"]), loop=1)
+    imap = {"x": 0, "y": 1}
+    n2 = k2.group_sum(k2.accum(k2.input(num, imap=imap)), 2, cfg["d"])   # [1, 1, splits·d] -> [1, 1, d]
+    d2 = k2.group_sum(k2.accum(k2.input(den, imap=imap)), 2, 1)          # [1, 1, splits] -> [1, 1, 1]
+    k2.output(k2.div(n2, d2), omap=imap)
     (o,) = g.custom(k2, [num, den])
     return o
 

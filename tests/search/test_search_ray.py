@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
+
+ray = pytest.importorskip("ray", reason="the Ray backend's tests need ray (`pip install -e '.[test]'` installs it)")
 
 import prism.workloads as wl
 from prism.cli import EXIT_OK, main
