@@ -72,7 +72,9 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
     try:
         compiled = triton.compile(src, target=target, options={"num_warps": spec.num_warps})
     except Exception as e:  # Triton raises CompilationError, AssertionError, RuntimeError, ...
-        raise CodegenError(f"{spec.name}: Triton could not compile it for {target}: {e}") from e
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        where = f" ({lines[0].rstrip(':')} of the kernel)" if len(lines) > 1 else ""  # Triton: "at L:C:", source, why
+        raise CodegenError(f"{spec.name}: Triton could not compile it for {target}: {lines[-1]}{where}") from e
     cubin = compiled.asm.get("cubin", b"")
     attrs = cubin_attributes(cubin)
     regs, frame = attrs.get(_REGCOUNT), attrs.get(_FRAME_SIZE)

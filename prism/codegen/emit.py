@@ -168,16 +168,30 @@ class _Emitter:
         name = self.operand(i, dtype)
         key = (i, dtype, "squeeze", tuple(dims))
         if key not in self.cache:
-            rank = len(self.layout.dims[i])
-            for d in dims:
-                block = self.layout.dims[i][d].block
-                lane0 = f"tl.arange(0, {block}){_at(d, rank)} == 0"
-                new = self.fresh(f"{self.vals[i].name}_s{d}")
-                self.lines(self.vals[i].scope).append(
-                    f"{new} = tl.sum(tl.where({lane0}, {name}, 0.0), axis={d}, keep_dims=True)")
-                name = new
-            self.cache[key] = name
+            self.cache[key] = self._lane0(name, self.layout.dims[i], dims, self.lines(self.vals[i].scope))
         return self.cache[key]
+
+    def rescale(self, r: int, acc: int) -> str:
+        """Running max r's rescale factor (alpha) fitted to online accumulator `acc`'s tile: a size-1 dim of r
+        that is padded (it shares a class with a loop tile of one lane that a tl.dot pads) is cut back to
+        lane 0 where acc's dim is another class, else the two would not broadcast."""
+        dims = self.layout.dims[r]
+        cut = [d for d, (a, b) in enumerate(zip(dims, self.layout.dims[acc])) if a is not b and a.tile == 1 and a.padded]
+        if not cut:
+            return self.rescales[r]
+        key = (r, "rescale", tuple(cut))
+        if key not in self.cache:
+            self.cache[key] = self._lane0(self.rescales[r], dims, cut, self.s.loop)
+        return self.cache[key]
+
+    def _lane0(self, name: str, dims: tuple[TileDim, ...], cut: list[int], lines: list[str]) -> str:
+        """`name` (a tile of `dims`) with dims `cut` reduced to lane 0, keeping them as size-1 dims."""
+        for d in cut:
+            lane0 = f"tl.arange(0, {dims[d].block}){_at(d, len(dims))} == 0"
+            new = self.fresh(f"{name}_s{d}")
+            lines.append(f"{new} = tl.sum(tl.where({lane0}, {name}, 0.0), axis={d}, keep_dims=True)")
+            name = new
+        return name
 
     def shape_comment(self, i: int) -> str:
         dims = self.layout.dims[i]

@@ -332,7 +332,7 @@ class Online(Accumulator):
             em.alias(i, src)
             return
         acc = em.accumulator(i, self.identity)
-        alpha = em.rescales[r]
+        alpha = em.rescale(r, i)
         if self.dot and em.fusable(i):
             em.s.loop.append(f"{acc} = {em.dot(src, acc=f'{acc} * {alpha}')}")
         else:

@@ -309,6 +309,10 @@ CASES: dict[str, Callable[[], Case]] = {
     "large_logits_attention": _large_logits("attention", SMALL["attention"][0], loop=4),
     "large_logits_qk_attention": _large_logits("qk_attention", SMALL["qk_attention"][0], loop=4),
     "large_logits_non_pow2": _large_logits("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 24}, loop=4),
+    # one kv position per iteration (a decode step's KV cache of 513 tokens has no other power-of-two tile):
+    # the running max's size-1 dim shares the kv tile's class, padded to 16 for tl.dot, and is cut back to one
+    # lane before it rescales the [g, d] accumulator
+    "large_logits_kv_tile_1": _large_logits("attention", {"b": 2, "g": 1, "h": 12, "d": 32}, loop=12),
     "split_kv_partials": _workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True),
     "split_kv_partials_non_pow2": _workload("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3, loop=2,
                                             partials=True),
