@@ -18,6 +18,7 @@ import json
 import torch
 
 import prism.workloads as wl
+from prism.bench.report import markdown_table
 from prism.codegen import compile_graph
 from prism.tune.profile import bench, bench_graph, input_copies
 from prism.tune.safety import overflow_risk
@@ -54,15 +55,14 @@ def measure(name: str, cfg: dict[str, int]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | config h | form | safe | graph µs | called µs | graph vs paper | non-finite at std 30 "
-             "| rel. err at std 30 |", "|---|---|---|---|---|---|---|---|---|"]
+    cells = []
     for r in rows:
         paper = next(p for p in rows if p["workload"] == r["workload"] and p["config"] == r["config"])
         err = "-" if r["rel_err_at_std30"] is None else f"{r['rel_err_at_std30']:.1e}"
-        lines.append(f"| {r['workload']} | {r['config']['h']} | {r['form']} | {'yes' if r['safe'] else 'no'} "
-                     f"| {r['graph_us']:.1f} | {r['called_us']:.1f} | {r['graph_us'] / paper['graph_us']:.2f}x "
-                     f"| {r['nonfinite_at_std30']} | {err} |")
-    return "\n".join(lines)
+        cells.append([r["workload"], r["config"]["h"], r["form"], "yes" if r["safe"] else "no", f"{r['graph_us']:.1f}",
+                      f"{r['called_us']:.1f}", f"{r['graph_us'] / paper['graph_us']:.2f}x", r["nonfinite_at_std30"], err])
+    return markdown_table(["workload", "config h", "form", "safe", "graph µs", "called µs", "graph vs paper",
+                           "non-finite at std 30", "rel. err at std 30"], cells)
 
 
 def main() -> None:

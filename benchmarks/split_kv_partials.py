@@ -8,7 +8,10 @@ copies), and run `--repeats` times on one input: the number of distinct outputs 
 the error against torch's float32 attention. Inputs have the paper's logit scale (the form is unsafe at
 larger logits: benchmarks/softmax_safety.py). Needs a CUDA GPU.
 
-    python benchmarks/split_kv_partials.py [--repeats 20] [--out split_kv_partials.json]
+    python benchmarks/split_kv_partials.py [--repeats 20] [--out split_kv_partials.json] [--kernels FILE]
+
+--kernels also writes each form's kernels by device time (torch.profiler, 50 calls) at Attention's largest
+config and default split: where the second kernel's time goes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import torch
 
 import prism.workloads as wl
+from prism.bench.report import markdown_table
 from prism.codegen import compile_graph
 from prism.tune.profile import bench, bench_graph, input_copies
 from prism.workloads.attention import default_split
@@ -46,21 +50,42 @@ def measure(name: str, cfg: dict[str, int], repeats: int) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | h | splits x loop | form | graph µs | called µs | graph vs atomic | distinct outputs "
-             "| rel. err |", "|---|---|---|---|---|---|---|---|---|"]
+    cells = []
     for r in rows:
         atomic = next(a for a in rows if a["workload"] == r["workload"] and a["config"] == r["config"]
                       and a["splits"] == r["splits"])
-        lines.append(f"| {r['workload']} | {r['config']['h']} | {r['splits']}x{r['loop']} | {r['form']} "
-                     f"| {r['graph_us']:.1f} | {r['called_us']:.1f} | {r['graph_us'] / atomic['graph_us']:.2f}x "
-                     f"| {r['distinct_outputs']} | {r['rel_err']:.1e} |")
-    return "\n".join(lines)
+        cells.append([r["workload"], r["config"]["h"], f"{r['splits']}x{r['loop']}", r["form"], f"{r['graph_us']:.1f}",
+                      f"{r['called_us']:.1f}", f"{r['graph_us'] / atomic['graph_us']:.2f}x", r["distinct_outputs"],
+                      f"{r['rel_err']:.1e}"])
+    return markdown_table(["workload", "h", "splits x loop", "form", "graph µs", "called µs", "graph vs atomic",
+                           "distinct outputs", "rel. err"], cells)
+
+
+def kernel_times(calls: int = 50) -> str:
+    """torch.profiler's table of each form's kernels at Attention's largest config, default split."""
+    w = wl.get("attention")
+    cfg = w.configs[-1]
+    xs = [x.cuda() for x in w.inputs(cfg, 0, "float16")]
+    out = []
+    for partials in (False, True):
+        fn = compile_graph(w.fused(cfg, partials=partials))
+        for _ in range(5):
+            fn(*xs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn(*xs)
+            torch.cuda.synchronize()
+        out += ["partials + group_sum" if partials else "atomic adds",
+                prof.key_averages().table(sort_by="cuda_time_total", row_limit=8)]
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20, help="runs on one input, for the bit-identity count")
     ap.add_argument("--out", default="split_kv_partials.json", help="JSON file for every figure")
+    ap.add_argument("--kernels", default="", help="also write the forms' kernel times (torch.profiler) here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("split_kv_partials: needs a CUDA GPU")
@@ -68,6 +93,9 @@ def main() -> None:
             for r in measure(name, cfg, args.repeats)]
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    if args.kernels:
+        with open(args.kernels, "w") as f:
+            f.write(kernel_times())
     print(table(rows))
 
 

@@ -17,7 +17,7 @@ from prism.bench.gpu import format_table
 from prism.bench.search import (NAMES, PAPER_ABLATION, PAPER_GRAPHS, PAPER_THREADS, PAPER_TIME, Plan, Run,
                                 config_text, graphs_text, seconds_text)
 
-__all__ = ["machine", "markdown", "write_report"]
+__all__ = ["machine", "markdown", "markdown_table", "write_report"]
 
 NOT_RECORDED = "not recorded"
 
@@ -52,7 +52,8 @@ def machine() -> dict[str, Any]:
 
 # ---- the tables ----------------------------------------------------------------------------------
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table of `rows` (cells given as values, written with str) under `header`."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
@@ -101,10 +102,10 @@ def _search_tables(plan: Plan, records: dict[str, dict[str, Any]]) -> list[str]:
     graphs = [[NAMES[n], *PAPER_GRAPHS[n], *(_text(r, graphs_text) for r in ours[n])] for n in plan.workloads]
     return ["## Search time (paper §7.3, seconds)", "",
             "'x': stopped at the time limit after that many seconds (the search had not finished); "
-            "'-': not measured.", "", _table(head, times), "", "![search time](search_time.png)", "",
+            "'-': not measured.", "", markdown_table(head, times), "", "![search time](search_time.png)", "",
             "## Unique graphs (paper §7.4: structure + maps; sizes do not count)", "",
             "'*': found before the time limit stopped the search (a lower bound); '-': not measured.", "",
-            _table(head, graphs), "", "![unique graphs](unique_graphs.png)"]
+            markdown_table(head, graphs), "", "![unique graphs](unique_graphs.png)"]
 
 
 def _ablation_table(plan: Plan, records: dict[str, dict[str, Any]]) -> list[str]:
@@ -117,7 +118,7 @@ def _ablation_table(plan: Plan, records: dict[str, dict[str, Any]]) -> list[str]
     return [f"## Ablation (paper §7.5): RMSNorm {config_text(plan.ablations()[0].cfg)}, search seconds", "",
             "imap / fmap / omap each symbolic (S) or enumerated during generation (C). "
             "'x' / '*': stopped at the time limit.", "",
-            _table(["imap fmap omap", "paper s", "ours s", "states", "structures", "graphs"], rows), "",
+            markdown_table(["imap fmap omap", "paper s", "ours s", "states", "structures", "graphs"], rows), "",
             "![ablation](ablation.png)"]
 
 

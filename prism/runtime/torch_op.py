@@ -9,9 +9,8 @@ structural hash, so OptimizedGraphs that run the same kernels share one op. Infe
 formula is registered, and OptimizedGraph refuses inputs that require grad before calling it.
 
 The op is defined with `torch.library.Library` (schema, CPU and CUDA kernels, fake) rather than
-`torch.library.custom_op`: the latter's Python wrappers (autograd, then output checks) cost about 23 µs
-per call on a 2-core CPU and more on the GPU machine's host, against about 5 µs here, and a compiled
-decoder layer calls seven of these per step.
+`torch.library.custom_op`: the latter's Python wrappers (autograd, then output checks) took the largest
+share of a compiled decoder layer's host time, seven calls per step (BENCHMARKS.md, decoder layer).
 """
 
 from __future__ import annotations
