@@ -1,7 +1,8 @@
 """Soundness fuzzing at scale: is everything the verifier proves numerically true?
 
 Candidates are well-formed mutants of every workload's hand-written fused µGraph (at small sizes), and of
-the attention workloads' online (running-max) forms and their split-KV forms with partials (group sums):
+the attention workloads' online (running-max) forms, their split-KV forms with partials (group sums), and
+their safe split-KV forms (online splits rescaled to the largest max, "+safe_split"):
   terms  the fused graph's verification term edited 1-3 times (`prism.verify.fuzz.mutate`: a dim, a
          parallel dim, an op of the same family, operand order, a dropped parallel op, a constant),
          checked against the program's term in batches (`egraph.check_all`);
@@ -61,14 +62,19 @@ def _numeric(cand, ref_values, env) -> str:
 
 
 def _form(label: str):
-    """(workload, small config, its program, the fused form `label` names: "NAME", "NAME+online" or
-    "NAME+partials" (the attention forms' fused_params of that name set))."""
+    """(workload, small config, its program, the fused form `label` names: "NAME", "NAME+online",
+    "NAME+partials" (the attention forms' fused_params of that name set) or "NAME+safe_split" (online with
+    partials, at the default split: terms do not depend on sizes, and random maps run at sizes of their own))."""
     from prism import workloads
 
     name, _, variant = label.partition("+")
     w = workloads.get(name)
     cfg = _config(w)
-    return w, cfg, w.build(cfg), w.fused(cfg, **({variant: True} if variant else {}))
+    params = SAFE_SPLIT if variant == "safe_split" else {variant: True} if variant else {}
+    return w, cfg, w.build(cfg), w.fused(cfg, **params)
+
+
+SAFE_SPLIT = {"online": True, "partials": True}
 
 
 def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
@@ -142,7 +148,7 @@ def main() -> None:
     args = ap.parse_args()
     from prism import workloads
 
-    names = [*workloads.names(), *(f"{n}+{v}" for v in ("online", "partials") for n in ("attention", "qk_attention"))]
+    names = [*workloads.names(), *(f"{n}+{v}" for v in ("online", "partials", "safe_split") for n in ("attention", "qk_attention"))]
     if args.forms:
         unknown = set(args.forms.split(",")) - set(names)
         if unknown:

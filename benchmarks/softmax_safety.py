@@ -1,8 +1,10 @@
 """Safe against unsafe softmax on a GPU: the attention workloads' fused forms at their real configs.
 
-For each config (fp16): the paper's split-KV form (exp/sum/div, no max: overflows at real logits), the
-online form (one block per batch walking the kv length with a running max: never overflows) at two tile
-sizes, and torch's softmax attention (eager). Each is timed as called and replayed in a CUDA graph
+For each config (fp16): the paper's split-KV form (exp/sum/div, no max: overflows at real logits), its
+partials variant, the safe split-KV form (the same grid, each split with its own running max, kernel 2
+rescaling the splits' sums to the largest max: never overflows), the online form (one block per batch
+walking the kv length with a running max) at two tile sizes, and torch's softmax attention (eager). Issue
+14's goal is the safe split-KV form within 10% of the paper's split-KV form in CUDA-graph replay. Each is timed as called and replayed in a CUDA graph
 (prism.tune.profile: do_bench medians over rotated input copies), and run once on inputs whose logits
 have standard deviation 30 (prism.workloads.attention.logit_scales): non-finite outputs counted, the
 error measured against torch's float32 softmax. Needs a CUDA GPU.
@@ -28,7 +30,10 @@ from prism.workloads.attention import default_split, logit_scales
 def forms(w: wl.Workload, cfg: dict[str, int]) -> dict[str, tuple]:
     """label -> (callable on fp16 inputs, safe?) for every form compared at `cfg`."""
     splits, loop = default_split(cfg["h"])
-    graphs = {f"paper split-KV ({splits}x{loop} tiles)": w.fused(cfg)}
+    graphs = {f"paper split-KV ({splits}x{loop} tiles)": w.fused(cfg),
+              f"paper split-KV, partials ({splits}x{loop} tiles)": w.fused(cfg, partials=True),
+              f"safe split-KV ({splits}x{loop} tiles)": w.fused(cfg, online=True, splits=splits, loop=loop,
+                                                                partials=True)}
     for tile in (64, 128):
         graphs[f"online (1x{cfg['h'] // tile} tiles of {tile})"] = w.fused(cfg, online=True, loop=cfg["h"] // tile)
     out = {label: (compile_graph(g), overflow_risk(g) is None) for label, g in graphs.items()}

@@ -101,10 +101,22 @@ def _one_operand(attrs: Callable[[Any, Tensor], dict]) -> Callable[..., tuple[li
     return operands
 
 
-def _group_attrs(draw: Any, a: Tensor) -> dict:
-    """A dim and a group size dividing its extent (the extent itself: one group; 1: the whole sum)."""
+def _group_attrs(draw: Any, a: Tensor, one_group: bool = False) -> dict:
+    """A dim and a power-of-two group size dividing its extent (1: the whole sum), or with `one_group` the
+    extent itself: what a group op inside a kernel takes (prism.codegen.render; kernel-level group sums
+    of any size: tests/codegen/cases.py "group_sums")."""
     dim = draw(st.integers(0, len(a.shape) - 1))
-    return {"dim": dim, "size": _pick(draw, [n for n in range(1, a.shape[dim] + 1) if a.shape[dim] % n == 0])}
+    n = a.shape[dim]
+    return {"dim": dim, "size": _pick(draw, [k for k in range(1, n + 1)
+                                             if n % k == 0 and (k & (k - 1) == 0 or one_group and k == n)])}
+
+
+def _group_scale_operands(draw: Any, cfg: _Config, pool: list[Tensor], fresh: Fresh) -> tuple[list[Tensor], dict]:
+    """An operand, a grouping of one of its dims, and fresh scales with one value per group."""
+    a = _pick(draw, pool)
+    attrs = _group_attrs(draw, a, one_group=True)
+    dim = attrs["dim"]
+    return [a, fresh(a.shape[:dim] + (a.shape[dim] // attrs["size"],) + a.shape[dim + 1:], a.dtype)], attrs
 
 
 _OPERANDS: dict[str, Callable[..., tuple[list[Tensor], dict]]] = {
@@ -114,6 +126,7 @@ _OPERANDS: dict[str, Callable[..., tuple[list[Tensor], dict]]] = {
     "reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
     "max_reduce": _one_operand(lambda draw, a: {"dim": draw(st.integers(-len(a.shape), len(a.shape) - 1))}),
     "group": _one_operand(lambda draw, a: _group_attrs(draw, a)),
+    "group_scale": _group_scale_operands,
     "binary": _binary_operands,
     "matmul": _matmul_operands,
 }

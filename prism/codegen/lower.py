@@ -20,7 +20,7 @@ from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
-from prism.ir.ops import GROUP, MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, TType
+from prism.ir.ops import GROUP, GROUP_SCALE, MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, TType
 
 __all__ = ["to_custom", "elementwise_block", "ELEMENTS", "ROW"]
 
@@ -87,13 +87,24 @@ def _reduce_block(op: str, x: TType, dim: int) -> BlockGraph:
     return b
 
 
-def _group_block(x: TType, dim: int, size: int) -> BlockGraph:
-    """A group sum over `dim`: the loop walks the groups, one per iteration, and a sum accumulator adds them
-    (no reshape, so any group size); each block owns a tile of the other dims."""
+def _group_block(op: str, x: TType, dim: int, size: int) -> BlockGraph:
+    """A group sum or max over `dim`: the loop walks the groups, one per iteration, and the op's accumulator
+    combines them (no reshape, so any group size); each block owns a tile of the other dims."""
     tiles, grid_of, grid = _tiling(x.shape, {dim: size})
     b = BlockGraph(grid=grid, loop=x.shape[dim] // size)
     t = b.input(x, imap={g: d for d, g in grid_of.items()}, fmap=dim)
-    b.output(b.accum(t), omap={g: d for d, g in grid_of.items()})
+    b.output(b.accum(t, OPS[op].accumulator), omap={g: d for d, g in grid_of.items()})
+    return b
+
+
+def _group_scale_block(x: TType, s: TType, dim: int, size: int) -> BlockGraph:
+    """Each group of `dim` times its scale: every block holds whole rows of `dim` (the groups split a padded
+    row evenly only for a power-of-two size, prism.codegen.render) and a tile of the other dims."""
+    _, grid_of, grid = _tiling(x.shape, {dim: x.shape[dim]}, budget=max(ELEMENTS, next_pow2(x.shape[dim])))
+    b = BlockGraph(grid=grid, loop=1)
+    imap = {g: d for d, g in grid_of.items()}
+    tx, ts = b.input(x, imap=imap), b.input(s, imap=imap)
+    b.output(b.accum(b.group_scale(tx, ts, dim, size)), omap=imap)
     return b
 
 
@@ -186,11 +197,15 @@ def _reduce(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom
 
 
 def _group(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
-    return custom(_group_block(args[0].type, attrs["dim"], attrs["size"]), args, op)
+    return custom(_group_block(op, args[0].type, attrs["dim"], attrs["size"]), args, op)
+
+
+def _group_scale(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom) -> tuple[Tensor, ...]:
+    return custom(_group_scale_block(*(a.type for a in args), attrs["dim"], attrs["size"]), args, op)
 
 
 _LOWERING = {MATMUL.name: _matmul, REDUCE.name: _reduce, MAX_REDUCE.name: _reduce, ROWWISE.name: _row_op,
-             GROUP.name: _group}
+             GROUP.name: _group, GROUP_SCALE.name: _group_scale}
 """How a kernel-level op of each family runs as custom ops; element-wise families go tile by tile."""
 
 

@@ -56,24 +56,40 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
     if rule == "reduce" and args[0].dims[attrs["dim"]].padded and (not args[0].clean or d.pad != 0):
         a = args[0]   # padded lanes take the reduction's identity (0 for a sum, -inf for a max)
         args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(d.pad)})", a.dims, d.pad == 0)]
+    if rule == "group_scale" and args[1].dims[attrs["dim"]].tile == 1:   # one group: any size
+        x, s = args
+        return Expr(f"{_atom(x.text)} * {_atom(s.text)}", x.dims, x.clean and s.clean)
     fields = {k: (literal(v) if isinstance(v, float) else v) for k, v in attrs.items()}
     if rule == "group":
-        args, fields["groups"] = _groups(args[0], attrs["dim"], attrs["size"], masks)
+        args, fields["groups"] = _groups(args[0], attrs["dim"], attrs["size"], d.pad, masks)
+        fields["reduce"] = "max" if d.pad else "sum"
+    if rule == "group_scale":
+        (x,), fields["groups"] = _groups(args[0], attrs["dim"], attrs["size"], 0.0, masks)
+        args = [x, args[1]]
+        fields["scales"] = _block_shape(args[1].dims, attrs["dim"], [args[1].dims[attrs["dim"]].block_expr, "1"])
+        fields["shape"] = _block_shape(x.dims)
     return Expr(_fill(d.triton, [a.text for a in args], fields), _RESULT_DIMS[rule](args, attrs),
                 d.zero_preserving and all(a.clean for a in args))
 
 
-def _groups(a: Expr, dim: int, size: int, masks: Masks) -> tuple[list[Expr], str]:
-    """A group sum's operand (padded lanes zeroed) and its block shape with `dim` split into (groups, size).
-    The padded block splits evenly when `size` is a power of two (next_pow2(G·size) = next_pow2(G)·size)."""
+def _groups(a: Expr, dim: int, size: int, pad: float, masks: Masks) -> tuple[list[Expr], str]:
+    """A group op's operand (padded lanes set to `pad`, the reduction's identity) and its block shape with
+    `dim` split into (groups, size). The padded block splits evenly when `size` is a power of two
+    (next_pow2(G·size) = next_pow2(G)·size)."""
     t = a.dims[dim]
     if size & (size - 1):
-        raise CodegenError(f"group_sum inside a kernel needs a power-of-two group size, got {size}")
-    if t.padded and not a.clean:
-        a = Expr(f"tl.where({masks(a.dims)}, {a.text}, 0.0)", a.dims, True)
-    shape = [x.block_expr for x in a.dims]
-    shape[dim:dim + 1] = [f"{t.block_expr} // {size}", str(size)]
-    return [a], f"({', '.join(shape)})"
+        raise CodegenError(f"a group op inside a kernel needs a power-of-two group size, got {size}")
+    if t.padded and (not a.clean or pad != 0):
+        a = Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(pad)})", a.dims, pad == 0)
+    return [a], _block_shape(a.dims, dim, [f"{t.block_expr} // {size}", str(size)])
+
+
+def _block_shape(dims: tuple[TileDim, ...], dim: int = 0, split: list[str] | None = None) -> str:
+    """The tuple of a tile's block sizes, with dim `dim` replaced by the sizes `split` if given."""
+    shape = [x.block_expr for x in dims]
+    if split is not None:
+        shape[dim:dim + 1] = split
+    return f"({', '.join(shape)})"
 
 
 class _Builder:
@@ -101,6 +117,7 @@ _RESULT_DIMS = {  # the tile dims of an op's result, keyed by its family's shape
     "same": lambda args, attrs: args[0].dims,
     "broadcast": _broadcast,
     "reduce": lambda args, attrs: tuple(UNIT if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
+    "group_scale": lambda args, attrs: args[0].dims,
     "group": lambda args, attrs: tuple(TileDim(f"{t.name}_{attrs['size']}", attrs["size"], attrs["size"])
                                        if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
 }

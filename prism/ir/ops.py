@@ -24,7 +24,7 @@ from prism.errors import DTypeError, GraphError, ShapeError
 
 __all__ = [
     "DTYPES", "TORCH_DTYPES", "TType", "Family", "OpDef", "Builder", "OPS",
-    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "MATMUL", "ROWWISE",
+    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "GROUP_SCALE", "MATMUL", "ROWWISE",
     "check_dtype", "op", "register", "unregister", "watch", "revision",
 ]
 
@@ -215,7 +215,7 @@ def _contract(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> 
 
 
 _SHAPES = {"same": _same_shape, "broadcast": _broadcast, "reduce": _reduce, "group": _group,
-           "contract": _contract}
+           "group_scale": _same_shape, "contract": _contract}
 
 # ---- attribute checks ----------------------------------------------------------------------------
 
@@ -257,6 +257,16 @@ def _check_group(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> 
     return {"dim": dim, "size": size}
 
 
+def _check_group_scale(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+    attrs = _check_group(op, types, attrs)
+    (x, s), dim, size = types, attrs["dim"], attrs["size"]
+    want = x.shape[:dim] + (x.shape[dim] // size,) + x.shape[dim + 1:]
+    if s.shape != want:
+        raise ShapeError(f"{op.name}: the scales {s} must have one value per group of {size} along dim {dim} of "
+                         f"{x}, shape {list(want)}")
+    return attrs
+
+
 # ---- the families --------------------------------------------------------------------------------
 
 UNARY = Family("unary", 1, "same", _no_attrs, elementwise=True, egg="Unary", shared=True)
@@ -269,8 +279,14 @@ MAX_REDUCE = Family("max_reduce", 1, "reduce", _check_dim, egg="Max", term_attrs
 GROUP = Family("group", 1, "group", _check_group)
 """A sum over the groups of a dim: its extent G·size read as G contiguous groups of `size`, added element-wise
 (`out[..., j] = Σ_k x[..., k·size + j]`). It folds back partials that a grid dim concatenated along a data dim
-(split-KV attention's second kernel; Mirage's reduce-to-dimx). Its op has no term of its own: verification
-writes it as the part and red of the parallel dims that concatenated it (prism.verify.encode.PARALLEL_FORMS)."""
+(split-KV attention's second kernel; Mirage's reduce-to-dimx); group_max takes their max instead. Its ops have
+no term of their own: verification writes them as the part and red (redmax) of the parallel dims that
+concatenated the groups (prism.verify.encode.PARALLEL_FORMS)."""
+GROUP_SCALE = Family("group_scale", 2, "group_scale", _check_group_scale)
+"""x times one scale per group: `out[..., k·size + j] = x[..., k·size + j] · s[..., k]`. The safe split-KV
+combine rescales each split's partial sums (groups of d along a dim) by exp(m_split - m_max), one value per
+split; broadcasting cannot stretch s that way. Verification writes it member by member over the parallel
+dims that concatenated the groups (part both, multiply, comb)."""
 MATMUL = Family("matmul", 2, "contract", _no_attrs, egg="MatMul")
 ROWWISE = Family("rowwise", 1, "same", _check_eps)
 """An op over whole rows (the last dim) with a constant eps: composite, so it has no terms of its own."""
@@ -298,14 +314,29 @@ def _gelu(f: Builder, x: Any) -> Any:
              f("add_scalar", f("erf", f("mul_scalar", x, value=SQRT_HALF)), value=1.0))
 
 
+def _grouped(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """x with dim split into (groups, size)."""
+    return x.reshape(*x.shape[:dim], x.shape[dim] // size, size, *x.shape[dim + 1:])
+
+
 def _group_sum(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
-    shape = x.shape
-    return x.reshape(*shape[:dim], shape[dim] // size, size, *shape[dim + 1:]).sum(dim=dim)
+    return _grouped(x, dim, size).sum(dim=dim)
 
 
-GROUP_TRITON = "tl.sum(tl.reshape({0}, {groups}), axis={dim})"
+def _group_max(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    return _grouped(x, dim, size).amax(dim=dim)
+
+
+def _group_scale(x: torch.Tensor, s: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    return (_grouped(x, dim, size) * s.unsqueeze(dim + 1)).reshape(x.shape)
+
+
+GROUP_TRITON = "tl.{reduce}(tl.reshape({0}, {groups}), axis={dim})"
 """`{groups}`: the tile's block shape with dim split into (groups, size), written by the renderer
-(prism.codegen.render), which needs `size` to be a power of two so that the padded block splits evenly."""
+(prism.codegen.render), which needs `size` to be a power of two so that the padded block splits evenly;
+`{reduce}`: sum or max."""
+GROUP_SCALE_TRITON = "tl.reshape(tl.reshape({0}, {groups}) * tl.reshape({1}, {scales}), {shape})"
+"""`{scales}`: the scales' block shape with (groups, 1) at dim; `{shape}`: the operand's block shape."""
 
 # ---- the table -----------------------------------------------------------------------------------
 
@@ -388,6 +419,11 @@ for _d in [
           accumulator="accum_max"),
     OpDef("group_sum", GROUP, "sum of the contiguous groups of `size` along dim: out[..., j] = sum_k x[..., k*size+j]",
           _group_sum, attrs=("dim", "size"), triton=GROUP_TRITON, zero_preserving=True),
+    OpDef("group_max", GROUP, "max of the contiguous groups of `size` along dim: out[..., j] = max_k x[..., k*size+j]",
+          _group_max, attrs=("dim", "size"), triton=GROUP_TRITON, pad=-math.inf, accumulator="accum_max"),
+    OpDef("group_scale", GROUP_SCALE, "x times one scale per group of `size` along dim: "
+          "out[..., k*size+j] = x[..., k*size+j] * s[..., k]", _group_scale, attrs=("dim", "size"),
+          triton=GROUP_SCALE_TRITON, linear_first=True, zero_preserving=True),
     OpDef("rms_norm", ROWWISE, "x / sqrt(mean(x**2 over the last dim) + eps)", attrs=("eps",),
           defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
     OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from prism.errors import MappingError
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.block import GRID_DIMS, MAX_GRID_YZ
-from prism.ir.kinds import ACCUMULATORS
+from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE
 from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
@@ -121,6 +121,7 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     folds = problem.partials(m) if m.partials else [{} for _ in omaps]
     if folds is None:
         raise MappingError("instantiate: an output has no free dim to keep its partials along")
+    maxima = _maxima(st, problem, m, folds)
     g = KernelGraph()
     ins = [g.input(s, dtype, n) for s, n in zip(shapes, names)]
     b = BlockGraph(grid=grid, loop=loop)
@@ -137,10 +138,14 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
             ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
     for k, o in enumerate(st.outputs):
         b.output(ts[o], omap={**omaps[k], **folds[k]})
+    for operand, omap in maxima.values():   # each split's maximum, beside the sums it scales
+        b.output(b.accum(ts[operand], MAX.name), omap=omap)
     values = list(g.custom(b, ins))
     groups = [{d: values[k].shape[d] // b.grid_size(p) for p, d in fold.items()} for k, fold in enumerate(folds)]
     if any(groups):
-        g.output(_fold(g, values, groups, st.kernel_ops, shapes))
+        saved_max = dict(zip(maxima, values[len(st.outputs):]))
+        scaled = [saved_max.get(_running(st, o)) if gr else None for o, gr in zip(st.outputs, groups)]
+        g.output(_fold(g, values[:len(st.outputs)], groups, scaled, st.kernel_ops, shapes))
         return g
     for op in st.kernel_ops:
         values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
@@ -148,32 +153,82 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     return g
 
 
-def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], kernel_ops: Sequence[BOp],
-          shapes: Sequence[Sequence[int]]) -> Any:
+def _running(st: Structure, o: int) -> int | None:
+    """The running max that saved tensor `o` is an online accumulator of (its op index), or None."""
+    op = st.graph.ops[o]
+    return op.inputs[1] if op.op == ONLINE.name else None
+
+
+def _maxima(st: Structure, problem: MappingProblem, m: Mapping,
+            folds: list[dict[str, int]]) -> dict[int, tuple[int, dict[str, int]]]:
+    """For each running max whose online sums are kept as partials: {running max: (its operand, omap)}. Each
+    split's sums were scaled by exp(-m_split), its own maximum, so kernel 2 needs every m_split: kernel 1
+    saves its final value (a max accumulator of the same operand) side by side like the sums, one per group.
+    MappingError where the maxima cannot line up with the sums (kernel 2 scales group k of the sums by
+    exp(m_k - max_k m_k) element by element)."""
+    out: dict[int, tuple[int, dict[str, int]]] = {}
+    for k, o in enumerate(st.outputs):
+        r = _running(st, o)
+        if r is None or not folds[k]:
+            continue
+        if len(folds[k]) != 1:
+            raise MappingError("instantiate: online sums kept as partials over more than one grid dim")
+        operand = st.graph.ops[r].inputs[0]
+        dims = st.graph.dims[operand]
+        extra = MappingProblem(problem.loaders, problem.outputs + (dims,), problem.uf)
+        omap = extra.maps(m)[1][-1]
+        (p, d), out_dims = next(iter(folds[k].items())), problem.outputs[k]
+        lined_up = len(dims) == len(out_dims) and dims[d] == UNIT and all(
+            a == b or UNIT not in (a, b) and problem.cls(a) == problem.cls(b)
+            for j, (a, b) in enumerate(zip(dims, out_dims)) if j != d)
+        if not lined_up or omap != problem.maps(m)[1][k] or out.get(r, (operand, {**omap, p: d}))[1] != {**omap, p: d}:
+            raise MappingError(f"instantiate: the maxima of running max {r} ({len(dims)} dims) do not line up with "
+                               f"the partial sums of output {k} along dim {d}")
+        out.setdefault(r, (operand, {**omap, p: d}))
+    return out
+
+
+def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled: list[Any],
+          kernel_ops: Sequence[BOp], shapes: Sequence[Sequence[int]]) -> Any:
     """Kernel 2 of a partials form, one custom op: every block loads whole rows of the saved partials, sums
     them in groups (`groups[k]`: data dim -> group size of saved tensor k), then runs the kernel-level ops.
+    Online sums (`scaled[k]`: the saved maxima of their splits, else None) were each scaled by exp(-m) for
+    their split's own max m, so each group is first rescaled to the largest: by exp(m_split - max m), at
+    most 1 (FlashDecoding's combine; group_max and group_scale).
     Its grid splits, one block per index, every dim but the last (up to three) that all saved tensors share
     with the same extent, that none sums groups along, and that element-wise kernel ops keep: the partials
     are small, and one block per batch row left most of the GPU idle (10.9 µs for attention's, against
     1.2 µs for the atomic form's division; H100, 2026-11-23)."""
     rank, shape = len(saved[0].shape), saved[0].shape
     elementwise = all(OPS[op.op].family.elementwise for op in kernel_ops)
+    tensors = saved + [t for t in scaled if t is not None]
+    folded = groups + [gr for gr, t in zip(groups, scaled) if t is not None]
     dims = [d for d in range(rank - 1) if elementwise and shape[d] > 1
-            and all(len(t.shape) == rank and t.shape[d] == shape[d] and d not in gr for t, gr in zip(saved, groups))]
+            and all(len(t.shape) == rank and t.shape[d] == shape[d] and d not in gr for t, gr in zip(tensors, folded))]
     dims = sorted(dims, key=lambda d: -shape[d])[:len(GRID_DIMS)]
     dims = [d for k, d in enumerate(dims) if k == 0 or shape[d] <= MAX_GRID_YZ]
     k2 = BlockGraph(grid=tuple(shape[d] for d in dims) or (1,), loop=1)
     imap = {GRID_DIMS[k]: d for k, d in enumerate(dims)}
+    inputs, loaded, scales = [], {}, {}
+    for t in tensors:
+        if id(t) not in loaded:
+            inputs.append(t)
+            loaded[id(t)] = k2.accum(k2.input(t, imap=imap))
     tiles = []
-    for t, gr in zip(saved, groups):
-        tile = k2.accum(k2.input(t, imap=imap))
+    for t, gr, mx in zip(saved, groups, scaled):
+        tile = loaded[id(t)]
         for d, size in gr.items():
+            if mx is not None:
+                if id(mx) not in scales:   # exp(m_split - max m_split): at most 1
+                    m_split = loaded[id(mx)]
+                    scales[id(mx)] = k2.exp(k2.sub(m_split, k2.group_max(m_split, d, 1)))
+                tile = k2.group_scale(tile, scales[id(mx)], d, size)
             tile = k2.group_sum(tile, d, size)
         tiles.append(tile)
     for op in kernel_ops:
         tiles.append(k2.apply(op.op, [tiles[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
     k2.output(tiles[-1], omap=imap)
-    (out,) = g.custom(k2, saved)
+    (out,) = g.custom(k2, inputs)
     return out
 
 

@@ -2,8 +2,9 @@
 
 exp overflows float16 above 11 and float32 above 88, logits of real models reach 100, and the generated
 kernels store exp's tiles in the input dtype for `tl.dot`. A candidate is safe when every exp it computes,
-in a kernel or between kernels, is of `x - max(x, d)` or `x - running_max(max(x, d))` for the same x: a
-value at most 0, so exp is at most 1 (sums of such values are bounded by their count). Everything else is
+in a kernel or between kernels, is of `x - max(x, d)`, `x - running_max(max(x, d))` or `x - group_max(x, d, s)`
+(split-KV's combine: each split's max against the largest) for the same x: a value at most 0, so exp is at
+most 1 (sums of such values are bounded by their count). Everything else is
 at risk for some inputs, since the verifier proves equality over the reals, not over float16. The tuner
 marks such candidates in its report and never chooses one while a safe candidate survives
 (prism.tune.tuner); a program written in the paper's exp/sum/div has safe forms in its search space
@@ -38,7 +39,7 @@ def _risk(g: KernelGraph | BlockGraph) -> str | None:
 
 
 def _bounded(g: Any, ref: tuple[int, int]) -> bool:
-    """ref is x - m where m is max(x, d), or a running max of it, for the same x: at most 0."""
+    """ref is x - m where m is max(x, d), a running max of it, or group_max(x, d, s), for the same x: at most 0."""
     node = g.nodes[ref[0]]
     if node.op != "sub":
         return False
@@ -46,4 +47,4 @@ def _bounded(g: Any, ref: tuple[int, int]) -> bool:
     stat = g.nodes[m[0]]
     if stat.op == RUNNING_MAX.name:
         stat = g.nodes[stat.inputs[0][0]]
-    return stat.op == "max" and stat.inputs[0] == x
+    return stat.op in ("max", "group_max") and stat.inputs[0] == x

@@ -207,6 +207,26 @@ def softmax_shift() -> Iterator[Rule]:
     yield R("ratio-exp", div(div(a, bcast(exp(c), d)), bcast(div(b, exp(c)), d)), div(a, bcast(b, d)))
 
 
+def split_softmax() -> Iterator[Rule]:
+    """Why split-KV's safe combine is right (FlashDecoding's): split k's sums come scaled by exp(-m_k) for its
+    own max m_k, and kernel 2 multiplies them by exp(m_k - M), M the largest. An element-wise op of
+    concatenated members and a broadcast value (M) is that op member by member; exp(m_k) cancels between the
+    scale and the sums (exp is never 0); then both sums carry the same exp(-M), which cancels in their ratio.
+    A value broadcast twice along a dim is broadcast once."""
+    for f in X.BINARY:
+        yield R(f"{f}-comb-bcast", raw(f, comb(a, d, p), bcast(v, d)), comb(raw(f, a, bcast(repl(v, p), d)), d, p),
+                of=f)
+        if f not in X.COMMUTATIVE:
+            yield R(f"{f}-bcast-comb", raw(f, bcast(v, d), comb(a, d, p)),
+                    comb(raw(f, bcast(repl(v, p), d), a), d, p), of=f)
+    yield R("bcast-bcast", bcast(bcast(v, d), d), bcast(v, d))
+    yield R("rescale-cancel", raw("mul", div(a, exp(c)), div(exp(c), b)), div(a, b))
+    yield R("rescale-cancel-bcast", raw("mul", div(a, bcast(exp(c), d)), bcast(div(exp(c), b), d)),
+            div(a, bcast(b, d)))
+    yield R("ratio-exp-bcast", div(div(a, bcast(exp(c), d)), bcast(div(b, bcast(exp(c), d)), d)),
+            div(a, bcast(b, d)))
+
+
 def elementwise() -> Iterator[Rule]:
     """Element-wise ops commute with part, repl and comb; linear ones also with red."""
     for f in X.UNARY + X.CONST_UNARY:
@@ -282,7 +302,7 @@ def rules(max_pdims: int = 3, *, shortcuts: bool = False) -> list[Rule]:
     depth as one-step rewrites.
     """
     out = [*algebra(), *commute(), *parallel_matmul(), *parallel_sum(), *parallel_max(), *softmax_shift(),
-           *elementwise(), *broadcast()]
+           *split_softmax(), *elementwise(), *broadcast()]
     out = [r for r in out if not r.derived]
     if shortcuts:
         out += [Rule(r.name, r.lhs, r.rhs, r.when) for n in range(1, max_pdims + 1) for r in sum_forms(n)]

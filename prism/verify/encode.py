@@ -135,7 +135,7 @@ def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
     """Table op `op` on term operands: its term, or its decomposition's where it has none."""
     d = OPS[op]
     if op in PARALLEL_FORMS:
-        return PARALLEL_FORMS[op](args[0], _axis(args[0].type.rank, attrs["dim"]), attrs["size"])
+        return PARALLEL_FORMS[op](args, _axis(args[0].type.rank, attrs["dim"]), attrs["size"])
     if d.term is None:
         if d.decompose is None:
             raise NotEncodable(f"op {op} has no verification term, decomposition or parallel form")
@@ -147,24 +147,49 @@ def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
     return E.make(d.term, *args, attrs=term_attrs)
 
 
-def _group_sum(x: E.Term, d: int, size: int) -> E.Term:
-    """A sum of the groups of `size` along term dim d, for x concatenated there by parallel dims p, q, ...
-    (its extent along d is size·p·q...): groups are then the members, so the sum is part along d by each
-    of them, then red over each. That is the op at every size, hence sound for all of them. Groups of a
-    dim of known extent (no parallel dim made them) have no such form and are NotEncodable."""
+def _members(x: E.Term, d: int, size: int) -> list[str]:
+    """The parallel dims that concatenated x's groups of `size` along term dim d (its extent is size·p·q...),
+    or NotEncodable: groups of a dim of known extent (no parallel dim made them) have no such form."""
     e = x.type.extents[d]
     if d in x.type.bcast or e.coef != size or not e.mono or any(k != 1 for _, k in e.mono):
-        raise NotEncodable(f"a group sum of size {size} over extent {e}: only the groups a grid dim concatenated "
+        raise NotEncodable(f"a group op of size {size} over extent {e}: only the groups a grid dim concatenated "
                            "(extent size·p) can be verified")
-    pdims = [p for p, _ in e.mono]
+    return [p for p, _ in e.mono]
+
+
+def _split(x: E.Term, d: int, pdims: list[str]) -> E.Term:
     for p in pdims:
         x = E.part(x, d, p)
-    for p in reversed(pdims):
-        x = E.red(x, p)
     return x
 
 
-PARALLEL_FORMS = {"group_sum": _group_sum}
+def _grouped(reducer: str):
+    """A group reduction of the groups of `size` along term dim d, for x concatenated there by parallel dims
+    p, q, ...: groups are then the members, so it is part along d by each of them, then `reducer` (red for
+    the sum, redmax for the max) over each. That is the op at every size, hence sound for all of them."""
+    def form(args: list[E.Term], d: int, size: int) -> E.Term:
+        pdims = _members(args[0], d, size)
+        x = _split(args[0], d, pdims)
+        for p in reversed(pdims):
+            x = E.make(reducer, x, attrs=(p,))
+        return x
+    return form
+
+
+def _group_scale(args: list[E.Term], d: int, size: int) -> E.Term:
+    """x times one scale per group: member by member, x's member times its scale (broadcast along d unless
+    the groups are one wide), concatenated back in the same order."""
+    x, s = args
+    pdims = _members(x, d, size)
+    if _members(s, d, 1) != pdims:
+        raise NotEncodable(f"group_scale: the scales' groups ({s.type}) are not the operand's ({x.type})")
+    out = apply("mul", [_split(x, d, pdims), _split(s, d, pdims)], {})
+    for p in reversed(pdims):
+        out = E.comb(out, d, p)
+    return out
+
+
+PARALLEL_FORMS = {"group_sum": _grouped("red"), "group_max": _grouped("redmax"), "group_scale": _group_scale}
 """Table ops verification writes with the parallel ops (part, red) instead of a term of their own."""
 
 

@@ -13,7 +13,10 @@ the last dim instead, so each split's sums land side by side, and kernel 2 sums 
 (`group_sum`) before it divides: no atomics, the same bits every run. Either is correct only because both sums distribute over the kv length; it has
 no max subtraction, so it overflows at realistic logits. The online form (`online=True`) is one kernel
 per batch looping over the whole kv length with a running max, rescaling its two sums as the max grows
-(FlashAttention's online softmax, prism.ir.kinds.RunningMax), then dividing after the loop.
+(FlashAttention's online softmax, prism.ir.kinds.RunningMax), then dividing after the loop. With
+`online=True, splits=S, partials=True` it is the safe split-KV form (FlashDecoding's): kernel 1's (batch,
+split) blocks each run the online form over their share of the kv length and save their two sums and their
+max side by side; kernel 2 rescales each split's sums by exp(m_split - max m) before it adds and divides.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
     g = KernelGraph()
     q, kt, v = _declare(g, cfg, dtype)
     if online:
-        g.output(_online(g, cfg, q, kt, v, qk_norm, splits, loop))
+        g.output(_online(g, cfg, q, kt, v, qk_norm, splits, loop, partials))
         return g
     default_splits, default_loop = default_split(cfg["h"])
     k1 = BlockGraph(grid=(cfg["b"], default_splits if splits is None else splits),
@@ -104,23 +107,51 @@ def _sum_partials(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor) -> Tens
 
 
 def _online(g: KernelGraph, cfg: Config, q: Tensor, kt: Tensor, v: Tensor, qk_norm: bool, splits: int | None,
-            loop: int | None) -> Tensor:
-    """One block per batch walks the kv length; m is the running row max, and both sums are online
-    accumulators bound to it (they shrink by exp(m_before - m) whenever m grows)."""
-    if splits not in (None, 1):
-        raise WorkloadError(f"the online form runs the whole kv length in one block per batch (splits=1), got "
-                            f"splits={splits}: combining per-split maxima across blocks is not supported yet")
-    k = BlockGraph(grid=(cfg["b"],), loop=cfg["h"] // default_tile(cfg["h"]) if loop is None else loop)
+            loop: int | None, partials: bool) -> Tensor:
+    """A block per batch (and kv split) walks its kv range; m is the running row max, and both sums are online
+    accumulators bound to it (they shrink by exp(m_before - m) whenever m grows). With one split the block
+    divides them; with several (`partials`), each split saves its sums and its max side by side and kernel 2
+    rescales them to the largest max before it adds and divides them (`_combine`)."""
+    split = bool(partials)
+    if splits not in (None, 1) and not split:
+        raise WorkloadError(f"the online form with {splits} splits: the splits keep their sums as partials "
+                            "(partials=True); without partials one block per batch divides them itself")
+    if split and splits is None:
+        splits, default_loop = default_split(cfg["h"])
+        loop = default_loop if loop is None else loop
+    tiles = cfg["h"] // default_tile(cfg["h"])
+    k = BlockGraph(grid=(cfg["b"], splits) if split else (cfg["b"],),
+                   loop=loop if loop is not None else tiles // splits if split else tiles)
+    imap = {"x": 0, "y": 2} if split else {"x": 0}
     bq = k.input(q, imap={"x": 0})                                    # Q tile [1, g, d], every iteration
-    bk = k.input(kt, imap={"x": 0}, fmap=2)                           # Kt tile [1, d, h/loop]
-    bv = k.input(v, imap={"x": 0}, fmap=1)                            # V tile [1, h/loop, d]
-    s = k.matmul(k.rms_norm(bq, EPS) if qk_norm else bq, bk)          # logits [1, g, h/loop]
-    m = k.running_max(k.max(s, 2))                                    # row max so far [1, g, 1]
+    bk = k.input(kt, imap=imap, fmap=2)                               # Kt tile [1, d, h/(splits·loop)]
+    bv = k.input(v, imap={"x": 0, "y": 1} if split else {"x": 0}, fmap=1)  # V tile [1, h/(splits·loop), d]
+    s = k.matmul(k.rms_norm(bq, EPS) if qk_norm else bq, bk)          # logits [1, g, h/(splits·loop)]
+    row_max = k.max(s, 2)
+    m = k.running_max(row_max)                                        # row max so far [1, g, 1]
     p = k.exp(k.sub(s, m))                                            # <= 1: never overflows
     num = k.accum(k.matmul(p, bv), "accum_online", running=m)        # sum of p V, rescaled as m grows
     den = k.accum(k.sum(p, 2), "accum_online", running=m)            # sum of p, the same
-    k.output(k.div(num, den), omap={"x": 0})
-    (o,) = g.custom(k, [q, kt, v])
+    if not split:
+        k.output(k.div(num, den), omap={"x": 0})
+        (o,) = g.custom(k, [q, kt, v])
+        return o
+    for t in (num, den, k.accum(row_max, "accum_max")):              # each split's, side by side along dim 2
+        k.output(t, omap=imap)
+    return _combine(g, cfg, *g.custom(k, [q, kt, v]))
+
+
+def _combine(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor, mx: Tensor) -> Tensor:
+    """Kernel 2 of the safe split form (FlashDecoding's combine): a block per (batch, head) takes every split's
+    max m_k, scales split k's sums by exp(m_k - max m) (at most 1), sums them in groups and divides."""
+    k2 = BlockGraph(grid=(cfg["b"], cfg["g"]), loop=1)
+    imap = {"x": 0, "y": 1}
+    n2, d2, m2 = (k2.accum(k2.input(t, imap=imap)) for t in (num, den, mx))   # [1, 1, splits·d], [1, 1, splits]
+    scale = k2.exp(k2.sub(m2, k2.group_max(m2, 2, 1)))                # exp(m_k - max m) [1, 1, splits]
+    n2 = k2.group_sum(k2.group_scale(n2, scale, 2, cfg["d"]), 2, cfg["d"])
+    d2 = k2.group_sum(k2.group_scale(d2, scale, 2, 1), 2, 1)
+    k2.output(k2.div(n2, d2), omap=imap)
+    (o,) = g.custom(k2, [num, den, mx])
     return o
 
 

@@ -80,6 +80,21 @@ def _large_logits(name, cfg, **params):
     return make
 
 
+def searched_safe_split_kv() -> Case:
+    """The search's safe split-KV attention (each split's online sums and max side by side, kernel 2 rescales
+    them to the largest max with group_max and group_scale), at 2 splits and a loop of 2, logit std 30."""
+    from prism.search import search
+    from prism.search.signature import signature
+    from tests.configs import SMALL_ATT
+
+    w = prism.workloads.get("attention")
+    result = search(w.build(SMALL_ATT), workers=1, max_block_ops=12, max_grid=2)
+    want = signature(w.fused(SMALL_ATT, online=True, splits=2, loop=2, partials=True))
+    (i,) = [i for i, g in enumerate(result.graphs) if g.mapping.partials and signature(result.instantiate(i)) == want]
+    xs = w.inputs(SMALL_ATT, 0, torch.float16, scales=logit_scales(SMALL_ATT, 30.0))
+    return Case(result.instantiate(i, grid=(2, 2), loop=2), xs, torch_reference=w.reference)
+
+
 def softmax_matmul_program(n: int = 4, d: int = 64, k: int = 16, dtype: str = "float16") -> KernelGraph:
     """softmax(X) @ W written the paper's way: exp(X) / sum(exp(X)), no max subtracted."""
     g = KernelGraph()
@@ -270,17 +285,22 @@ def fp32_dot() -> Case:
 
 
 def group_sums() -> Case:
-    """group_sum as kernel ops (lowered to a loop over the groups: any group size, here 3) and inside a
-    kernel (a reshape: groups of 4 along a tile of 12 padded to 16, after an exp that leaves 1 in the padded
-    lanes)."""
+    """group_sum and group_max as kernel ops (lowered to a loop over the groups: any group size, here 3) and
+    inside a kernel (a reshape: groups of 4 along a tile of 12 padded to 16, after an exp that leaves 1 in
+    the padded lanes, which the max must not see); group_scale as a kernel op and inside a kernel (groups
+    of 4 scaled by a padded [3, 3] tile; one group of 3, any size)."""
     g = KernelGraph()
-    x = g.input((6, 12), "float32", "X")
+    x, s = g.input((6, 12), "float32", "X"), g.input((6, 3), "float32", "S")
     b = BlockGraph(grid=(2,), loop=1)
     t = b.exp(b.accum(b.input(x, imap={"x": 0})))                 # [3, 12], padded to [4, 16]
+    ts = b.accum(b.input(s, imap={"x": 0}))                       # [3, 3], padded to [4, 4]
     b.output(b.group_sum(t, 1, 4), omap={"x": 0})                # [3, 4]
-    (y,) = g.custom(b, [x])
-    g.output(y, g.group_sum(x, 1, 3), g.group_sum(x, 0, 2))
-    return Case(g, [_rand((6, 12), "float32", 22)], rtol=1e-4)
+    b.output(b.group_max(b.neg(t), 1, 4), omap={"x": 0})         # [3, 4]
+    b.output(b.group_scale(t, ts, 1, 4), omap={"x": 0})          # [3, 12]
+    b.output(b.group_scale(ts, b.max(ts, 1), 1, 3), omap={"x": 0})   # [3, 3]
+    ys = g.custom(b, [x, s])
+    g.output(*ys, g.group_sum(x, 1, 3), g.group_sum(x, 0, 2), g.group_max(x, 1, 3), g.group_scale(x, s, 1, 4))
+    return Case(g, [_rand((6, 12), "float32", 22), _rand((6, 3), "float32", 23)], rtol=1e-4)
 
 
 SMALL = {
@@ -313,6 +333,11 @@ CASES: dict[str, Callable[[], Case]] = {
     # the running max's size-1 dim shares the kv tile's class, padded to 16 for tl.dot, and is cut back to one
     # lane before it rescales the [g, d] accumulator
     "large_logits_kv_tile_1": _large_logits("attention", {"b": 2, "g": 1, "h": 12, "d": 32}, loop=12),
+    # safe split-KV: each split's own max, rescaled to the largest in kernel 2 (3 splits: a padded group dim)
+    "large_logits_split_kv": _large_logits("attention", SMALL["attention"][0], splits=2, loop=2, partials=True),
+    "large_logits_split_kv_non_pow2": _large_logits("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3,
+                                                    loop=2, partials=True),
+    "searched_safe_split_kv": searched_safe_split_kv,
     "split_kv_partials": _workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True),
     "split_kv_partials_non_pow2": _workload("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3, loop=2,
                                             partials=True),
@@ -341,6 +366,8 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     "bf16_swiglu": lambda: prism.workloads.get("swiglu").fused({"n": 8, "d": 256}, "bfloat16"),
     "matmul4d": _matmul4d,
     "real_attention_partials": lambda: prism.workloads.get("attention").fused(REAL["attention"], partials=True),
+    "real_attention_safe_split": lambda: prism.workloads.get("attention").fused(
+        REAL["attention"], online=True, splits=16, loop=8, partials=True),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
                                                     "broadcast_padding", "fp32_dot", "group_sums")},
 }

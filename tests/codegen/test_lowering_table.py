@@ -19,7 +19,7 @@ TL = SimpleNamespace(
     exp=torch.exp, sigmoid=torch.sigmoid, erf=torch.erf, sqrt=torch.sqrt,
     maximum=lambda a, b: torch.maximum(a, torch.as_tensor(b, dtype=a.dtype)),
     sum=lambda x, axis, keep_dims=False: x.sum(dim=axis, keepdim=keep_dims),
-    max=lambda x, axis, keep_dims: x.amax(dim=axis, keepdim=keep_dims),
+    max=lambda x, axis, keep_dims=False: x.amax(dim=axis, keepdim=keep_dims),
     dot=torch.matmul, reshape=lambda x, shape: x.reshape(shape),
 )
 
@@ -29,6 +29,7 @@ ARGS = {
     "mul": ([(3, 4), (3, 4)], {}), "div": ([(3, 4), (3, 1)], {}),
     "sum": ([(3, 4)], {"dim": 1}), "max": ([(3, 4)], {"dim": 1}), "maximum": ([(3, 4), (3, 1)], {}),
     "rms_norm": ([(3, 8)], {"eps": 1e-3}), "group_sum": ([(3, 8)], {"dim": 1, "size": 2}),
+    "group_max": ([(3, 8)], {"dim": 1, "size": 2}), "group_scale": ([(3, 8), (3, 4)], {"dim": 1, "size": 2}),
     "mul_scalar": ([(3, 4)], {"value": -0.25}), "add_scalar": ([(3, 4)], {"value": 1.5}),
 }
 
@@ -37,7 +38,7 @@ def render(name, operands, attrs):
     """The op with operands named a0, a1 (unpadded tiles) as the emitter renders it."""
     if OPS[name].family is MATMUL:  # the emitter writes tl.dot's extra arguments itself
         return OPS[name].triton.format("a0", "a1", extra="")
-    exprs = [Expr(f"a{k}", tuple(TileDim(f"D{d}", n, n) for d, n in enumerate(t.shape)), True)
+    exprs = [Expr(f"a{k}", tuple(TileDim(f"A{k}D{d}", n, n) for d, n in enumerate(t.shape)), True)
              for k, t in enumerate(operands)]
     return render_expr(name, exprs, attrs, masks=lambda dims: None).text
 
@@ -52,7 +53,7 @@ def test_lowering_means_the_op(name):
     shapes, attrs = ARGS.get(name, ([(3, 4)], {}))
     gen = torch.Generator().manual_seed(0)
     operands = [torch.rand(s, generator=gen, dtype=torch.float64) + 0.5 for s in shapes]
-    blocks = {f"BLOCK_D{d}": n for t in operands for d, n in enumerate(t.shape)}  # the tiles' constexprs
+    blocks = {f"BLOCK_A{k}D{d}": n for k, t in enumerate(operands) for d, n in enumerate(t.shape)}  # constexprs
     got = eval(render(name, operands, attrs), {"tl": TL}, {f"a{k}": t for k, t in enumerate(operands)} | blocks)
     want = OPS[name].torch_fn(*operands, **attrs)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -56,6 +56,10 @@ def test_bad_attributes_and_unknown_op():
     for size in (3, 0, 2.0, True):
         with pytest.raises(ShapeError, match=f"group_sum: size {size!r} must be a positive int dividing the extent"):
             g.group_sum(x, 1, size)
+    with pytest.raises(ShapeError, match=r"group_scale: the scales .* one value per group of 2 along dim 1"):
+        g.group_scale(x, x, 1, 2)
+    with pytest.raises(ShapeError, match="group_max: size 3 must be a positive int dividing the extent"):
+        g.group_max(x, 1, 3)
     with pytest.raises(GraphError, match="rms_norm: eps must be >= 0"):
         g.rms_norm(x, -1.0)
     with pytest.raises(GraphError, match="mul_scalar: value must be a finite number"):

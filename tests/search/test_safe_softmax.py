@@ -50,6 +50,31 @@ def test_the_online_form_is_found_verified_and_safe(name):
     assert overflow_risk(w.fused(SMALL_ATT)) and overflow_risk(w.fused(SMALL_ATT, online=True)) is None
 
 
+@pytest.mark.parametrize("name", ["attention", "qk_attention"])
+def test_the_safe_split_kv_form_is_found_verified_and_safe(name):
+    """With a grid dim for the kv splits, the search finds the online form's partials variant: each split's
+    online sums and its max side by side, rescaled to the largest max by kernel 2 (FlashDecoding's combine),
+    the hand-written form among them; the same structure with the splits' sums added across blocks (each
+    scaled by its own max) is wrong, and not returned."""
+    w = wl.get(name)
+    program = w.build(SMALL_ATT)
+    result = search(program, workers=1, max_block_ops=ONLINE_OPS[name] - 1, max_grid=2)
+    assert result.stats["cross_check"]["unsound"] == 0
+    split = [i for i, g in enumerate(result.graphs) if g.mapping.partials
+             and any(o.op == "running_max" for o in g.structure.graph.ops)]
+    want = signature(w.fused(SMALL_ATT, online=True, splits=2, loop=2, partials=True))
+    assert want in [signature(result.instantiate(i)) for i in split]
+    for i in split:
+        g = result.instantiate(i, grid=(2,) * result.graphs[i].n_grid, loop=2)
+        assert overflow_risk(g) is None
+        assert any(n.op == "group_max" for _, n in g.blocks[1].topo())
+        assert verify.random_test(program, g).equal
+    summed = [g for g in result.graphs if not g.mapping.partials and g.mapping.grid
+              and any(o.op == "running_max" for o in g.structure.graph.ops)
+              and any(len(cls) and c in g.mapping.loop for cls in g.mapping.grid for c in cls)]
+    assert not summed, "an online form whose splits' sums are added across blocks was returned"
+
+
 def test_a_program_in_the_papers_form_gets_safe_fused_forms():
     """The program has no max; its safe forms come from the closure's shift rule and are proved equal."""
     program, result = found("softmax_matmul")

@@ -31,14 +31,14 @@ def test_the_parallel_form_is_the_op_at_every_size(size, members):
     concatenated = evaluate(partials, env, sizes).data
     assert concatenated.shape == (1, size * members)
     want = OPS["group_sum"].torch_fn(concatenated, dim=1, size=size)
-    got = evaluate(PARALLEL_FORMS["group_sum"](partials, 0, size), env, sizes).data
+    got = evaluate(PARALLEL_FORMS["group_sum"]([partials], 0, size), env, sizes).data
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got, env["Y"].sum(0, keepdim=True), rtol=1e-12, atol=1e-12)
 
 
 def test_groups_no_grid_dim_made_are_not_encodable():
     with pytest.raises(NotEncodable, match="concatenated"):
-        PARALLEL_FORMS["group_sum"](E.Var("X", (2, 8)), 0, 4)
+        PARALLEL_FORMS["group_sum"]([E.Var("X", (2, 8))], 0, 4)
 
 
 @pytest.mark.parametrize("name", ["attention", "qk_attention"])
@@ -96,3 +96,32 @@ def test_wrong_groupings_are_rejected_and_numerically_wrong(grouping):
     assert not verify.random_test(ref, mutant).equal, "the mutant is right: the test is wrong"
     verdict = verify.equivalent(ref, mutant)
     assert not verdict.equal, f"UNSOUND: {grouping} grouping proved equal"
+
+
+@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("members", [1, 2, 3, 4])
+def test_group_max_and_group_scale_forms_are_the_ops_at_every_size(size, members):
+    """As for the group sum: members concatenated along the columns (`size` wide each, and one scale
+    each), then their max in groups, and each group times its scale."""
+    y, z = E.Var("Y", (6 * 4, size)), E.Var("Z", (6 * 4, 1))
+    partials = E.comb(E.sum_(E.part(y, 1, "p"), 1), 0, "p")
+    scales = E.comb(E.sum_(E.part(z, 1, "p"), 1), 0, "p")
+    gen = torch.Generator().manual_seed(members)
+    env = {"Y": torch.randn(24, size, dtype=torch.float64, generator=gen),
+           "Z": torch.randn(24, 1, dtype=torch.float64, generator=gen)}
+    sizes = {"p": members}
+    x, s = evaluate(partials, env, sizes).data, evaluate(scales, env, sizes).data
+    assert x.shape == (1, size * members) and s.shape == (1, members)
+    for op, args, got in [
+            ("group_max", [x], PARALLEL_FORMS["group_max"]([partials], 0, size)),
+            ("group_scale", [x, s], PARALLEL_FORMS["group_scale"]([partials, scales], 0, size))]:
+        want = OPS[op].torch_fn(*args, dim=1, size=size)
+        torch.testing.assert_close(evaluate(got, env, sizes).data, want, rtol=1e-12, atol=1e-12)
+
+
+def test_scales_grouped_otherwise_are_not_encodable():
+    """Scales concatenated by another parallel dim than the groups: no member-by-member form."""
+    x = E.comb(E.part(E.Var("X", (8, 2)), 1, "p"), 0, "p")
+    s = E.comb(E.part(E.Var("S", (8, 1)), 1, "q"), 0, "q")
+    with pytest.raises(NotEncodable, match="groups"):
+        PARALLEL_FORMS["group_scale"]([x, s], 0, 2)

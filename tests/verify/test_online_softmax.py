@@ -93,3 +93,62 @@ def test_the_online_accumulator_needs_its_running_max():
         k.accum(x, ONLINE.name)
     with pytest.raises(GraphError, match="running"):
         k.accum(x, running=k.running_max(k.max(x, 1)))
+
+
+# ---- the safe split-KV form: each split's own running max, rescaled to the largest in kernel 2 ----------------
+
+def split_combine(cfg, *, scale_num=True, scale_den=True, max_dim=2, splits=4, loop=2):
+    """The safe split-KV form (prism.workloads.attention, online with partials) with kernel 2 changed:
+    scale_num/scale_den=False: that sum's splits are added without rescaling to the largest max;
+    max_dim=1: the "largest" max is taken over dim 1 (each split's own, so every scale is 1, a stale max)."""
+    w = wl.get("attention")
+    fused = w.fused(cfg, online=True, splits=splits, loop=loop, partials=True)
+    k1 = fused.blocks[0]
+    g = KernelGraph()
+    q, kt, v = (g.input(t.shape, t.dtype, t.name) for t in fused.inputs)
+    num, den, mx = g.custom(k1, [q, kt, v])
+    k2 = BlockGraph(grid=(cfg["b"], cfg["g"]), loop=1)
+    imap = {"x": 0, "y": 1}
+    n2, d2, m2 = (k2.accum(k2.input(t, imap=imap)) for t in (num, den, mx))
+    scale = k2.exp(k2.sub(m2, k2.group_max(m2, max_dim, 1)))
+    if scale_num:
+        n2 = k2.group_scale(n2, scale, 2, cfg["d"])
+    if scale_den:
+        d2 = k2.group_scale(d2, scale, 2, 1)
+    k2.output(k2.div(k2.group_sum(n2, 2, cfg["d"]), k2.group_sum(d2, 2, 1)), omap=imap)
+    g.output(*g.custom(k2, [num, den, mx]))
+    return g
+
+
+@pytest.mark.parametrize("name", ["attention", "qk_attention"])
+def test_the_safe_split_kv_form_verifies_at_every_config(name):
+    w = wl.get(name)
+    for cfg in (*CFGS, *w.configs):
+        fused = w.fused(cfg, online=True, splits=4, loop=2, partials=True)
+        verdict = verify.equivalent(w.build(cfg), fused)
+        assert verdict.equal, f"{cfg}: {verdict.reason}"
+    numeric = verify.random_test(w.build(CFGS[0]), w.fused(CFGS[0], online=True, splits=4, loop=2, partials=True))
+    assert numeric.equal, numeric.reason
+
+
+@pytest.mark.parametrize("mutation", [dict(scale_num=False, scale_den=False), dict(scale_den=False),
+                                      dict(max_dim=1)],
+                         ids=["no rescale", "numerator rescaled only", "each split's own max (stale)"])
+def test_split_combine_mutants_are_rejected_and_numerically_wrong(mutation):
+    ref = wl.get("attention").build(CFGS[0])
+    assert verify.equivalent(ref, split_combine(CFGS[0])).equal  # the mutants' base
+    mutant = split_combine(CFGS[0], **mutation)
+    assert not verify.random_test(ref, mutant).equal, "the mutant is right: the test is wrong"
+    verdict = verify.equivalent(ref, mutant)
+    assert not verdict.equal, f"UNSOUND: {mutation} proved equal"
+
+
+def test_the_online_form_splits_only_with_partials():
+    """Several splits keep their sums as partials; with partials and no split count, the default split."""
+    from prism.workloads import WorkloadError
+
+    w = wl.get("attention")
+    with pytest.raises(WorkloadError, match="partials"):
+        w.fused(CFGS[0], online=True, splits=4, loop=2)
+    assert [b.grid for b in w.fused(CFGS[0], online=True, partials=True).blocks] == [(2, 1), (2, 4)]
+    assert [b.grid for b in w.fused(CFGS[0], online=True, splits=1, partials=True).blocks] == [(2, 1), (2, 4)]
