@@ -64,10 +64,10 @@ class SymbolicGraph:
         folds = self.structure.problem().partials(self.mapping) if self.mapping.partials else None
         for k, o in enumerate(self.structure.outputs):
             fold = folds[k] if folds else {}
-            online = self.structure.graph.ops[o].op == ONLINE.name
-            kept = f"  (partials: {', '.join(f'd_{p} side by side along {d}' for p, d in fold.items())}, then " \
-                + ("group_scale to the largest of the splits' maxima, " if online else "") + "group_sum)" \
-                if fold else ""
+            rescale = "group_scale to the largest of the splits' maxima, " \
+                if self.structure.graph.ops[o].op == ONLINE.name else ""
+            sides = ", ".join(f"d_{p} side by side along {d}" for p, d in fold.items())
+            kept = f"  (partials: {sides}, then {rescale}group_sum)" if fold else ""
             lines.append(f"  out{k} = save t{o} omap={omaps[k] | fold}{kept}")
         for k, op in enumerate(self.structure.kernel_ops):
             lines.append(f"  kernel v{len(self.structure.outputs) + k} = {op.op}("

@@ -121,7 +121,7 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     folds = problem.partials(m) if m.partials else [{} for _ in omaps]
     if folds is None:
         raise MappingError("instantiate: an output has no free dim to keep its partials along")
-    maxima = _maxima(st, problem, m, folds)
+    maxima = _maxima(st, problem, m, omaps, folds)
     g = KernelGraph()
     ins = [g.input(s, dtype, n) for s, n in zip(shapes, names)]
     b = BlockGraph(grid=grid, loop=loop)
@@ -159,7 +159,7 @@ def _running(st: Structure, o: int) -> int | None:
     return op.inputs[1] if op.op == ONLINE.name else None
 
 
-def _maxima(st: Structure, problem: MappingProblem, m: Mapping,
+def _maxima(st: Structure, problem: MappingProblem, m: Mapping, omaps: list[dict[str, int]],
             folds: list[dict[str, int]]) -> dict[int, tuple[int, dict[str, int]]]:
     """For each running max whose online sums are kept as partials: {running max: (its operand, omap)}. Each
     split's sums were scaled by exp(-m_split), its own maximum, so kernel 2 needs every m_split: kernel 1
@@ -178,13 +178,14 @@ def _maxima(st: Structure, problem: MappingProblem, m: Mapping,
         extra = MappingProblem(problem.loaders, problem.outputs + (dims,), problem.uf)
         omap = extra.maps(m)[1][-1]
         (p, d), out_dims = next(iter(folds[k].items())), problem.outputs[k]
+        saved = {**omap, p: d}
         lined_up = len(dims) == len(out_dims) and dims[d] == UNIT and all(
             a == b or UNIT not in (a, b) and problem.cls(a) == problem.cls(b)
             for j, (a, b) in enumerate(zip(dims, out_dims)) if j != d)
-        if not lined_up or omap != problem.maps(m)[1][k] or out.get(r, (operand, {**omap, p: d}))[1] != {**omap, p: d}:
+        if not lined_up or omap != omaps[k] or out.get(r, (operand, saved))[1] != saved:
             raise MappingError(f"instantiate: the maxima of running max {r} ({len(dims)} dims) do not line up with "
                                f"the partial sums of output {k} along dim {d}")
-        out.setdefault(r, (operand, {**omap, p: d}))
+        out[r] = (operand, saved)
     return out
 
 

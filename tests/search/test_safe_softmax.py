@@ -75,6 +75,22 @@ def test_the_safe_split_kv_form_is_found_verified_and_safe(name):
     assert not summed, "an online form whose splits' sums are added across blocks was returned"
 
 
+def test_the_tuner_chooses_the_safe_split_kv_form_at_decode_shapes(tmp_path):
+    """At a real decode config (2 batches, a kv length of 8192) one block per batch leaves the GPU idle: given
+    the search's safe forms, the cost model ranks the split form with rescaled partials first."""
+    from prism.runtime import superoptimize
+
+    w = wl.get("attention")
+    program = w.build(w.configs[0])
+    result = search(program, workers=1, max_block_ops=ONLINE_OPS["attention"] - 1, max_grid=2)
+    with pytest.warns(RuntimeWarning, match="no GPU|reference executor"):
+        opt = superoptimize(program, search_result=result, budget=8, compile=False, cache=tmp_path, device="cpu")
+    assert overflow_risk(opt.graph) is None
+    first, second = opt.graph.blocks
+    assert len(first.grid) == 2 and any(n.op == "running_max" for _, n in first.topo())
+    assert any(n.op == "group_max" for _, n in second.topo())
+
+
 def test_a_program_in_the_papers_form_gets_safe_fused_forms():
     """The program has no max; its safe forms come from the closure's shift rule and are proved equal."""
     program, result = found("softmax_matmul")
