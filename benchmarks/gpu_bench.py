@@ -30,6 +30,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="gpu_bench.json", help="JSON file for every figure (default %(default)s)")
     p.add_argument("--workloads", default="", help="comma-separated workload names (default: all five)")
     p.add_argument("--budget", type=int, default=16, help="candidates superoptimize compiles and times")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds superoptimize may tune per config")
     p.add_argument("--search-dir", default="", help="folder of saved search results <workload>.json "
                    "(read if present, written otherwise)")
     p.add_argument("--search-time-limit", type=float, default=900.0, help="seconds per workload search")
@@ -60,8 +61,9 @@ def search_options(args: argparse.Namespace) -> GPUOptions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    opts = replace(search_options(args), budget=args.budget, warmup=args.warmup, rep=args.rep,
-                   compile=not args.no_compile, compile_mode=args.compile_mode, cache=not args.no_cache)
+    opts = replace(search_options(args), budget=args.budget, time_budget=args.time_budget, warmup=args.warmup,
+                   rep=args.rep, compile=not args.no_compile, compile_mode=args.compile_mode,
+                   cache=not args.no_cache)
 
     def save(results: dict[str, Any]) -> None:
         Path(args.out).write_text(json.dumps(results, indent=1, default=str))

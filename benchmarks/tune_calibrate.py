@@ -1,20 +1,28 @@
-"""Cost-model calibration on a GPU: how well do `prism.tune.cost` estimates rank measured kernel times?
+"""Cost-model calibration: measure candidates on a GPU, fit the model's constants, check them on held-out points.
 
-Run (needs a CUDA GPU; refuses in one line without one):
-    PYTHONPATH=. python benchmarks/tune_calibrate.py [--samples 48] [--out tune_calibrate.json] [--search-dir DIR]
+Two steps (prism.tune.calibration says what is fitted and how):
 
-For each workload config: a uniform sample of (sGraph, grid, loop) candidates (not the model's picks,
-so the correlation is not flattered), compiled ahead of time (the compiler's registers and shared
-memory go into the estimate), run once against the reference, then timed with do_bench medians over
-rotated input copies. Reports Spearman's rank correlation between estimate and time, and the regret
-of trusting the model: the measured time of the model's favourite over the fastest measured.
+    # on a GPU: the model's best points and a uniform sample per config, compiled, checked, timed
+    PYTHONPATH=. python benchmarks/tune_calibrate.py collect --out samples.json [--samples 20] [--top 6]
+        [--workloads rmsnorm,swiglu] [--search-dir DIR]
+    # anywhere: fit on two thirds of each config's points, report Spearman on the other third, save
+    PYTHONPATH=. python benchmarks/tune_calibrate.py fit samples.json [--kind h100] [--save FILE]
+
+`collect` takes every point from `Space` (each config's search result, at its real shapes), compiles them
+ahead of time (the compiler's warps, registers and shared memory go into each sample's kernels), runs each
+once against the reference and times it as a CUDA-graph replay (device time, which the model predicts).
+`fit` prints, per config, the rank correlation of the data-sheet model and of the calibrated one on the
+held-out points; `--save` writes the calibration that `prism.tune.get_target` applies (the shipped one is
+prism/tune/data/<kind>.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,98 +34,155 @@ for path in (HERE, HERE.parent):
 from gpu_bench import search_options  # noqa: E402  (the same search arguments)
 
 from prism.bench.gpu import num_text, search_result  # noqa: E402
+from prism.bench.report import markdown_table  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="tune_calibrate.json")
-    p.add_argument("--samples", type=int, default=48, help="candidates timed per config")
-    p.add_argument("--workloads", default="")
-    p.add_argument("--search-dir", default="")
-    p.add_argument("--search-time-limit", type=float, default=900.0)
-    p.add_argument("--max-block-ops", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    sub = p.add_subparsers(dest="step", required=True)
+    c = sub.add_parser("collect", help="time candidates on a GPU (writes samples)")
+    c.add_argument("--out", default="tune_samples.json")
+    c.add_argument("--samples", type=int, default=20, help="uniformly drawn points per config")
+    c.add_argument("--top", type=int, default=6, help="the cost model's best points per config, added")
+    c.add_argument("--workloads", default="")
+    c.add_argument("--search-dir", default="")
+    c.add_argument("--search-time-limit", type=float, default=900.0)
+    c.add_argument("--max-block-ops", type=int, default=None)
+    c.add_argument("--seed", type=int, default=0)
+    f = sub.add_parser("fit", help="fit the model's constants to collected samples")
+    f.add_argument("samples", nargs="+", help="files written by `collect`")
+    f.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
+    f.add_argument("--save", default="", help="write the calibration here (e.g. prism/tune/data/h100.json)")
+    f.add_argument("--seed", type=int, default=0, help="the held-out split's seed")
     args = p.parse_args(argv)
-    from prism import workloads
+    if args.step == "collect":
+        from prism import workloads
 
-    args.names = [n for n in args.workloads.split(",") if n] or workloads.names()
+        args.names = [n for n in args.workloads.split(",") if n] or workloads.names()
+        unknown = [n for n in args.names if n not in workloads.names()]
+        if unknown:
+            p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(workloads.names())}")
     return args
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    cols = ["workload", "config", "timed", "Spearman", "model's pick us", "fastest us", "regret"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        cfg = ",".join(f"{k}={v}" for k, v in r["config"].items())
-        regret = r["pick_us"] / r["best_us"] if r.get("pick_us") and r.get("best_us") else None
-        lines.append(f"| {r['workload']} | {cfg} | {r.get('timed', 0)} | {num_text(r.get('spearman'), '{:+.2f}')} | "
-                     f"{num_text(r.get('pick_us'))} | {num_text(r.get('best_us'))} | {num_text(regret, '{:.2f}x')} |")
-    return "\n".join(lines)
+# ---- collect (GPU) ------------------------------------------------------------------------------
 
-
-def calibrate(name: str, cfg: dict, result, args: argparse.Namespace) -> dict[str, Any]:
+def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, target: Any) -> list[dict[str, Any]]:
+    """Samples (as JSON) of one config: the model's `top` points and `samples` uniform ones, timed."""
     import torch
 
     from prism import workloads
     from prism.codegen import compile_graph
-    from prism.tune import Space, estimate, spearman
+    from prism.tune import Space, estimate, tune
+    from prism.tune.calibration import Sample
     from prism.tune.compile import compile_many
-    from prism.tune.profile import bench, close, input_copies
-    from prism.tune.tuner import _gpu_target
+    from prism.tune.profile import bench_graph, close, input_copies
 
     w = workloads.get(name)
-    target = _gpu_target(None)
-    space = Space(result, w.build(cfg, "float16"), target)
-    cands = space.sample(args.samples, seed=args.seed)
+    program = w.build(cfg, "float16")
+    space = Space(result, program, target)
+    ranked = tune(result, program, budget=args.top, explore=0, refine=0, compile=False, target=target).report
+    cands = [e.candidate for e in ranked.entries if e.origin == "model"]
+    cands += [c for c in space.sample(args.samples, seed=args.seed) if c not in cands]
     graphs = [space.instantiate(c) for c in cands]
     compiled = compile_many(graphs, arch=target.arch)
     xs = [x.cuda() for x in w.inputs(cfg, seed=args.seed, dtype="float16")]
     copies = input_copies(xs)
     want = w.reference(*[x.float() for x in xs])
-    points = []
+    group = f"{name} {','.join(f'{k}={v}' for k, v in cfg.items())}"
+    out = []
     for c, g, cr in zip(cands, graphs, compiled):
-        point: dict[str, Any] = {"candidate": str(c)}
-        if not cr.ok or cr.spills:
-            point["dropped"] = cr.error or "spills"
-        else:
-            point["estimate_us"] = estimate(g, target, aot=cr.kernels).seconds * 1e6
-            try:
-                cg = compile_graph(g)
-                ok, err = close(cg(*xs)[0], want)
-                torch.cuda.synchronize()
-                point["error"] = err
-                if ok:
-                    point["measured_us"] = bench(cg, copies) * 1e6
-            except Exception as e:
-                point["dropped"] = f"{type(e).__name__}: {str(e)[:200]}"
-        points.append(point)
-    timed = [p for p in points if "measured_us" in p]
-    row = {"workload": name, "config": cfg, "points": points, "timed": len(timed),
-           "spearman": spearman([p["estimate_us"] for p in timed], [p["measured_us"] for p in timed])}
-    if timed:
-        row["pick_us"] = min(timed, key=lambda p: p["estimate_us"])["measured_us"]
-        row["best_us"] = min(p["measured_us"] for p in timed)
-    return row
+        if not cr.ok:
+            continue
+        try:
+            cg = compile_graph(g)
+            good, _ = close(cg(*xs)[0], want)
+            torch.cuda.synchronize()
+        except Exception as e:  # reported, not hidden: a candidate the space offers should run
+            print(f"{group} {c}: failed to run ({type(e).__name__}: {str(e)[:160]})", file=sys.stderr)
+            continue
+        if not good:
+            print(f"{group} {c}: wrong output, not sampled", file=sys.stderr)
+            continue
+        us = bench_graph(cg, copies, warmup=10, rep=50) * 1e6
+        kernels = tuple(k.work for k in estimate(g, target, aot=cr.kernels).kernels)
+        out.append(Sample(group, str(c), kernels, us).to_json())
+    return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def collect(args: argparse.Namespace) -> int:
     import torch
 
     if not torch.cuda.is_available():
         print("tune_calibrate: no CUDA GPU visible to torch; nothing measured", file=sys.stderr)
         return 2
     from prism import workloads
+    from prism.tune.target import TARGETS
 
-    rows = []
+    device = torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    sheet = TARGETS[next((k for k in TARGETS if k in device.lower()), "h100")].with_(arch=10 * major + minor)
+    samples: list[dict[str, Any]] = []
+    start = time.time()
     for name in args.names:
         result = search_result(name, search_options(args))
         for cfg in workloads.get(name).configs:
-            rows.append(calibrate(name, cfg, result, args))
-            Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                                 indent=1, default=str))
-    print(format_table(rows))
+            t0 = time.time()
+            got = collect_config(name, cfg, result, args, sheet)
+            samples += got
+            print(f"{name} {cfg}: {len(got)} timed in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+            Path(args.out).write_text(json.dumps({"device": device, "seconds": time.time() - start,
+                                                  "samples": samples}, indent=1))
     return 0
+
+
+# ---- fit (anywhere) -----------------------------------------------------------------------------
+
+def fit(args: argparse.Namespace) -> int:
+    from prism.tune.calibration import Calibration, Sample, fit as fit_values, held_out, log_error, predict
+    from prism.tune.profile import spearman
+    from prism.tune.target import TARGETS
+
+    if args.kind not in TARGETS:
+        print(f"tune_calibrate: unknown kind {args.kind!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    docs = [json.loads(Path(p).read_text()) for p in args.samples]
+    samples = [Sample.from_json(s) for d in docs for s in d["samples"]]
+    devices = sorted({d.get("device", "?") for d in docs})
+    train, test = held_out(samples, seed=args.seed)
+    sheet = TARGETS[args.kind]
+    values = fit_values(train, sheet)
+    tuned = sheet.with_(**values)
+    rows, before, rhos = [], {}, {}
+    for group in sorted({s.group for s in samples}):
+        held = [s for s in test if s.group == group]
+        meas = [s.measured_us for s in held]
+        before[group], rhos[group] = spearman(predict(held, sheet), meas), spearman(predict(held, tuned), meas)
+        rows.append([group, str(len(held)), num_text(before[group], "{:+.2f}"), num_text(rhos[group], "{:+.2f}")])
+
+    def median_of(rs: dict[str, float | None]) -> float | None:
+        finite = [r for r in rs.values() if r is not None]
+        return statistics.median(finite) if finite else None
+
+    median = median_of(rhos)
+    rows.append(["median", str(len(test)), num_text(median_of(before), "{:+.2f}"), num_text(median, "{:+.2f}")])
+    print(markdown_table(["config", "held-out points", "Spearman, data sheet", "Spearman, calibrated"], rows))
+    print(f"\nfit on {len(train)} points; mean squared log error {log_error(train, sheet):.3f} -> "
+          f"{log_error(train, tuned):.3f} (held out: {log_error(test, sheet):.3f} -> {log_error(test, tuned):.3f})")
+    for k, v in values.items():
+        print(f"  {k}: {getattr(sheet, k):.4g} -> {v:.4g}")
+    if args.save:
+        source = {"command": "benchmarks/tune_calibrate.py fit " + " ".join(args.samples), "devices": devices,
+                  "date": time.strftime("%Y-%m-%d"), "samples": len(samples), "fitted_on": len(train),
+                  "held_out": len(test), "spearman_held_out": rhos, "median_spearman_held_out": median}
+        path = Calibration(args.kind, ", ".join(devices), values, source).save(args.save)
+        print(f"saved {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return collect(args) if args.step == "collect" else fit(args)
 
 
 if __name__ == "__main__":

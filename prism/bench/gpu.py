@@ -36,7 +36,8 @@ SMALL = {("n", "d"): {"n": 4, "d": 64}, ("b", "g", "h", "d"): {"b": 2, "g": 4, "
 
 COLUMNS = ["workload", "config", "floor", "Prism graph", "compile graph", "eager graph", "Prism called",
            "Prism in compile(ro)", "compile called", "eager called", "host overhead", "floor/Prism graph",
-           "graph: compile/Prism", "called: best torch/Prism", "kernels", "chosen"]
+           "graph: compile/Prism", "called: best torch/Prism", "kernels", "space points", "cost-model ρ",
+           "superoptimize s", "chosen"]
 
 CALLED_TRIALS = 3
 """As-called figures are the best of this many do_bench medians (host time varies between trials)."""
@@ -54,6 +55,7 @@ class GPUOptions:
     """How the GPU benchmark measures; saved with its rows, since a resumed run must measure alike."""
 
     budget: int = 16  # candidates superoptimize compiles and times
+    time_budget: float | None = None  # seconds superoptimize may tune per config
     search_dir: str | None = None  # folder of saved search results <workload>.json (read if present, else written)
     search_time_limit: float = 900.0  # seconds per workload search
     max_block_ops: int | None = None  # search limit (None: the search's default)
@@ -84,7 +86,9 @@ def _cells(r: dict[str, Any]) -> list[str]:
         num_text(host), num_text(_ratio(r.get("floor_us"), r.get("prism_graph_us")), "{:.0%}"),
         num_text(_ratio(r.get("compile_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
         num_text(_ratio(torch_called, r.get("prism_us")), "{:.2f}x"),
-        str(r.get("kernels", "n/a")), r.get("chosen") or r.get("error", "n/a")]
+        str(r.get("kernels", "n/a")), str(((r.get("report") or {}).get("space") or {}).get("points", "n/a")),
+        num_text(r.get("spearman"), "{:+.2f}"), num_text(r.get("superoptimize_s"), "{:.1f}"),
+        r.get("chosen") or r.get("error", "n/a")]
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -171,8 +175,8 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
     copies = input_copies(xs)
     want = w.reference(*[x.float() for x in xs])
     t0 = time.time()
-    opt = superoptimize(program, search_result=result, budget=opts.budget, device="cuda", cache=opts.cache,
-                        seed=opts.seed)
+    opt = superoptimize(program, search_result=result, budget=opts.budget, time_budget=opts.time_budget,
+                        device="cuda", cache=opts.cache, seed=opts.seed)
     row["superoptimize_s"] = time.time() - t0
     rep = opt.report
     row.update(chosen=rep.best.label if rep.best else None, method=rep.method, spearman=rep.spearman,

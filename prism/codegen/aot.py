@@ -70,7 +70,10 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
     target = default_target() if target is None else target
     src = ASTSource(fn, dict(spec.signature), dict(spec.constexprs))
     try:
-        compiled = triton.compile(src, target=target, options={"num_warps": spec.num_warps})
+        options = {"num_warps": spec.num_warps}
+        if spec.num_stages is not None:
+            options["num_stages"] = spec.num_stages
+        compiled = triton.compile(src, target=target, options=options)
     except Exception as e:  # Triton raises CompilationError, AssertionError, RuntimeError, ...
         lines = str(e).strip().splitlines() or [type(e).__name__]
         where = f" ({lines[0].rstrip(':')} of the kernel)" if len(lines) > 1 else ""  # Triton: "at L:C:", source, why

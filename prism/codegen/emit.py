@@ -67,7 +67,8 @@ class _Emitter:
         self.labels = labels
         self.outs = [base_name(f"out{k}", f"out{k}", used) for k in range(len(block.savers))]
         self.layout = Layout(block, self.bases)
-        self.num_warps = default_warps(block, self.layout) if num_warps is None else num_warps
+        self.num_warps = num_warps or block.launch.num_warps or default_warps(block, self.layout)
+        self.num_stages = block.launch.num_stages
         types = {t.dtype for n in block.nodes for t in n.outputs} | set(in_dtypes) | set(out_dtypes)
         self.compute = "float64" if "float64" in types else "float32"
         self.schedule = block.schedule()
@@ -399,6 +400,7 @@ class _Emitter:
         summed = [o for k, o in enumerate(self.outs) if self.summed(k)]
         note = f": {', '.join(summed)} must be zeroed first (summed across blocks)" if summed else ""
         meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={self.num_warps}"]
+        meta += [f"num_stages={self.num_stages}"] if self.num_stages is not None else []
         return [f"def launch_{self.name}({', '.join(args)}):",
                 f'    """Launch {self.name} on a grid of {self.b.grid}{note}; returns the compiled kernel."""',
                 f"    return {self.name}[{self.b.grid}](",
@@ -415,7 +417,7 @@ class _Emitter:
         src += ["", ""] + self.launcher(constexprs)
         summed = tuple(self.summed(k) for k in range(len(self.outs)))
         return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
-                          tuple(self.in_dtypes), tuple(self.out_dtypes), summed, self.num_warps)
+                          tuple(self.in_dtypes), tuple(self.out_dtypes), summed, self.num_warps, self.num_stages)
 
 
 def _indent(items: list[str]) -> list[str]:
@@ -457,7 +459,8 @@ def emit_kernel(block: BlockGraph, name: str, labels: list[str], in_dtypes: list
                 out_dtypes: list[str], num_warps: int | None = None) -> KernelSpec:
     """Generate kernel `name` for `block`, reading inputs stored in `in_dtypes` (labels name them in
     comments) and writing outputs stored in `out_dtypes` (summed outputs: a zeroed fp32/fp64 buffer).
-    `num_warps` None picks 4 or 8 from the tile sizes (`default_warps`)."""
+    `num_warps` overrides the block graph's launch (`block.launch`); with neither, 4 or 8 from the tile sizes
+    (`default_warps`). Stages are the launch's, or Triton's default."""
     if len(labels) != len(block.input_types) or len(in_dtypes) != len(labels):
         raise CodegenError(f"{name}: the block graph loads {len(block.input_types)} input(s), "
                            f"got {len(labels)} label(s) and {len(in_dtypes)} dtype(s)")

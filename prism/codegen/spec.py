@@ -35,6 +35,7 @@ class KernelSpec:
     outputs: tuple[str, ...]
     summed: tuple[bool, ...]
     num_warps: int = 4
+    num_stages: int | None = None   # None: Triton's default
 
 
 def base_name(label: str, fallback: str, used: set[str]) -> str:

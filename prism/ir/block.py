@@ -18,10 +18,11 @@ from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
 from prism.ir.kinds import (ACCUMULATORS, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM, Schedule,
                             kind_of, scaling, schedule)
 from prism.ir.ops import TType, check_dtype
+from prism.ir.launch import Launch
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
 
-__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph"]
+__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph", "Launch"]
 
 GRID_DIMS = ("x", "y", "z")
 MAX_GRID_YZ = 65535
@@ -29,17 +30,21 @@ MAX_GRID_YZ = 65535
 
 
 class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
-    """A fused kernel: `grid` gives the sizes of grid dims x[, y[, z]], `loop` the loop range."""
+    """A fused kernel: `grid` gives the sizes of grid dims x[, y[, z]], `loop` the loop range; `launch` how
+    it is compiled (warps, stages: not structure, so it may be set on a frozen graph too)."""
 
-    def __init__(self, grid: Sequence[int] = (1,), loop: int = 1) -> None:
+    def __init__(self, grid: Sequence[int] = (1,), loop: int = 1, launch: Launch | None = None) -> None:
         super().__init__()
         grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
         if not 1 <= len(grid) <= 3 or any(not _positive_int(g) for g in grid):
             raise MappingError(f"BlockGraph: grid must be 1 to 3 positive ints (x, y, z), got {grid!r}")
         if not _positive_int(loop):
             raise MappingError(f"BlockGraph: loop must be a positive int, got {loop!r}")
+        if launch is not None and not isinstance(launch, Launch):
+            raise MappingError(f"BlockGraph: launch must be a prism.ir.Launch, got {launch!r}")
         self.grid: tuple[int, ...] = grid
         self.loop: int = loop
+        self.launch: Launch = launch or Launch()
         self.input_types: list[TType] = []
         self.savers: list[int] = []
         self._phase: dict[Ref, str] = {}
@@ -227,7 +232,7 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
                 edit: Callable[[int, Node], Node] | None = None) -> BlockGraph:
         """Replay every node through the builder at `grid`/`loop`, letting `edit(index, node)` replace
         nodes on the way (mutation testing); every check runs again on the result."""
-        out = BlockGraph(grid, loop)
+        out = BlockGraph(grid, loop, self.launch)
         refs: dict[Ref, Tensor] = {}
         for i, node in self.topo():
             node = edit(i, node) if edit else node

@@ -23,7 +23,8 @@ def _args(g: Any, node: Any) -> str:
 
 def format_block(b: Any, indent: str = "") -> str:
     """One line per node; loaders show their maps, savers their omap."""
-    lines = [f"{indent}block graph grid={b.grid} loop={b.loop}"]
+    launch = f" {b.launch}" if not b.launch.default else ""
+    lines = [f"{indent}block graph grid={b.grid} loop={b.loop}{launch}"]
     for i, node in b.topo():
         lines.append(f"{indent}  {_lhs(b, i, node)} = {kind_of(node).show(node, _args(b, node))}")
     return "\n".join(lines)

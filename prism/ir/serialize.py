@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 from prism.errors import PrismError, SerializationError
 from prism.ir.builder import GraphBuilder, Ref, Tensor
 from prism.ir.kinds import KINDS, LOADER, kind_of
+from prism.ir.launch import Launch
 from prism.ir.ops import DTYPES, OPS, TType, check_dtype
 
 __all__ = [
@@ -38,6 +39,8 @@ _FIELDS = {
     BLOCK_FORMAT: ("format", "version", "grid", "loop", "nodes"),
 }
 _CLASSES: dict[str, type] = {}
+_OPTIONAL = {KERNEL_FORMAT: (), BLOCK_FORMAT: ("launch",)}
+"""Fields a document may leave out: a block graph compiled with the default launch (prism.ir.Launch) has none."""
 _NODE_FIELDS = ("op", "inputs", "attrs", "outputs")
 _STRUCTURAL = {KERNEL_FORMAT: ("input", "custom"), BLOCK_FORMAT: tuple(KINDS)}
 _ARITY = {"input": 0, **{name: k.arity for name, k in KINDS.items()}}  # custom: as many as its block loads
@@ -84,7 +87,9 @@ def to_json(graph: Any) -> Doc:
     if fmt == KERNEL_FORMAT:
         return {"format": fmt, "version": VERSION, "nodes": nodes, "outputs": [list(r) for r in graph.outputs]}
     if fmt == BLOCK_FORMAT:
-        return {"format": fmt, "version": VERSION, "grid": list(graph.grid), "loop": graph.loop, "nodes": nodes}
+        launch = {"launch": graph.launch.to_json()} if not graph.launch.default else {}
+        return {"format": fmt, "version": VERSION, "grid": list(graph.grid), "loop": graph.loop, **launch,
+                "nodes": nodes}
     raise SerializationError(f"to_json: expected a KernelGraph or BlockGraph, got {type(graph).__name__}")
 
 
@@ -185,7 +190,7 @@ def _header(data: Any, where: str, want: str | None) -> str:
     if version != VERSION:
         raise SerializationError(f"{where}: unsupported version {version!r} of {fmt}; "
                                  f"this Prism reads version {VERSION}")
-    _exact_fields(data, _FIELDS[fmt], where)
+    _exact_fields(data, _FIELDS[fmt], where, _OPTIONAL[fmt])
     return fmt
 
 
@@ -201,11 +206,11 @@ def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where:
     return v
 
 
-def _exact_fields(d: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+def _exact_fields(d: Mapping[str, Any], allowed: Sequence[str], where: str, optional: Sequence[str] = ()) -> None:
     for key in allowed:
         if key not in d:
             raise SerializationError(f"{where}: missing field {key!r}")
-    extra = sorted(set(d) - set(allowed))
+    extra = sorted(set(d) - set(allowed) - set(optional))
     if extra:
         raise SerializationError(f"{where}: unexpected field(s) {extra}")
 
@@ -255,7 +260,11 @@ def _block_from(data: Doc, prefix: str) -> Any:
     where = f"{prefix}block graph"
     grid = _field(data, "grid", list, where)
     loop = _field(data, "loop", int, where)
-    b = _guard(where, lambda: _CLASSES[BLOCK_FORMAT](grid=tuple(grid), loop=loop))
+    launch = data.get("launch", {})
+    if not isinstance(launch, dict):
+        raise SerializationError(f"{where}: launch must be an object {{'num_warps', 'num_stages'}}, got {launch!r}")
+    _exact_fields(launch, (), f"{where} launch", ("num_warps", "num_stages"))
+    b = _guard(where, lambda: _CLASSES[BLOCK_FORMAT](grid=tuple(grid), loop=loop, launch=Launch(**launch)))
     _replay(b, _field(data, "nodes", list, where), BLOCK_FORMAT, f"{prefix}block graph ")
     return b
 
@@ -416,6 +425,7 @@ def _canonical(doc: Doc, shapes: bool) -> Doc:
     if doc["format"] == BLOCK_FORMAT and not shapes:
         out["grid"] = ["x", "y", "z"][: len(doc["grid"])]
         del out["loop"]
+        out.pop("launch", None)
     out["nodes"] = [_canonical_node(n, shapes) for n in doc["nodes"]]
     return out
 

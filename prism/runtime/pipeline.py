@@ -83,8 +83,9 @@ def _load_result(search_result: Any):
     return search_result
 
 
-def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int = 16, device: Any = None,
-                  cache: Any = True, seed: int = 0, target: Any = None, workers: int | None = None,
+def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int = 16,
+                  time_budget: float | None = None, device: Any = None, cache: Any = True, seed: int = 0,
+                  target: Any = None, workers: int | None = None,
                   search_options: dict[str, Any] | None = None, compile: bool = True,
                   log: Callable[[str], None] | None = None, progress: Progress | None = None,
                   backend: str = "local", ray_address: str | None = None) -> OptimizedGraph:
@@ -93,7 +94,9 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
         been searched at other sizes of the same program (another program is an InputError). It is part
         of the cache key: a cached answer is reused only for the same graphs.
-    budget: candidates compiled ahead of time and, on a GPU, timed (the model's best plus a uniform draw).
+    budget: candidates compiled ahead of time and, on a GPU, timed (the model's best plus a uniform draw),
+        before refinement around the best (prism.tune.tuner).
+    time_budget: seconds of tuning after which no more candidates are refined or timed (None: no limit).
     device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu". On the CPU candidates
         are ranked by the cost model (`prism.tune.cost`) and the result runs in Triton's interpreter
         or the reference executor; the report says which.
@@ -111,6 +114,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
         raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
     graph.check()
     check_positive("superoptimize", "budget", budget, whole=True)
+    if time_budget is not None:
+        check_positive("superoptimize", "time_budget", time_budget)
     if workers is not None:
         check_positive("superoptimize", "workers", workers, whole=True)
     check_backend("superoptimize", backend, ray_address)
@@ -145,8 +150,9 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
 
     result = given if given is not None else _cached_search(graph, search_options, log, progress, store, notes)
     cluster = RayWorkers(workers, ray_address) if backend == "ray" and compile else None
-    tuned = tune(result, graph, budget=budget, seed=seed, gpu=gpu, device=dev if gpu else None, target=target,
-                 workers=workers, compile=compile, log=log, progress=progress, cluster=cluster)
+    tuned = tune(result, graph, budget=budget, time_budget=time_budget, seed=seed, gpu=gpu,
+                 device=dev if gpu else None, target=target, workers=workers, compile=compile, log=log,
+                 progress=progress, cluster=cluster)
     report = tuned.report
     report.search = {"source": "given" if search_result is not None else result.stats.get("source", "searched"),
                      "graphs": len(result.graphs),

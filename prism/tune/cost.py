@@ -6,37 +6,44 @@ memset per zero-filled buffer. For one kernel with G = ∏grid blocks, loop rang
 per SM (limited by warps, shared memory and registers), on a target with S SMs:
 
     concurrent   C = min(G, S·r)            waves  W = ceil(G / (S·r))       sharing  k = ceil(C / S)
-    per block    bw = min(sm_bandwidth / k, dram_bandwidth / C)    (its share of DRAM bandwidth)
-                 tc = tensor_flops / (S·k),  vc = vector_flops / (S·k)
-    iteration    t_it  = max(iter_bytes / bw, iter_dot / tc, iter_vec / vc, t_step)
-    block        t_blk = latency + pre_bytes / bw + L·t_it + post_dot / tc + post_vec / vc
-                         + store_bytes / bw (+ latency if it stores)
+    share        cap = min(sm_bandwidth / k, dram_bandwidth / C)       (its share of the SM's and the chip's)
+    in flight    q = warps · warp_inflight                             (bytes its warps keep outstanding)
+    before loop  bw_pre  = min(cap, min(q, pre_bytes) / latency)      (Little's law: in flight / latency)
+    in the loop  bw_iter = min(cap, D · min(q, iter_bytes) / latency)  D = stages - 1 iterations in flight
+                 tc = tensor_flops / (S·k),  vc = vector_flops / (S·k),  l2 = l2_bandwidth / C
+    iteration    t_it  = max(iter_bytes / bw_iter + iter_l2 / l2, iter_dot / tc, iter_vec / vc,
+                             iteration_latency / D)
+    block        t_blk = latency + pre_bytes / bw_pre + pre_l2 / l2 + L·t_it + post_dot / tc
+                         + post_vec / vc + store_bytes / cap (+ latency if it stores)
     kernel       T = launch + W · t_blk          memset: launch + bytes / dram_bandwidth
 
 Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
 to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read
 by each of them) and per iteration for loop-split loaders. Of a tile that R blocks read, 1/R is
-charged at DRAM speed and the rest at L2 speed (x dram_bandwidth / l2_bandwidth) when the tensor
-fits in L2, since the first reader brought it there: `pre_bytes`/`iter_bytes` are those charged
-bytes, `dram_bytes` counts every read. Stores count real bytes once per block; an output summed
-across blocks (split-K) is an fp32 atomic add (read-modify-write: twice the bytes) into a memset
-buffer. FLOPs use the padded tiles code generation computes on (a `tl.dot` padded to 16, a tile
-padded to a power of two), so padding waste costs compute; an op counts its `OpDef.flops` per element
-(several for exp, sqrt, silu, gelu, div, rms_norm: prism.ir.ops). Which loads and ops repeat every
-iteration is the block graph's schedule (prism.ir.kinds), the one code generation follows; each node
-kind adds its part (`cost` in its record). `t_step` is the latency of one loop iteration whose loads
-Triton pipelines (`ITERATION_LATENCY`), so many thin iterations cost latency.
+charged at DRAM speed (`pre_bytes`, `iter_bytes`) and the rest at L2 speed (`pre_l2`, `iter_l2`) when
+the tensor fits in L2, since the first reader brought it there; `dram_bytes` counts every read. Stores
+count real bytes once per block; an output summed across blocks (split-K) is an fp32 atomic add
+(read-modify-write: twice the bytes) into a memset buffer. FLOPs use the padded tiles code generation
+computes on (a `tl.dot` padded to 16, a tile padded to a power of two), so padding waste costs compute;
+an op counts its `OpDef.flops` per element (several for exp, sqrt, silu, gelu, div, rms_norm:
+prism.ir.ops). Which loads and ops repeat every iteration is the block graph's schedule (prism.ir.kinds),
+the one code generation follows; each node kind adds its part (`cost` in its record).
+
+Warps and stages are the block graph's launch (prism.ir.Launch; Triton's default stages when unset):
+more warps keep more bytes in flight but fit fewer blocks per SM; more stages keep more loop
+iterations' loads in flight but stage more shared memory. The rates and latencies are a Target's; a
+calibration (prism.tune.calibration) fits them to measured times.
 
 With ahead-of-time results (`aot=`), warps, shared memory and registers are the compiler's and a
 non-empty stack frame means spilling; without, they are estimated (live tiles over threads). A
-spilling kernel's block time is multiplied by `SPILL_PENALTY`.
+spilling kernel's block time is multiplied by the target's `spill_penalty`.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Sequence
 
 from prism.codegen.emit import default_warps
@@ -45,18 +52,11 @@ from prism.codegen.lower import elementwise_block, to_custom
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import INSIDE, LOADER, Schedule, kind_of
 from prism.ir.ops import MATMUL, OPS, TORCH_DTYPES
-from prism.tune.space import STAGES
+from prism.tune.space import TRITON_STAGES, staged_copies
 from prism.tune.target import H100, Target
 
-__all__ = ["ITERATION_LATENCY", "Cost", "KernelCost", "KernelWork", "estimate", "kernels_of", "work_of"]
-
-ITERATION_LATENCY = 0.2e-6
-"""Seconds one loop iteration that loads takes at least (a pipelined load's issue-to-use gap)."""
-LOOP_OVERHEAD = 0.02e-6
-"""Seconds one loop iteration that loads nothing takes at least."""
-SPILL_PENALTY = 4.0
-"""Block time is multiplied by this when registers spill (local memory traffic on every iteration)."""
-
+__all__ = ["Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "relaunched",
+           "work_of"]
 
 def _wide(dtype: str) -> str:
     return "float64" if dtype == "float64" else "float32"
@@ -69,7 +69,7 @@ class KernelWork:
     name: str
     grid: tuple[int, ...]
     loop: int
-    pre_bytes: float          # bytes charged for loads done once per block (replicated re-reads discounted)
+    pre_bytes: float          # DRAM bytes loaded once per block (a replicated tile: this block's share of it)
     iter_bytes: float         # ... per loop iteration per block
     store_bytes: int          # DRAM bytes stored per block (atomic adds counted twice)
     iter_dot: int             # padded tensor-core FLOPs per iteration per block
@@ -85,6 +85,27 @@ class KernelWork:
     atomic: bool = False
     memset: int = 0           # bytes of zero-filled buffers this kernel adds into (a memset each)
     read_bytes: int = 0       # bytes every block loads, all counted (replication included)
+    pre_l2: float = 0.0       # bytes of replicated tiles re-read from L2, once per block
+    iter_l2: float = 0.0      # ... per loop iteration per block
+    stages: int = TRITON_STAGES
+    fused: bool = False       # one of the graph's own block graphs (its launch is the candidate's), not a lowered op
+    staged_smem: int = 0      # bytes of one copy of the `tl.dot` operands loaded anew every iteration
+    live: float = 0.0         # 32-bit values a block holds (the register estimate at other warp counts)
+
+    def with_launch(self, warps: int, stages: int, target: Target) -> KernelWork:
+        """This kernel at other warps and stages, registers re-estimated (the rest does not change)."""
+        registers = int(32 + self.live / (32 * warps))
+        smem = self.smem + self.staged_smem * (staged_copies(stages) - staged_copies(self.stages))
+        return replace(self, warps=warps, stages=stages, smem=smem,
+                       registers=min(registers, target.max_regs_per_thread),
+                       spills=registers > target.max_regs_per_thread)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelWork:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
     @property
     def blocks(self) -> int:
@@ -174,9 +195,11 @@ class _Work:
     out_dtypes: Sequence[str]
     summed: Sequence[bool]
     target: Target
-    bytes: Counter = field(default_factory=Counter)  # "pre", "iter" (charged: replicas discounted), "reads", "store"
+    bytes: Counter = field(default_factory=Counter)  # "pre", "iter" (DRAM), "pre_l2", "iter_l2", "reads", "store"
     flops: Counter = field(default_factory=Counter)  # ("dot" or "vec", inside the loop?)
+    stages: int = TRITON_STAGES
     smem: int = 0
+    staged_smem: int = 0
     real: int = 0                                     # elements of every loaded tile, and padded
     padded: int = 0
     live: float = 0.0                                 # 32-bit values held per block (registers)
@@ -191,9 +214,12 @@ class _Work:
         b = _run_bytes(tile, full, size, self.target.sector)
         in_loop = self.schedule[i] == INSIDE
         self.bytes["reads"] += b * (self.block.loop if in_loop else 1)
+        where = "iter" if in_loop else "pre"
         if copies > 1 and math.prod(full) * size <= self.target.l2_bytes:
-            b *= 1 / copies + (1 - 1 / copies) * self.target.dram_bandwidth / self.target.l2_bandwidth
-        self.bytes["iter" if in_loop else "pre"] += b
+            self.bytes[where] += b / copies
+            self.bytes[f"{where}_l2"] += b * (1 - 1 / copies)
+        else:
+            self.bytes[where] += b
         self.real += math.prod(tile)
         self.padded += self.numel(i)
         self.live += self.numel(i) * size / 4
@@ -211,8 +237,12 @@ class _Work:
             self.flops["dot", in_loop] += 2 * self.numel(i) * self.layout.shape(a)[-1]
             dsize = TORCH_DTYPES[node.outputs[0].dtype].itemsize
             for o in (a, b):
-                staged = self.schedule[o] == INSIDE and kind_of(self.block.nodes[o]) is LOADER
-                self.smem += self.numel(o) * dsize * (STAGES if staged else 1)
+                one = self.numel(o) * dsize
+                if self.schedule[o] == INSIDE and kind_of(self.block.nodes[o]) is LOADER and self.block.loop > 1:
+                    self.staged_smem += one
+                    self.smem += one * staged_copies(self.stages)
+                else:
+                    self.smem += one
         else:
             largest = max(self.numel(j) for j in [i, *(r[0] for r in node.inputs)])
             self.flops["vec", in_loop] += largest * OPS[node.op].flops
@@ -222,17 +252,19 @@ def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: 
             summed: Sequence[bool], target: Target = H100) -> KernelWork:
     """The per-block work of `block` launched as code generation launches it."""
     layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
-    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target)
+    stages = block.launch.num_stages or TRITON_STAGES
+    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, stages=stages)
     for i, node in block.topo():
         kind_of(node).cost(w, i, node)
-    biggest = max(w.numel(i) for i in range(len(block.nodes)))
-    warps = default_warps(block, layout)
-    registers = int(32 + (w.live + biggest) / (32 * warps))
+    live = w.live + max(w.numel(i) for i in range(len(block.nodes)))
+    warps = block.launch.num_warps or default_warps(block, layout)
+    registers = int(32 + live / (32 * warps))
     spills = registers > target.max_regs_per_thread
     flops = [w.flops[unit, inside] for unit in ("dot", "vec") for inside in (True, False)]
     return KernelWork(name, block.grid, block.loop, w.bytes["pre"], w.bytes["iter"], w.bytes["store"], *flops, warps,
                       w.smem, min(registers, target.max_regs_per_thread), spills, w.real, w.padded, any(summed),
-                      read_bytes=w.bytes["reads"])
+                      read_bytes=w.bytes["reads"], pre_l2=w.bytes["pre_l2"], iter_l2=w.bytes["iter_l2"],
+                      stages=stages, staged_smem=w.staged_smem, live=live)
 
 
 def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
@@ -265,7 +297,7 @@ def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
             else:
                 out_dtypes.append(store)
         w = work_of(block, name(tags.get(i)), in_dtypes, out_dtypes, summed, target)
-        out.append(_with(w, memset=memset))
+        out.append(_with(w, memset=memset, fused=i not in tags))
         for t, wide, store in casts:
             copy = elementwise_block(None, {}, [t], t)
             out.append(work_of(copy, name("cast"), [wide], [store], [False], target))
@@ -292,19 +324,31 @@ def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
     concurrent = min(w.blocks, t.sms * r)
     waves = -(-w.blocks // (t.sms * r))
     share = -(-concurrent // t.sms)
-    bw = min(t.sm_bandwidth / share, t.dram_bandwidth / concurrent)
+    cap = min(t.sm_bandwidth / share, t.dram_bandwidth / concurrent)
+    inflight = w.warps * t.warp_inflight
+    depth = staged_copies(w.stages) if w.loop > 1 else 1
+    l2 = t.l2_bandwidth / concurrent
     tc = t.tensor_flops / (t.sms * share)
     vc = t.vector_flops / (t.sms * share)
-    step = ITERATION_LATENCY if w.iter_bytes else LOOP_OVERHEAD
-    t_iter = max(w.iter_bytes / bw, w.iter_dot / tc, w.iter_vec / vc, step) if w.loop > 1 else 0.0
-    t_block = (t.dram_latency + w.pre_bytes / bw + w.loop * t_iter + w.post_dot / tc + w.post_vec / vc
-               + w.store_bytes / bw + (t.dram_latency if w.store_bytes else 0.0))
+
+    def load(nbytes: float, l2_bytes: float, depth: int) -> float:
+        if not nbytes:
+            return l2_bytes / l2
+        bw = min(cap, depth * min(inflight, nbytes) / t.dram_latency)
+        return nbytes / bw + l2_bytes / l2
+
+    t_iter = 0.0
+    if w.loop > 1:
+        step = t.iteration_latency / depth if w.iter_bytes or w.iter_l2 else t.loop_overhead
+        t_iter = max(load(w.iter_bytes, w.iter_l2, depth), w.iter_dot / tc, w.iter_vec / vc, step)
+    t_block = (t.dram_latency + load(w.pre_bytes, w.pre_l2, 1) + w.loop * t_iter + w.post_dot / tc
+               + w.post_vec / vc + w.store_bytes / cap + (t.dram_latency if w.store_bytes else 0.0))
     if w.spills:
-        t_block *= SPILL_PENALTY
+        t_block *= t.spill_penalty
     seconds = t.launch + waves * t_block
     if w.memset:
         seconds += t.launch + w.memset / t.dram_bandwidth
-    return KernelCost(w, seconds, r, waves, bw)
+    return KernelCost(w, seconds, r, waves, cap)
 
 
 def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | None = None) -> Cost:
@@ -320,5 +364,17 @@ def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | Non
             compiled = True
         else:
             notes.append(f"{len(aot)} compiled kernel(s) for {len(works)} launch(es): compiler figures ignored")
+    return cost_of(works, target, compiled, tuple(notes))
+
+
+def relaunched(works: Sequence[KernelWork], warps: int, stages: int, target: Target = H100) -> list[KernelWork]:
+    """`works` with the graph's own kernels at other warps and stages (lowered ops and casts keep theirs):
+    one `kernels_of` serves every launch of a tiling."""
+    return [w.with_launch(warps, stages, target) if w.fused else w for w in works]
+
+
+def cost_of(works: Sequence[KernelWork], target: Target = H100, compiled: bool = False,
+            notes: tuple[str, ...] = ()) -> Cost:
+    """The model's seconds for kernels launched one after another."""
     costs = tuple(kernel_seconds(w, target) for w in works)
-    return Cost(sum(c.seconds for c in costs), costs, target.name, compiled, tuple(notes))
+    return Cost(sum(c.seconds for c in costs), costs, target.name, compiled, notes)

@@ -1,25 +1,35 @@
-"""Parameter instantiation (paper §5): the valid grid sizes and loop range of every verified sGraph.
+"""Parameter instantiation (paper §5): the valid grid sizes, loop range, warps and stages of every
+verified sGraph.
 
 A verified sGraph fixes its maps; what is left are its parallel sizes, one per grid dim and the loop
-range. Each splits the dims of one or more *classes* (atoms that dimension matching made equal), so
-a point (grid, loop) is valid when, for every class c split by grid dim p and/or the loop,
+range, which fix every tile shape (a class split g ways by its grid dim and l ways by the loop has tiles
+of extent / (g·l): wide column tiles, split-K over a grid dim summed at the output, and the loop's
+range are all points of some sGraph), and how its kernels are compiled: warps per block and
+software-pipelining stages (prism.ir.Launch), which never change what is computed. Each parallel size
+splits the dims of one or more *classes* (atoms that dimension matching made equal), so a point
+(grid, loop) is valid when, for every class c split by grid dim p and/or the loop,
 
     extent(c) % (grid[p] · loop) == 0                       divisibility: equal tiles, no remainder
     tile(c) = extent(c) / (grid[p] · loop) is a power of two, or c is not split at all
     ∏ grid ≤ target.max_blocks,  grid[y], grid[z] ≤ 65535  a cap on blocks; CUDA's limit on y and z
     every tile ≤ 2^20 elements (padded)                     Triton's largest block
-    smem(grid, loop) ≤ target.smem_per_block                the estimate below (227 KiB on sm_90)
+    smem(grid, loop, stages) ≤ target.smem_per_block        the estimate below (227 KiB on sm_90)
+
+and its launch (warps, stages) is valid when warps ∈ WARPS with 32·warps ≤ the largest padded tile (every
+thread has a lane; one warp always qualifies), and stages ∈ STAGE_VALUES when the loop has more than one
+iteration (Triton pipelines loop loads; with one iteration stages change nothing, so only its default).
 
 Tiles are padded as code generation pads them: to the next power of two, and to at least 16 on the
 dims a `tl.dot` uses (so small tiles are allowed; the cost model charges for the waste). Shared
 memory is estimated as Triton spends it on sm_90: each `tl.dot` operand is staged through shared
-memory in the matmul's dtype, `STAGES` deep when it is loaded anew every loop iteration (software
-pipelining), once otherwise. Against Triton 3.7's own figure for sm_90 this is within about 2x
+memory in the matmul's dtype, `staged_copies(stages)` deep when it is loaded anew every loop iteration
+(software pipelining), once otherwise. Against Triton 3.7's own figure for sm_90 this is within about 2x
 either way (measured on sampled rmsnorm and attention points); the tuner compiles the survivors
 ahead of time and checks the real figure, so the estimate only has to prune what cannot fit.
 
-`Space` is the union over all sGraphs of a search result: its points are (graph, grid, loop)
-candidates, sampled uniformly and reproducibly (`sample(k, seed)`).
+`Space` is the union over all sGraphs of a search result: its points are (graph, grid, loop, warps,
+stages) candidates, sampled uniformly and reproducibly (`sample(k, seed)`); `neighbours(c)` are the
+points one step away, which the tuner's refinement walks.
 """
 
 from __future__ import annotations
@@ -31,40 +41,65 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from prism.codegen.layout import MIN_DOT, next_pow2
-from prism.ir import KernelGraph
+from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS
 from prism.ir.ops import TORCH_DTYPES
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import LOADER
 from prism.tune.target import H100, Target
 
-__all__ = ["STAGES", "MAX_NUMEL", "Candidate", "Footprint", "GraphSpace", "Space", "Variable"]
+__all__ = ["MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate", "Footprint", "GraphSpace", "Space",
+           "Variable", "staged_copies"]
 
-STAGES = 2
-"""Copies of a per-iteration `tl.dot` operand counted in shared memory (Triton asks for 3 stages but
-was measured to use 1 to 3 times the operand size: 2 sits in the middle)."""
 MAX_NUMEL = 1 << 20
 """Triton's largest block, in elements."""
+WARPS = (1, 2, 4, 8, 16)
+"""Warps per block the space offers."""
+STAGE_VALUES = (1, 2, 3, 4)
+"""Software-pipelining stages the space offers for a loop of more than one iteration."""
+TRITON_STAGES = 3
+"""Triton's default `num_stages` on NVIDIA GPUs (what a kernel without a launch choice gets)."""
+
+
+def staged_copies(stages: int) -> int:
+    """Copies of a per-iteration `tl.dot` operand in shared memory at `stages` (Triton 3.7 on sm_90 was
+    measured to use 1 to 3 times the operand size at its default of 3 stages; stages - 1 sits in the middle)."""
+    return max(1, stages - 1)
 
 
 @dataclass(frozen=True, order=True)
 class Candidate:
-    """One point of the space: sGraph `graph` (its index in the search result) at `grid` and `loop`."""
+    """One point of the space: sGraph `graph` (its index in the search result) at `grid` and `loop`, its
+    kernels compiled with `warps` per block and `stages` (0: code generation's and Triton's defaults)."""
 
     graph: int
     grid: tuple[int, ...]
     loop: int
+    warps: int = 0
+    stages: int = 0
 
     def __str__(self) -> str:
         grid = ", ".join(f"{p}={g}" for p, g in zip(GRID_DIMS, self.grid))
-        return f"#{self.graph} grid({grid}) loop={self.loop}"
+        launch = "".join(f" {k}={v}" for k, v in (("warps", self.warps), ("stages", self.stages)) if v)
+        return f"#{self.graph} grid({grid}) loop={self.loop}{launch}"
+
+    @property
+    def launch(self) -> Launch:
+        return Launch(self.warps or None, self.stages or None)
+
+    @property
+    def sizes(self) -> Candidate:
+        """The same sGraph and sizes at the default launch (what the tile shapes alone decide)."""
+        return Candidate(self.graph, self.grid, self.loop)
 
     def to_json(self) -> dict:
-        return {"graph": self.graph, "grid": list(self.grid), "loop": self.loop}
+        return {"graph": self.graph, "grid": list(self.grid), "loop": self.loop, "warps": self.warps,
+                "stages": self.stages}
 
     @classmethod
     def from_json(cls, data: dict) -> Candidate:
-        return cls(int(data["graph"]), tuple(int(g) for g in data["grid"]), int(data["loop"]))
+        return cls(int(data["graph"]), tuple(int(g) for g in data["grid"]), int(data["loop"]),
+                   int(data.get("warps", 0)), int(data.get("stages", 0)))
 
 
 @dataclass(frozen=True)
@@ -158,7 +193,7 @@ class GraphSpace:
             out.append(max(next_pow2(t), MIN_DOT) if dot else next_pow2(t))
         return tuple(out)
 
-    def footprint(self, grid: Sequence[int], loop: int) -> Footprint:
+    def footprint(self, grid: Sequence[int], loop: int, stages: int = TRITON_STAGES) -> Footprint:
         smem, numel = 0, 1
         for k, op in enumerate(self.ops):
             numel = max(numel, math.prod(self.padded(k, grid, loop)))
@@ -166,17 +201,35 @@ class GraphSpace:
                 continue
             for o in op.inputs:
                 staged = self.ops[o].op == LOADER and self.fmap[o] is not None and loop > 1
-                smem += math.prod(self.padded(o, grid, loop)) * self.itemsize * (STAGES if staged else 1)
+                copies = staged_copies(stages) if staged else 1
+                smem += math.prod(self.padded(o, grid, loop)) * self.itemsize * copies
         return Footprint(math.prod(grid), smem, numel)
 
-    def violations(self, grid: Sequence[int], loop: int) -> list[str]:
-        """Every constraint (grid, loop) breaks, in words; [] when the point is valid."""
+    def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
+        """The valid (warps, stages) of a valid (grid, loop)."""
+        fp = self.footprint(grid, loop)
+        warps = [w for w in WARPS if w == 1 or 32 * w <= fp.max_numel]
+        stages = STAGE_VALUES if loop > 1 else (TRITON_STAGES,)
+        return [(w, s) for w in warps for s in stages
+                if self.footprint(grid, loop, s).smem <= self.target.smem_per_block]
+
+    def violations(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> list[str]:
+        """Every constraint (grid, loop, warps, stages) breaks, in words; [] when the point is valid. Warps
+        and stages 0 ask about the tiling alone: valid when some launch of it is (shared memory is checked at
+        the fewest stages offered)."""
         grid = tuple(grid)
         if len(grid) != self.n_grid:
             return [f"{self.n_grid} grid size(s) expected, got {grid}"]
         if any(not isinstance(v, int) or v < 1 for v in (*grid, loop)):
             return [f"sizes must be positive ints, got grid {grid} loop {loop!r}"]
         out = []
+        if warps and warps not in WARPS:
+            out.append(f"warps={warps!r} is not one of {WARPS}")
+        if stages and stages not in STAGE_VALUES:
+            out.append(f"stages={stages!r} is not one of {STAGE_VALUES}")
+        elif stages and loop == 1 and stages != TRITON_STAGES:
+            out.append(f"stages={stages} with a loop of one iteration: only Triton's default "
+                       f"({TRITON_STAGES}) is a point")
         for var, v in zip(self.variables, (*grid, loop)):
             if not var.classes and v != 1:
                 out.append(f"{var.name} splits no dim, so it must be 1 (got {v})")
@@ -188,7 +241,9 @@ class GraphSpace:
                 out.append(f"a dim of extent {e} split {f} ways gives tiles of {e // f}, not a power of two")
         if out:
             return out
-        fp = self.footprint(grid, loop)
+        fp = self.footprint(grid, loop, stages or min(STAGE_VALUES))
+        if warps > 1 and 32 * warps > fp.max_numel:
+            out.append(f"{warps} warps for tiles of at most {fp.max_numel} elements: some threads would have no lane")
         t = self.target
         if fp.blocks > t.max_blocks:
             out.append(f"{fp.blocks} blocks > the cap of {t.max_blocks}")
@@ -200,13 +255,13 @@ class GraphSpace:
             out.append(f"~{fp.smem} B of shared memory > {t.smem_per_block} B per block")
         return out
 
-    def valid(self, grid: Sequence[int], loop: int) -> bool:
-        return not self.violations(grid, loop)
+    def valid(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> bool:
+        return not self.violations(grid, loop, warps, stages)
 
     # -- all points -----------------------------------------------------------------------------
 
-    def points(self) -> list[tuple[tuple[int, ...], int]]:
-        """Every valid (grid, loop), in lexicographic order."""
+    def tilings(self) -> list[tuple[tuple[int, ...], int]]:
+        """Every valid (grid, loop), in lexicographic order: each fixes every tile shape."""
         out = []
         for values in itertools.product(*(v.values for v in self.variables)):
             grid, loop = tuple(values[:-1]), values[-1]
@@ -214,12 +269,37 @@ class GraphSpace:
                 out.append((grid, loop))
         return out
 
+    def points(self) -> list[Candidate]:
+        """Every valid candidate of this sGraph: each valid (grid, loop) at each of its launches."""
+        return [Candidate(self.index, grid, loop, w, s) for grid, loop in self.tilings()
+                for w, s in self.launches(grid, loop)]
+
+    def neighbours(self, c: Candidate) -> list[Candidate]:
+        """The valid points one step from `c`: one parallel size to the next or previous of its values,
+        warps halved or doubled, stages one less or more (a default launch counts as 4 warps, 3 stages)."""
+        warps, stages = c.warps or 4, c.stages or TRITON_STAGES
+        sizes = [*c.grid, c.loop]
+        moves: list[tuple[list[int], int, int]] = []
+        for k, var in enumerate(self.variables):
+            if sizes[k] in var.values:
+                i = var.values.index(sizes[k])
+                moves += [(sizes[:k] + [var.values[j]] + sizes[k + 1:], warps, stages)
+                          for j in (i - 1, i + 1) if 0 <= j < len(var.values)]
+        moves += [(sizes, w, stages) for w in (warps // 2, warps * 2) if w in WARPS]
+        moves += [(sizes, warps, s) for s in (stages - 1, stages + 1) if s in STAGE_VALUES]
+        out: list[Candidate] = []
+        for moved, w, s in moves:
+            n = Candidate(c.graph, tuple(moved[:-1]), moved[-1], w, s if moved[-1] > 1 else TRITON_STAGES)
+            if n != c and n not in out and self.valid(n.grid, n.loop, n.warps, n.stages):
+                out.append(n)
+        return out
+
     def describe(self) -> str:
         return ", ".join(f"{v.name} ∈ {{{', '.join(map(str, v.values))}}}" for v in self.variables)
 
 
 class Space:
-    """All (graph, grid, loop) points of a search result's sGraphs for one program config."""
+    """All (graph, grid, loop, warps, stages) points of a search result's sGraphs for one program config."""
 
     def __init__(self, result, program: KernelGraph | Sequence[Sequence[int]], target: Target = H100,
                  dtype: str | None = None) -> None:
@@ -237,7 +317,7 @@ class Space:
     def points(self) -> list[Candidate]:
         """Every valid candidate, graph by graph (computed once)."""
         if self._points is None:
-            self._points = [Candidate(gs.index, grid, loop) for gs in self.graphs for grid, loop in gs.points()]
+            self._points = [c for gs in self.graphs for c in gs.points()]
         return list(self._points)
 
     def __len__(self) -> int:
@@ -261,9 +341,18 @@ class Space:
         return [pts[i] for i in sorted(rng.sample(range(len(pts)), min(k, len(pts))))]
 
     def violations(self, c: Candidate) -> list[str]:
-        return self.graphs[c.graph].violations(c.grid, c.loop)
+        return self.graphs[c.graph].violations(c.grid, c.loop, c.warps, c.stages)
+
+    def neighbours(self, c: Candidate) -> list[Candidate]:
+        return self.graphs[c.graph].neighbours(c)
 
     def instantiate(self, c: Candidate) -> KernelGraph:
-        """The concrete µGraph of a candidate (the program's input names and dtype)."""
+        """The concrete µGraph of a candidate (the program's input names and dtype), every block graph of it
+        compiled with the candidate's launch."""
         prog = self.program if isinstance(self.program, KernelGraph) else self.shapes
-        return self.result.instantiate(c.graph, prog, grid=c.grid, loop=c.loop)
+        g = self.result.instantiate(c.graph, prog, grid=c.grid, loop=c.loop)
+        launch = c.launch
+        for _, node in g.topo():
+            if node.op == "custom":
+                node.attrs["block"].launch = launch
+        return g

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
 from prism.ir.block import MAX_GRID_YZ
 
-__all__ = ["Target", "H100", "H200", "TARGETS", "get_target"]
+__all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Target:
     max_regs_per_thread: int        # more than this spills to local memory
     max_warps_per_sm: int
     max_blocks_per_sm: int
-    dram_bandwidth: float           # bytes/s
+    dram_bandwidth: float           # bytes/s (the model's: a calibration fits what kernels really get)
     sm_bandwidth: float             # bytes/s one SM can pull from DRAM on its own
     l2_bytes: int                   # L2 cache size
     l2_bandwidth: float             # bytes/s from L2 (re-reads of a tile other blocks already loaded)
@@ -36,6 +37,11 @@ class Target:
     tensor_flops: float             # fp16 tensor-core FLOP/s, dense, whole chip
     vector_flops: float             # fp32 FLOP/s on the vector units, whole chip
     launch: float                   # s between two dependent kernels (launch, ramp-up, tail)
+    peak_bandwidth: float = 0.0     # bytes/s on the data sheet (the DRAM floor's; 0: dram_bandwidth)
+    warp_inflight: float = 2048.0   # bytes of loads one warp keeps outstanding
+    iteration_latency: float = 0.4e-6  # s a loop iteration's loads take issue-to-use, over iterations in flight
+    loop_overhead: float = 0.02e-6  # s a loop iteration that loads nothing takes at least
+    spill_penalty: float = 4.0      # block time x this when registers spill (local memory every iteration)
     sector: int = 32                # bytes: DRAM is read in sectors; a narrower row still costs one
     max_blocks: int = 8192          # the tuner's cap on blocks per kernel (not a hardware limit)
     max_grid_yz: int = MAX_GRID_YZ  # CUDA's limit on grid dims y and z
@@ -56,21 +62,27 @@ H100 = Target(
     smem_per_block=227 * 1024, smem_per_sm=228 * 1024, regs_per_sm=65536, max_regs_per_thread=255,
     max_warps_per_sm=64, max_blocks_per_sm=32,
     dram_bandwidth=3.35e12, sm_bandwidth=90e9, l2_bytes=50 * 2**20, l2_bandwidth=7e12, dram_latency=0.7e-6,
-    tensor_flops=989e12, vector_flops=67e12, launch=3e-6)
+    tensor_flops=989e12, vector_flops=67e12, launch=3e-6, peak_bandwidth=3.35e12)
 
-H200 = H100.with_(name="H200 SXM (sm_90)", dram_bandwidth=4.8e12)
+H200 = H100.with_(name="H200 SXM (sm_90)", dram_bandwidth=4.8e12, peak_bandwidth=4.8e12)
 
 TARGETS = {"h100": H100, "h200": H200}
 
 
 def get_target(name: str | Target | None = None) -> Target:
-    """A Target by name ("h100", "h200"), or from a CUDA device name ("NVIDIA H200"); default H100."""
+    """A Target by name ("h100", "h200"), or from a CUDA device name ("NVIDIA H200"); default H100. The
+    calibration shipped for its kind (prism/tune/data/<kind>.json, prism.tune.calibration) is applied:
+    `H100` and `H200` themselves hold the data sheet's figures. A Target passed in is returned as is."""
     if isinstance(name, Target):
         return name
-    if name is None:
-        return H100
-    key = name.lower()
-    for k, t in TARGETS.items():
-        if k in key:
-            return t
-    return H100
+    key = (name or "h100").lower()
+    return calibrated(next((k for k in TARGETS if k in key), "h100"))
+
+
+@functools.cache
+def calibrated(kind: str) -> Target:
+    """TARGETS[kind] with its shipped calibration applied, if there is one."""
+    from prism.tune.calibration import DATA, load
+
+    path = DATA / f"{kind}.json"
+    return load(path).apply(TARGETS[kind]) if path.exists() else TARGETS[kind]

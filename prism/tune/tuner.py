@@ -1,13 +1,24 @@
-"""Choosing the best candidate: rank the space by the cost model, compile a budget of candidates, then
-time them on a GPU, or (without one) keep the cost model's best of those that compiled cleanly.
+"""Choosing the best candidate: rank the whole space by the cost model, compile and (on a GPU) time the
+model's best plus a random share, then refine around the best so far; without a GPU, keep the cost
+model's best of those that compiled cleanly.
 
 The paper samples parameter assignments uniformly and profiles them all. Prism has a cost model that
-ranks a point in well under a millisecond, so it ranks the whole space first and spends the costly
-steps (compilation, profiling) on the model's best candidates plus a uniform random draw over all
-(graph, params) pairs (`explore`), which keeps the search honest where the model is wrong and gives
-the rank correlation between model and measurement its spread. The unfused program (one generated
-kernel per op) is always a candidate too: it is the baseline and the fallback. Candidates that can
-overflow (prism.tune.safety) rank after every safe one and are chosen only when no safe one survives.
+ranks a point in well under a millisecond, so it ranks the whole space first (every tiling at every
+launch: warps and stages) and spends the costly steps (compilation, profiling) on:
+
+1. the model's best distinct kernels, one per launch shape first (`_take`);
+2. a uniform random draw over all points (`explore`), which keeps the search honest where the model is
+   wrong and gives the rank correlation between model and measurement its spread;
+3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
+   next value, warps halved or doubled, stages one more or less), best estimate first, for up to
+   `REFINE_ROUNDS` rounds while they improve on it.
+
+A `time_budget` (seconds) stops refinement once spent; the first batch is always compiled and timed
+whole. On a GPU, candidates are
+timed as kernels replayed from a CUDA graph (device time: what the cost model predicts, free of the
+host's launch path). The unfused program (one generated kernel per op) is always a candidate too: it
+is the baseline and the fallback. Candidates that can overflow (prism.tune.safety) rank after every
+safe one and are chosen only when no safe one survives.
 """
 
 from __future__ import annotations
@@ -24,18 +35,24 @@ from prism.ir.ops import TORCH_DTYPES
 from prism.progress import Progress
 from prism.progress import report as report_progress
 from prism.tune.compile import CompileResult, compile_many
-from prism.tune.cost import Cost, estimate
+from prism.tune.cost import Cost, cost_of, estimate, kernels_of, relaunched
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report
 from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
 from prism.tune.target import Target, get_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "RANK_LIMIT"]
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "RANK_LIMIT", "REFINE_ROUNDS"]
 
 RANK_LIMIT = 4096
-"""Points ranked by the cost model; a larger space is ranked on a uniform sample of this many."""
+"""Tilings ranked by the cost model (each at all its launches); a larger space is ranked on a uniform
+sample of this many. At 1024, attention's sample (of 8112 tilings) missed every good split-KV tiling on an
+H100 (2026-11-23: the unfused program won at 108 µs where 4096 points had found 15 µs)."""
 EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
+REFINE_ROUNDS = 2
+"""Rounds of refinement around the best candidate so far."""
+TIMING_MS = (10, 50)
+"""do_bench warm-up and repetition time (ms) per timed candidate."""
 
 
 class TuneError(PrismError):
@@ -52,61 +69,80 @@ class Tuned:
 
 @dataclass(eq=False)
 class _Pick:
+    """A candidate on its way: its report entry, the model's cost, and its µGraph (instantiated when first
+    needed: ranking alone never builds one per launch)."""
+
     entry: Entry
-    graph: KernelGraph
     cost: Cost
+    space: Space | None = None
+    built: KernelGraph | None = None
+
+    @property
+    def graph(self) -> KernelGraph:
+        if self.built is None:
+            assert self.space is not None
+            self.built = self.space.instantiate(self.entry.candidate)
+        return self.built
+
+    @property
+    def fused(self) -> bool:
+        return self.entry.candidate.graph != UNFUSED
 
 
 def floor_seconds(program: KernelGraph, target: Target) -> float:
-    """Bytes a perfect kernel moves (inputs read once, outputs written once) over DRAM bandwidth."""
+    """Bytes a perfect kernel moves (inputs read once, outputs written once) over the data sheet's DRAM
+    bandwidth (not a calibration's: that is what kernels got, not what the chip can do)."""
     tensors = program.inputs + program.output_tensors
     nbytes = sum(math.prod(t.shape) * TORCH_DTYPES[t.dtype].itemsize for t in tensors)
-    return nbytes / target.dram_bandwidth
+    return nbytes / (target.peak_bandwidth or target.dram_bandwidth)
 
 
 def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: bool = False,
          device: Any = None, target: Target | str | None = None, workers: int | None = None,
-         compile: bool = True, explore: float = 0.25, rank_limit: int = RANK_LIMIT,
-         log: Callable[[str], None] | None = None, progress: Progress | None = None, cluster: Any = None) -> Tuned:
-    """Pick the best (graph, grid, loop) of `result` (a SearchResult) for `program`'s input shapes.
+         compile: bool = True, explore: float = 0.25, rank_limit: int = RANK_LIMIT, refine: int | None = None,
+         time_budget: float | None = None, log: Callable[[str], None] | None = None,
+         progress: Progress | None = None, cluster: Any = None) -> Tuned:
+    """Pick the best (graph, grid, loop, warps, stages) of `result` (a SearchResult) for `program`'s shapes.
 
-    budget: candidates compiled (and on a GPU, timed), the unfused baseline not counted.
-    gpu: time candidates on `device` with do_bench; else rank them by the cost model.
+    budget: candidates compiled (and on a GPU, timed) before refinement, the unfused baseline not counted.
+    refine: neighbours of the best tried per refinement round (default: budget // 2 on a GPU, where
+        measurements steer it; 0 without one, where it would only re-rank by the model at twice the
+        compile time).
+    time_budget: seconds after which no more candidates are refined (None: no limit); the first batch
+        (the model's best, the random draw, the baseline) is always tried whole.
+    gpu: time candidates on `device` (CUDA-graph replay); else rank them by the cost model.
     compile: compile candidates ahead of time for sm_90 (drops what fails or needs too much shared memory,
         and feeds the compiler's registers, shared memory and spills to the model); False ranks by the
         model alone (tests).
-       log, progress: one line per step; (phase, done, total) as "compile" and "profile" advance.
+    log, progress: one line per step; (phase, done, total) as "compile" and "profile" advance.
     cluster: a prism.search.cluster.RayWorkers to compile on (Ray tasks), instead of local processes.
     """
     log = log or (lambda s: None)
     budget = max(1, int(budget))
+    refine = (budget // 2 if gpu else 0) if refine is None else max(0, int(refine))
     target = _gpu_target(device) if gpu else get_target(target)
     report = Report(GPU_PROFILE if gpu else COST_MODEL, target.name)
     report.floor_us = floor_seconds(program, target) * 1e6
-    clock = _Clock()
+    clock = _Clock(time_budget)
     space = Space(result, program, target)
     ranked = _rank(space, rank_limit, seed, target, report, log)
     clock.lap("rank")
     seen: set[str] = set()
     picks = _select(space, ranked, budget, explore, seed, seen, target, report)
-    base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)), program,
-                 estimate(program, target))
+    base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)),
+                 estimate(program, target), built=program)
     picks.append(base)
-    for p in picks:
-        p.entry.estimate_us = p.cost.seconds * 1e6
+    trial = _Trial(program, target, gpu, device, compile, workers, report, clock, seed, log, progress, cluster)
+    trial.run(picks)
     if compile:
         taken = {id(p) for p in picks}
-        _compile_until_one_survives(picks, [p for p in ranked if id(p) not in taken], budget, seen, target,
-                                    workers, report, log, progress, cluster)
-    else:
-        for p in picks:
-            p.entry.status = "ok"
+        _until_one_survives(trial, picks, [p for p in ranked if id(p) not in taken], budget, seen)
+    if not compile and not gpu:
         report.notes.append("candidates were not compiled ahead of time (compile=False): estimates use "
                             "estimated registers and shared memory")
-    clock.lap("compile")
+    _refine(trial, space, picks, refine, seen, target, report, clock, log)
     if gpu:
-        _profile(picks, program, device, report, seed, log, progress)
-    clock.lap("profile")
+        _correlation(picks, report)
     report.entries = [p.entry for p in picks]
     _choose(report, target)
     report.seconds = clock.laps | {"total": clock.total()}
@@ -114,34 +150,54 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
 
 
 class _Clock:
-    def __init__(self) -> None:
+    """Seconds per phase (accumulated: compiling and timing alternate) and the time budget."""
+
+    def __init__(self, budget: float | None = None) -> None:
         self.start = self.last = time.time()
+        self.budget = budget
         self.laps: dict[str, float] = {}
 
     def lap(self, name: str) -> None:
         now = time.time()
-        self.laps[name] = now - self.last
+        self.laps[name] = self.laps.get(name, 0.0) + now - self.last
         self.last = now
 
     def total(self) -> float:
         return time.time() - self.start
 
+    def spent(self) -> bool:
+        return self.budget is not None and self.total() >= self.budget
+
 
 def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Report,
           log: Callable[[str], None]) -> list[_Pick]:
-    """Phase 1: every point (or a uniform sample of `rank_limit`) estimated and sorted: the ones that cannot
-    overflow first (prism.tune.safety), cheapest first; ties go to less shared memory, then to candidate
-    order."""
-    points = space.points()
-    pool = points if len(points) <= rank_limit else space.sample(rank_limit, seed)
-    ranked = [p for p in (_pick(space, c, "model", target, report) for c in pool) if p is not None]
+    """Phase 1: every tiling (or a uniform sample of `rank_limit`) at every launch, estimated and sorted: the
+    ones that cannot overflow first (prism.tune.safety), cheapest first; ties go to less shared memory, then
+    to candidate order. A tiling is instantiated and its kernels derived once; its launches only re-cost them."""
+    tilings = [(gs, grid, loop) for gs in space.graphs for grid, loop in gs.tilings()]
+    pool = tilings if len(tilings) <= rank_limit else \
+        [tilings[i] for i in sorted(random.Random(seed).sample(range(len(tilings)), rank_limit))]
+    ranked: list[_Pick] = []
+    for gs, grid, loop in pool:
+        c = Candidate(gs.index, grid, loop)
+        try:
+            g = space.instantiate(c)
+        except MappingError as e:  # the space promised this point instantiates: a bug worth seeing
+            report.notes.append(f"{c} is in the space but did not instantiate: {e}")
+            continue
+        works, risk = kernels_of(g, target), overflow_risk(g)
+        for w, s in gs.launches(grid, loop):
+            ranked.append(_Pick(Entry(Candidate(gs.index, grid, loop, w, s), "model", risk=risk),
+                                cost_of(relaunched(works, w, s, target), target), space))
     ranked.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, sum(k.work.smem for k in p.cost.kernels),
                                p.entry.candidate))
-    report.space = {"graphs": len(space.graphs), "points": len(points), "ranked": len(pool)}
-    if not points:
+    points = sum(len(gs.launches(grid, loop)) for gs, grid, loop in tilings)
+    report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
+    if not tilings:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
                             "unfused program (one generated kernel per op) is left")
-    log(f"space: {len(points)} points over {len(space.graphs)} sGraphs; ranked {len(pool)}")
+    log(f"space: {points} points ({len(tilings)} tilings x launches) over {len(space.graphs)} sGraphs; "
+        f"ranked {len(ranked)}")
     return ranked
 
 
@@ -163,23 +219,42 @@ def _select(space: Space, ranked: list[_Pick], budget: int, explore: float, seed
     return picks
 
 
-def _compile_until_one_survives(picks: list[_Pick], rest: list[_Pick], budget: int, seen: set[str],
-                                target: Target, workers: int | None, report: Report,
-                                log: Callable[[str], None], progress: Progress | None, cluster: Any = None) -> None:
-    """Phase 3: compile every pick; if no fused one survives, compile more from the ranking (picks
-    grows in place, the baseline staying last)."""
-    _compile(picks, target, workers, report, log, progress, cluster)
+def _until_one_survives(trial: _Trial, picks: list[_Pick], rest: list[_Pick], budget: int, seen: set[str]) -> None:
+    """If no fused pick survived, try more from the ranking (picks grows in place)."""
     rounds = 0
-    while not any(p.entry.ok for p in picks[:-1]) and rest and rounds < EXTRA_ROUNDS:
+    while not any(p.entry.ok for p in picks if p.fused) and rest and rounds < EXTRA_ROUNDS:
         more = _take(rest, budget, seen)
         taken = {id(p) for p in more}
         rest = [p for p in rest if id(p) not in taken]
-        for p in more:
-            p.entry.estimate_us = p.cost.seconds * 1e6
-        report.notes.append(f"no compiled candidate survived; compiled {len(more)} more from the ranking")
-        _compile(more, target, workers, report, log, progress, cluster)
-        picks[-1:-1] = more
+        trial.report.notes.append(f"no compiled candidate survived; tried {len(more)} more from the ranking")
+        trial.run(more)
+        picks += more
         rounds += 1
+
+
+def _refine(trial: _Trial, space: Space, picks: list[_Pick], refine: int, seen: set[str], target: Target,
+            report: Report, clock: _Clock, log: Callable[[str], None]) -> None:
+    """Phase 4: try the neighbours of the best candidate so far, best estimate first, while they improve."""
+    best = trial.best(picks)
+    for _ in range(REFINE_ROUNDS if refine else 0):
+        if best is None:
+            return
+        if clock.spent():
+            report.notes.append(f"time budget of {clock.budget:g} s spent: refinement stopped")
+            return
+        near = [p for p in (_pick(space, c, "refine", target, report) for c in space.neighbours(best.entry.candidate))
+                if p is not None]
+        near.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, p.entry.candidate))
+        batch = [p for p in near if _fresh(p, seen)][:refine]
+        if not batch:
+            return
+        log(f"refining around {best.entry.label}: {len(batch)} neighbour(s)")
+        trial.run(batch)
+        picks += batch
+        better = trial.best(picks)
+        if better is best:
+            return
+        best = better
 
 
 def _gpu_target(device: Any) -> Target:
@@ -196,7 +271,7 @@ def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Repor
     except MappingError as e:  # the space promised this point instantiates: a bug worth seeing
         report.notes.append(f"{c} is in the space but did not instantiate: {e}")
         return None
-    return _Pick(Entry(c, origin, risk=overflow_risk(g)), g, estimate(g, target))
+    return _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target), space, g)
 
 
 def _fresh(p: _Pick, seen: set[str]) -> bool:
@@ -232,20 +307,70 @@ def _take(ranked: Sequence[_Pick], n: int, seen: set[str]) -> list[_Pick]:
     return out
 
 
-def _compile(picks: list[_Pick], target: Target, workers: int | None, report: Report,
-             log: Callable[[str], None], progress: Progress | None, cluster: Any = None) -> None:
-    log(f"compiling {len(picks)} candidate(s) for sm_{target.arch}")
-    def done(k: int) -> None:
-        report_progress(progress, "compile", k, len(picks))
+class _Trial:
+    """Phase 3, batch by batch: compile ahead of time (the compiler's figures go into the estimate), then on
+    a GPU run each survivor once against the reference and time it."""
 
-    done(0)
-    try:
-        results = compile_many([p.graph for p in picks], workers, target.arch, done, cluster)
-    except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn) or a lost Ray task
-        report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this process")
-        results = compile_many([p.graph for p in picks], 1, target.arch)
-    for p, r in zip(picks, results):
-        _judge(p, r, target)
+    def __init__(self, program: KernelGraph, target: Target, gpu: bool, device: Any, compile: bool,
+                 workers: int | None, report: Report, clock: _Clock, seed: int, log: Callable[[str], None],
+                 progress: Progress | None, cluster: Any) -> None:
+        self.program, self.target, self.gpu, self.device, self.compile = program, target, gpu, device, compile
+        self.workers, self.report, self.clock, self.seed = workers, report, clock, seed
+        self.log, self.progress, self.cluster = log, progress, cluster
+        self.bench: tuple[list, Any, list] | None = None   # inputs, reference output, rotated copies
+
+    def run(self, batch: list[_Pick]) -> None:
+        for p in batch:
+            p.entry.estimate_us = p.cost.seconds * 1e6
+        if self.compile:
+            self._compile(batch)
+        else:
+            for p in batch:
+                p.entry.status = "ok"
+        self.clock.lap("compile")
+        if self.gpu:
+            self._profile(batch)
+        self.clock.lap("profile")
+
+    def best(self, picks: Sequence[_Pick]) -> _Pick | None:
+        """The best fused candidate so far that could be chosen: measured on a GPU, else estimated."""
+        key = (lambda p: p.entry.measured_us) if self.gpu else (lambda p: p.entry.estimate_us)
+        ok = [p for p in picks if p.fused and p.entry.ok and key(p) is not None]
+        safe = [p for p in ok if p.entry.risk is None] or ok
+        return min(safe, key=key, default=None)
+
+    def _compile(self, batch: list[_Pick]) -> None:
+        self.log(f"compiling {len(batch)} candidate(s) for sm_{self.target.arch}")
+
+        def done(k: int) -> None:
+            report_progress(self.progress, "compile", k, len(batch))
+
+        done(0)
+        graphs = [p.graph for p in batch]
+        try:
+            results = compile_many(graphs, self.workers, self.target.arch, done, self.cluster)
+        except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn) or a lost Ray task
+            self.report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this "
+                                     "process")
+            results = compile_many(graphs, 1, self.target.arch)
+        for p, r in zip(batch, results):
+            _judge(p, r, self.target)
+
+    def _profile(self, batch: list[_Pick]) -> None:
+        from prism.interp import run
+        from prism.tune.profile import input_copies, random_inputs
+
+        if self.bench is None:
+            inputs = random_inputs(self.program, self.seed, self.device)
+            want = run(self.program, [t.float().cpu() for t in inputs])[0]
+            self.bench = (inputs, want, input_copies(inputs))
+        report_progress(self.progress, "profile", 0, len(batch))
+        for k, p in enumerate(batch, 1):
+            if p.entry.ok:
+                _time_one(p, *self.bench, self.device, self.report)
+                if p.entry.measured_us is not None:
+                    self.log(f"{p.entry.label}: {p.entry.measured_us:.2f} us")
+            report_progress(self.progress, "profile", k, len(batch))
 
 
 def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
@@ -260,41 +385,19 @@ def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
         return
     # A kernel that spills a little can still be the fastest: dropping such candidates once left a decoder
     # layer's norm + projection to the 8-kernel unfused program on an H100 (136 B stack frames, 2026-11-23).
-    # The cost model charges spills (SPILL_PENALTY), and on a GPU the measurement decides.
+    # The cost model charges spills (the target's spill_penalty), and on a GPU the measurement decides.
     p.cost = estimate(p.graph, target, aot=r.kernels)
     e.estimate_us = p.cost.seconds * 1e6
     e.status = "ok"
 
 
-def _profile(picks: list[_Pick], program: KernelGraph, device: Any, report: Report, seed: int,
-             log: Callable[[str], None], progress: Progress | None) -> None:
-    from prism.interp import run
-    from prism.tune.profile import input_copies, random_inputs, spearman
-
-    inputs = random_inputs(program, seed, device)
-    want = run(program, [t.float().cpu() for t in inputs])[0]
-    copies = input_copies(inputs)
-    report_progress(progress, "profile", 0, len(picks))
-    for k, p in enumerate(picks, 1):
-        if p.entry.ok:
-            _time_one(p, inputs, want, copies, device, report)
-            if p.entry.measured_us is not None:
-                log(f"{p.entry.label}: {p.entry.measured_us:.2f} us")
-        report_progress(progress, "profile", k, len(picks))
-    pairs = [(p.entry.estimate_us, p.entry.measured_us) for p in picks
-             if p.entry.measured_us is not None and p.entry.estimate_us is not None]
-    report.spearman = spearman([a for a, _ in pairs], [b for _, b in pairs])
-    report.notes.append(f"Spearman rank correlation of cost-model estimates and measured medians over "
-                        f"{len(pairs)} candidates: {'n/a' if report.spearman is None else f'{report.spearman:+.3f}'}")
-
-
 def _time_one(p: _Pick, inputs: list, want: Any, copies: list, device: Any, report: Report) -> None:
-    """Run one candidate's generated kernels, drop it if it fails or disagrees with the reference,
-    else record its do_bench median."""
+    """Run one candidate's generated kernels, drop it if it fails or disagrees with the reference, else
+    record the device time of one call (CUDA-graph replay medians; as called if capture fails)."""
     import torch
 
     from prism.codegen import compile_graph
-    from prism.tune.profile import bench, close
+    from prism.tune.profile import bench, bench_graph, close
 
     try:
         cg = compile_graph(p.graph)
@@ -310,11 +413,23 @@ def _time_one(p: _Pick, inputs: list, want: Any, copies: list, device: Any, repo
                             f"reference (relative error {err:.2e}): a code generation bug")
         return
     try:
-        p.entry.measured_us = bench(cg, copies) * 1e6
-    except Exception as e:
-        p.entry.status = f"dropped: failed while timed ({type(e).__name__}: {str(e)[:200]})"
+        p.entry.measured_us = bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
+    except Exception as e:  # a graph capture can fail where a plain call works: time it as called, say so
+        report.notes.append(f"{p.entry.label}: timed as called, CUDA-graph capture failed ({type(e).__name__})")
+        try:
+            p.entry.measured_us = bench(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
+        except Exception as e2:
+            p.entry.status = f"dropped: failed while timed ({type(e2).__name__}: {str(e2)[:200]})"
 
 
+def _correlation(picks: Sequence[_Pick], report: Report) -> None:
+    from prism.tune.profile import spearman
+
+    pairs = [(p.entry.estimate_us, p.entry.measured_us) for p in picks
+             if p.entry.measured_us is not None and p.entry.estimate_us is not None]
+    report.spearman = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    report.notes.append(f"Spearman rank correlation of cost-model estimates and measured medians over "
+                        f"{len(pairs)} candidates: {'n/a' if report.spearman is None else f'{report.spearman:+.3f}'}")
 def _choose(report: Report, target: Target) -> None:
     gpu = report.method == GPU_PROFILE
     key = (lambda e: e.measured_us) if gpu else (lambda e: e.estimate_us)

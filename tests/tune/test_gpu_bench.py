@@ -4,6 +4,8 @@ script's clean refusal."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +39,8 @@ FAKE = {
     "rows": [
         {"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "floor_us": 11.6, "prism_graph_us": 14.5,
          "compile_graph_us": 17.4, "eager_graph_us": 29.0, "prism_us": 20.0, "prism_ro_us": 18.0,
-         "compile_us": 40.0, "eager_us": 30.0, "kernels": 1, "chosen": "#32 grid(x=1, y=64) loop=32"},
+         "compile_us": 40.0, "eager_us": 30.0, "kernels": 1, "chosen": "#32 grid(x=1, y=64) loop=32",
+         "report": {"space": {"points": 1200}}, "spearman": 0.8125, "superoptimize_s": 17.26},
         {"workload": "attention", "config": {"b": 2, "g": 8, "h": 8192, "d": 128}, "floor_us": 2.9,
          "prism_graph_us": 9.0, "prism_us": 12.0, "eager_graph_us": 45.0, "eager_us": 48.0, "compile_us": None,
          "kernels": 2, "chosen": "#13 grid(x=2, y=32) loop=8"},
@@ -56,7 +59,7 @@ def test_table_from_a_fake_run():
     assert len(table) == 2 + 3
     assert all(line.count("|") == len(COLUMNS) + 1 for line in table)
     assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 17.40 | 29.00 | 20.00 | 18.00 | 40.00 | 30.00 | "
-                        "5.50 | 80% | 1.20x | 1.50x | 1 | #32 grid(x=1, y=64) loop=32 |")
+                        "5.50 | 80% | 1.20x | 1.50x | 1 | 1200 | +0.81 | 17.3 | #32 grid(x=1, y=64) loop=32 |")
     assert "| 3.00 | 32% | n/a | 4.00x | 2 |" in table[3]          # compile missing: eager is the best torch
     assert table[4].endswith("| search failed: boom |") and table[4].count("n/a") >= 12
 
@@ -73,19 +76,31 @@ def test_refuses_in_one_line_without_a_gpu():
     assert done.stderr.strip().splitlines() == ["gpu_bench: no CUDA GPU visible to torch; nothing measured"]
 
 
-def test_the_calibration_script_formats_and_refuses():
+def test_the_calibration_script_fits_saves_and_refuses(tmp_path):
+    """`fit` (on the CPU) reads collected samples, prints the held-out table and saves a calibration that
+    loads; `collect` without a GPU refuses in one line."""
     import torch
 
+    from prism.tune.calibration import load
+    from tests.tune.test_calibration import _samples
+    from prism.tune.target import H100
+
     root = SCRIPT.parent
-    spec = importlib.util.spec_from_file_location("tune_calibrate", root / "tune_calibrate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    table = module.format_table([{"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "timed": 40,
-                                  "spearman": 0.7, "pick_us": 15.0, "best_us": 12.0}])
-    assert table.splitlines()[-1] == "| rmsnorm | n=8,d=4096 | 40 | +0.70 | 15.00 | 12.00 | 1.25x |"
+    samples = _samples(H100.with_(launch=5e-6))
+    (tmp_path / "s.json").write_text(json.dumps({"device": "Fake GPU", "samples": [s.to_json() for s in samples]}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(root / "tune_calibrate.py"), "fit", str(tmp_path / "s.json"),
+                           "--save", str(tmp_path / "h100.json")], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    assert "| config | held-out points | Spearman, data sheet | Spearman, calibrated |" in done.stdout
+    assert "| median |" in done.stdout and "saved" in done.stdout
+    cal = load(tmp_path / "h100.json")
+    assert cal.device == "Fake GPU" and cal.source["samples"] == len(samples)
+    assert cal.values["launch"] == pytest.approx(5e-6, rel=0.3)
     if torch.cuda.is_available():
         return
-    done = subprocess.run([sys.executable, str(root / "tune_calibrate.py")], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, str(root / "tune_calibrate.py"), "collect"], capture_output=True,
+                          text=True, timeout=120, env=env)
     assert done.returncode != 0 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "no CUDA GPU" in done.stderr

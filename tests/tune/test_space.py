@@ -10,7 +10,8 @@ import pytest
 import prism.workloads as wl
 from prism.codegen.layout import Layout
 from prism.errors import MappingError
-from prism.tune.space import MAX_NUMEL, Candidate, Space
+from prism.ir import Launch
+from prism.tune.space import MAX_NUMEL, STAGE_VALUES, TRITON_STAGES, WARPS, Candidate, Space
 from prism.tune.target import H100
 
 
@@ -36,6 +37,7 @@ def test_every_sampled_point_instantiates_and_respects_every_constraint(searched
             kg = space.instantiate(c)                      # never MappingError
             block = kg.blocks[0]                           # a partials form's second kernel sums its groups
             assert block.grid == c.grid and block.loop == c.loop
+            assert all(b.launch == Launch(c.warps, c.stages) for b in kg.blocks)
             assert math.prod(block.grid) <= H100.max_blocks
             assert all(g <= H100.max_grid_yz for g in block.grid[1:])
             for i in block.loaders:
@@ -45,8 +47,10 @@ def test_every_sampled_point_instantiates_and_respects_every_constraint(searched
                     assert size % tile == 0
                     assert tile == size or _pow2(tile), (c, node.outputs[0].shape, full)
             gs = space.graphs[c.graph]
-            fp = gs.footprint(c.grid, c.loop)
+            fp = gs.footprint(c.grid, c.loop, c.stages)
             assert fp.smem <= H100.smem_per_block and fp.max_numel <= MAX_NUMEL
+            assert c.warps == 1 or 32 * c.warps <= fp.max_numel
+            assert c.stages in (STAGE_VALUES if c.loop > 1 else (TRITON_STAGES,))
 
 
 @pytest.mark.parametrize("name", wl.names())
@@ -66,7 +70,7 @@ def test_points_are_exactly_the_valid_part_of_the_product(searched):
     w, cfg, result = searched("attention")
     space = Space(result, w.build(cfg))
     for gs in space.graphs:
-        pts = set(gs.points())
+        pts = set(gs.tilings())
         for values in itertools.product(*(v.values + (v.values[-1] * 2,) for v in gs.variables)):
             grid, loop = tuple(values[:-1]), values[-1]
             why = gs.violations(grid, loop)
@@ -76,17 +80,61 @@ def test_points_are_exactly_the_valid_part_of_the_product(searched):
                     result.instantiate(gs.index, w.build(cfg), grid=grid, loop=loop)
 
 
+def test_launches_are_exactly_the_valid_warps_and_stages(searched):
+    """Every tiling's launches are the valid (warps, stages) of the whole offer and one past it; a loop of one
+    iteration has only Triton's default stages; more stages can push a point over shared memory."""
+    w, _, result = searched("rmsnorm")
+    space = Space(result, w.build(w.configs[1]))
+    for gs in space.graphs:
+        for grid, loop in gs.tilings():
+            launches = set(gs.launches(grid, loop))
+            assert launches, (grid, loop)
+            for warps, stages in itertools.product(WARPS + (32, 3), STAGE_VALUES + (5,)):
+                why = gs.violations(grid, loop, warps, stages)
+                assert ((warps, stages) in launches) == (not why), (grid, loop, warps, stages, why)
+            if loop == 1:
+                assert {s for _, s in launches} == {TRITON_STAGES}
+    staged = [(gs, grid, loop) for gs in space.graphs for grid, loop in gs.tilings()
+              if loop > 1 and gs.footprint(grid, loop, 4).smem > gs.footprint(grid, loop, 2).smem]
+    assert staged, "loop-loaded tl.dot operands are staged per pipelining stage"
+
+
+def test_neighbours_are_valid_points_one_step_away(searched):
+    w, _, result = searched("rmsnorm")
+    space = Space(result, w.build(w.configs[1]))
+    points = set(space.points())
+    for c in space.sample(30, seed=5):
+        near = space.neighbours(c)
+        assert near and c not in near and len(set(near)) == len(near)
+        gs = space.graphs[c.graph]
+        for n in near:
+            assert n in points and n.graph == c.graph
+            moved = [k for k, var in enumerate(gs.variables) if (*n.grid, n.loop)[k] != (*c.grid, c.loop)[k]]
+            launch = (n.warps, n.stages) != (c.warps, c.stages)
+            if moved:                                   # one size to the next or previous of its values
+                assert len(moved) == 1
+                k = moved[0]
+                values = gs.variables[k].values
+                a, b = (*c.grid, c.loop)[k], (*n.grid, n.loop)[k]
+                assert abs(values.index(a) - values.index(b)) == 1
+                assert n.warps == c.warps
+            else:                                       # warps x2 or /2, or stages +-1
+                assert launch
+                assert (n.stages == c.stages and n.warps in (c.warps * 2, c.warps // 2)) or \
+                    (n.warps == c.warps and abs(n.stages - c.stages) == 1)
+
+
 def test_shared_memory_and_block_caps_bound_the_space(searched):
     w, _, result = searched("rmsnorm")
     program = w.build(w.configs[1])
     full = Space(result, program)
-    prints = [full.graphs[c.graph].footprint(c.grid, c.loop) for c in full.points()]
+    prints = [full.graphs[c.graph].footprint(c.grid, c.loop, c.stages) for c in full.points()]
     smem = sorted(f.smem for f in prints)[len(prints) // 2]          # caps at the medians
     blocks = sorted(f.blocks for f in prints)[len(prints) // 2]
     small = Space(result, program, target=H100.with_(smem_per_block=smem, max_blocks=blocks))
     assert 0 < len(small) < len(full)
     for c in small.points():
-        fp = small.graphs[c.graph].footprint(c.grid, c.loop)
+        fp = small.graphs[c.graph].footprint(c.grid, c.loop, c.stages)
         assert fp.smem <= smem and fp.blocks <= blocks
     dropped = set(full.points()) - set(small.points())
     assert any("shared memory" in " ".join(small.violations(c)) for c in dropped)
@@ -100,7 +148,7 @@ def test_a_variable_that_splits_nothing_is_fixed_at_one(searched):
     assert no_loop
     for gs in no_loop:
         assert gs.variables[-1].values == (1,)
-        assert all(loop == 1 for _, loop in gs.points())
+        assert all(c.loop == 1 for c in gs.points())
         assert gs.violations((1,) * gs.n_grid, 2) == ["loop splits no dim, so it must be 1 (got 2)"]
 
 
@@ -133,3 +181,34 @@ def test_candidates_round_trip_and_print():
     c = Candidate(3, (2, 64), 8)
     assert Candidate.from_json(c.to_json()) == c
     assert str(c) == "#3 grid(x=2, y=64) loop=8"
+    t = Candidate(3, (2, 64), 8, warps=4, stages=2)
+    assert Candidate.from_json(t.to_json()) == t and t.sizes == c
+    assert str(t) == "#3 grid(x=2, y=64) loop=8 warps=4 stages=2"
+    assert t.launch == Launch(4, 2) and c.launch == Launch()
+    assert Candidate.from_json({"graph": 3, "grid": [2, 64], "loop": 8}) == c   # reports written before launches
+
+
+@pytest.mark.parametrize("name", wl.names())
+def test_sampled_points_compile_for_sm90_and_compute_the_verified_function(searched, name):
+    """Warps, stages and tile shapes change how a kernel is compiled, never what it computes: sampled points
+    (launches included) compile ahead of time for sm_90 with their launch, and the reference executor runs each
+    one to the program's result at the small config (computing in float64, so that rounding cannot hide a
+    difference)."""
+    import torch
+
+    from prism.interp import run
+    from prism.tune.compile import compile_many
+    from prism.tune.profile import random_inputs
+
+    w, cfg, result = searched(name)
+    program = w.build(cfg)
+    space = Space(result, program)
+    cands = space.sample(3, seed=13)
+    graphs = [space.instantiate(c) for c in cands]
+    xs = random_inputs(program, seed=2)
+    want = run(program, xs, torch.float64)[0]
+    for c, g, r in zip(cands, graphs, compile_many(graphs, workers=2)):
+        assert r.ok, (str(c), r.error)
+        assert c.warps in [k.num_warps for k in r.kernels], (str(c), r.kernels)
+        got = run(g, xs, torch.float64)[0]
+        assert torch.allclose(got, want, rtol=1e-7, atol=1e-9), str(c)     # the verifier's random test's bounds

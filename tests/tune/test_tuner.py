@@ -14,6 +14,7 @@ from prism.codegen.aot import AotKernel
 from prism.tune.compile import CompileResult, compile_many
 from prism.tune.profile import close, copies_for, ranks
 from prism.tune.report import UNFUSED
+from prism.tune.target import H100
 
 
 def test_without_a_gpu_the_cheapest_estimate_is_chosen(searched):
@@ -21,14 +22,61 @@ def test_without_a_gpu_the_cheapest_estimate_is_chosen(searched):
     tuned = tune(result, w.build(cfg), budget=6, compile=False, seed=1)
     r = tuned.report
     assert r.method == COST_MODEL and "cost model" in r.method_text
-    assert len(r.entries) == 7 and r.entries[-1].candidate.graph == UNFUSED
-    assert {e.origin for e in r.entries} == {"model", "random", "baseline"}
+    assert r.entries[6].candidate.graph == UNFUSED
+    assert [e.origin for e in r.entries[:7]].count("random") == 2
+    assert {e.origin for e in r.entries} == {"model", "random", "baseline"}        # no refinement by default
     ok = [e for e in r.entries if e.ok]
     assert r.best.estimate_us == min(e.estimate_us for e in ok)
     assert r.best.status == "chosen" and "lowest cost-model estimate" in r.reason
     assert tuned.graph.structural_hash() != w.build(cfg).structural_hash()      # a fused kernel won
     again = tune(result, w.build(cfg), budget=6, compile=False, seed=1).report
     assert [e.candidate for e in again.entries] == [e.candidate for e in r.entries]
+    other = tune(result, w.build(cfg), budget=6, compile=False, seed=2).report
+    assert [e.candidate for e in other.entries if e.origin == "random"] != \
+        [e.candidate for e in r.entries if e.origin == "random"]
+
+
+def test_refinement_tries_the_neighbours_of_the_best_and_keeps_improving(searched):
+    """Refined candidates are neighbours (prism.tune.Space.neighbours) of a candidate tried before them, never
+    repeats; with refine=0 there are none; the choice is never worse than without refinement."""
+    from prism.tune import Space
+
+    w, cfg, result = searched("rmsnorm")
+    program = w.build(w.configs[1])
+    space = Space(result, program)
+    r = tune(result, program, budget=4, compile=False, seed=3, refine=2).report
+    refined = [i for i, e in enumerate(r.entries) if e.origin == "refine"]
+    assert refined
+    for i in refined:
+        c = r.entries[i].candidate
+        assert any(c in space.neighbours(e.candidate) for e in r.entries[:i] if e.candidate.graph != UNFUSED)
+    assert len({e.candidate for e in r.entries}) == len(r.entries)
+    plain = tune(result, program, budget=4, compile=False, seed=3, refine=0).report
+    assert not any(e.origin == "refine" for e in plain.entries)
+    assert r.best.estimate_us <= plain.best.estimate_us
+
+
+def test_a_spent_time_budget_stops_refinement_and_says_so(searched):
+    w, cfg, result = searched("rmsnorm")
+    r = tune(result, w.build(cfg), budget=4, compile=False, seed=3, refine=2, time_budget=0.0).report
+    assert not any(e.origin == "refine" for e in r.entries)
+    assert any("time budget" in n for n in r.notes)
+    assert r.best is not None
+
+
+def test_ranking_by_launch_equals_estimating_each_instantiated_point(searched):
+    """The ranking re-costs one tiling's kernels at each launch (prism.tune.cost.relaunched) instead of building
+    a graph per launch: it must give what estimating the instantiated candidate gives."""
+    from prism.tune import Space, estimate
+    from prism.tune.cost import cost_of, kernels_of, relaunched
+
+    for name in ("rmsnorm", "attention"):
+        w, _, result = searched(name)
+        space = Space(result, w.build(w.configs[0]))
+        for c in space.sample(25, seed=4):
+            base = kernels_of(space.instantiate(c.sizes))
+            fast = cost_of(relaunched(base, c.warps, c.stages)).seconds
+            assert fast == pytest.approx(estimate(space.instantiate(c)).seconds, rel=1e-12), c
 
 
 def test_model_picks_are_the_best_ranked_distinct_kernels(searched):
@@ -38,12 +86,13 @@ def test_model_picks_are_the_best_ranked_distinct_kernels(searched):
 
     w, cfg, result = searched("attention")
     program = w.build(cfg)
-    r = tune(result, program, budget=8, compile=False, explore=0).report
+    r = tune(result, program, budget=8, compile=False, explore=0, target=H100).report    # estimate's default
     model = [e for e in r.entries if e.origin == "model"]
     assert len(model) == 8
     space = Space(result, program)
     best = min(estimate(space.instantiate(c)).seconds for c in space.points()) * 1e6
     assert model[0].estimate_us == pytest.approx(best)
+    assert r.space["points"] == len(space) > r.space["tilings"]
     graphs = [space.instantiate(e.candidate) for e in model]
     assert len({g.structural_hash() for g in graphs}) == 8
     shapes = {tuple((tuple(sorted(x for x in k.work.grid if x > 1)), k.work.loop) for k in estimate(g).kernels)
@@ -213,17 +262,18 @@ def test_the_gpu_branch_keeps_the_fastest_measured_and_reports_the_rank_correlat
 
     monkeypatch.setattr(tuner, "_gpu_target", lambda device: H100)
     monkeypatch.setattr(prism.codegen, "compile_graph", fake_compile_graph)
-    monkeypatch.setattr(profile, "bench", lambda fn, copies, **k: fake_bench(fn, copies))
+    monkeypatch.setattr(profile, "bench_graph", lambda fn, copies, **k: fake_bench(fn, copies))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    real_profile = tuner._profile
+    real_profile = tuner._Trial._profile
 
-    def spy(picks, *a, **k):
+    def spy(trial, picks):
         for p in picks:
             compiled[id(p.graph)] = p.entry.estimate_us
-        broken.append(picks[1].graph)
-        return real_profile(picks, *a, **k)
+        if not broken:                                         # the first batch's second candidate
+            broken.append(picks[1].graph)
+        return real_profile(trial, picks)
 
-    monkeypatch.setattr(tuner, "_profile", spy)
+    monkeypatch.setattr(tuner._Trial, "_profile", spy)
     r = tune(result, program, budget=5, gpu=True, device="cpu", compile=False).report
     assert r.method == "gpu-profile" and "GPU profiling" in r.method_text
     assert "wrong output" in r.entries[1].status
