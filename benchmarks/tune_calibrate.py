@@ -117,11 +117,11 @@ def collect(args: argparse.Namespace) -> int:
         print("tune_calibrate: no CUDA GPU visible to torch; nothing measured", file=sys.stderr)
         return 2
     from prism import workloads
-    from prism.tune.target import TARGETS
+    from prism.tune.target import TARGETS, kind_of
 
     device = torch.cuda.get_device_name()
     major, minor = torch.cuda.get_device_capability()
-    sheet = TARGETS[next((k for k in TARGETS if k in device.lower()), "h100")].with_(arch=10 * major + minor)
+    sheet = TARGETS[kind_of(device)].with_(arch=10 * major + minor)   # data-sheet constants: samples are raw
     samples: list[dict[str, Any]] = []
     start = time.time()
     for name in args.names:

@@ -258,13 +258,12 @@ def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: 
         kind_of(node).cost(w, i, node)
     live = w.live + max(w.numel(i) for i in range(len(block.nodes)))
     warps = block.launch.num_warps or default_warps(block, layout)
-    registers = int(32 + live / (32 * warps))
-    spills = registers > target.max_regs_per_thread
     flops = [w.flops[unit, inside] for unit in ("dot", "vec") for inside in (True, False)]
-    return KernelWork(name, block.grid, block.loop, w.bytes["pre"], w.bytes["iter"], w.bytes["store"], *flops, warps,
-                      w.smem, min(registers, target.max_regs_per_thread), spills, w.real, w.padded, any(summed),
-                      read_bytes=w.bytes["reads"], pre_l2=w.bytes["pre_l2"], iter_l2=w.bytes["iter_l2"],
-                      stages=stages, staged_smem=w.staged_smem, live=live)
+    work = KernelWork(name, block.grid, block.loop, w.bytes["pre"], w.bytes["iter"], w.bytes["store"], *flops, warps,
+                      w.smem, 0, False, w.real, w.padded, any(summed), read_bytes=w.bytes["reads"],
+                      pre_l2=w.bytes["pre_l2"], iter_l2=w.bytes["iter_l2"], stages=stages, staged_smem=w.staged_smem,
+                      live=live)
+    return work.with_launch(warps, stages, target)      # registers and spills, estimated at these warps
 
 
 def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:

@@ -164,6 +164,8 @@ class GraphSpace:
                             self.dot_units.add((t, d))
                         else:
                             self.dot_classes.add(g.uf.find(a))
+        self._tilings: list[tuple[tuple[int, ...], int]] | None = None
+        self._launches: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
 
     def _variable(self, name: str, classes: tuple[int, ...]) -> Variable:
         extents = tuple(self.extent[c] for c in classes)
@@ -206,12 +208,15 @@ class GraphSpace:
         return Footprint(math.prod(grid), smem, numel)
 
     def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
-        """The valid (warps, stages) of a valid (grid, loop)."""
-        fp = self.footprint(grid, loop)
-        warps = [w for w in WARPS if w == 1 or 32 * w <= fp.max_numel]
-        stages = STAGE_VALUES if loop > 1 else (TRITON_STAGES,)
-        return [(w, s) for w in warps for s in stages
-                if self.footprint(grid, loop, s).smem <= self.target.smem_per_block]
+        """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""
+        key = (tuple(grid), loop)
+        if key not in self._launches:
+            fp = self.footprint(grid, loop)
+            warps = [w for w in WARPS if w == 1 or 32 * w <= fp.max_numel]
+            stages = [s for s in (STAGE_VALUES if loop > 1 else (TRITON_STAGES,))
+                      if self.footprint(grid, loop, s).smem <= self.target.smem_per_block]
+            self._launches[key] = [(w, s) for w in warps for s in stages]
+        return list(self._launches[key])
 
     def violations(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> list[str]:
         """Every constraint (grid, loop, warps, stages) breaks, in words; [] when the point is valid. Warps
@@ -261,13 +266,14 @@ class GraphSpace:
     # -- all points -----------------------------------------------------------------------------
 
     def tilings(self) -> list[tuple[tuple[int, ...], int]]:
-        """Every valid (grid, loop), in lexicographic order: each fixes every tile shape."""
-        out = []
-        for values in itertools.product(*(v.values for v in self.variables)):
-            grid, loop = tuple(values[:-1]), values[-1]
-            if math.prod(grid) <= self.target.max_blocks and self.valid(grid, loop):
-                out.append((grid, loop))
-        return out
+        """Every valid (grid, loop), in lexicographic order: each fixes every tile shape (computed once)."""
+        if self._tilings is None:
+            self._tilings = []
+            for values in itertools.product(*(v.values for v in self.variables)):
+                grid, loop = tuple(values[:-1]), values[-1]
+                if math.prod(grid) <= self.target.max_blocks and self.valid(grid, loop):
+                    self._tilings.append((grid, loop))
+        return list(self._tilings)
 
     def points(self) -> list[Candidate]:
         """Every valid candidate of this sGraph: each valid (grid, loop) at each of its launches."""

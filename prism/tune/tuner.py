@@ -191,7 +191,7 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
                                 cost_of(relaunched(works, w, s, target), target), space))
     ranked.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, sum(k.work.smem for k in p.cost.kernels),
                                p.entry.candidate))
-    points = sum(len(gs.launches(grid, loop)) for gs, grid, loop in tilings)
+    points = len(space)
     report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
     if not tilings:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
