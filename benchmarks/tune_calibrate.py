@@ -125,7 +125,7 @@ def collect(args: argparse.Namespace) -> int:
     samples: list[dict[str, Any]] = []
     start = time.time()
     for name in args.names:
-        result = search_result(name, search_options(args))
+        result = search_result(name, search_options(args), lambda line: print(line, file=sys.stderr))
         for cfg in workloads.get(name).configs:
             t0 = time.time()
             got = collect_config(name, cfg, result, args, sheet)

@@ -280,6 +280,8 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
         print(f"check      {check['text']}")
         print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))
         print(f"picture    {files['picture']}")
+        for note in rep.notes:
+            print(f"note       {note}")
     summary = {"search": _search_summary(result)} if args.command == "optimize" and result is not None else {}
     _emit_json(args, {"command": args.command, "program": prog.name, "config": prog.config,
                       "shapes": _shapes(prog.graph), "report": rep.to_json(), "check": check,

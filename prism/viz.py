@@ -189,6 +189,7 @@ STYLE = {  # kind -> (fill, legend entry)
     "kernel": ("#ffd9a8", "fused kernel (custom op)"), "op": ("#ffffff", "op"),
     "loader": ("#c9dff5", "loader: imap, fmap, tile"), "accum": ("#f5c4c4", "accumulator (sums the loop)"),
     "saver": ("#d3ecc9", "saver: omap, tile → full"),
+    "running_max": ("#f5e3c4", "running max (carried across the loop)"),
 }
 REGIONS = {  # in the loop? -> (fill, edge, caption ink, legend entry)
     True: ("#eaf2fc", "#9bb7d6", "#44617f", "loop body"), False: ("#f7f4ee", "#d8cfbf", "#7a6a4f", "after the loop"),

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import prism.workloads as wl
 from prism.bench.search import config_text
 from prism.errors import PrismError
+from prism.provenance import build_id
 
 __all__ = ["num_text", "COLUMNS", "SMALL", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
            "measure_gpu", "require_gpu", "search_result"]
@@ -125,15 +126,20 @@ def copy_bandwidth(bench: Bench, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / seconds
 
 
-def search_result(name: str, opts: GPUOptions) -> Any:
-    """The SearchResult of `name` at its small config: loaded from `opts.search_dir` if saved there, else
-    searched (and saved there when a folder is given)."""
+def search_result(name: str, opts: GPUOptions, say: Callable[[str], None] = lambda line: None) -> Any:
+    """The SearchResult of `name` at its small config: loaded from `opts.search_dir` if saved there by this
+    build of Prism, else searched (and saved there when a folder is given). A result saved by other code
+    is searched again: it would lack what this build finds (2026-11-23: a search saved before safe split-KV
+    attention existed made the tuner's picks for attention 7x slower than the baseline)."""
     from prism.search import SearchResult, search
 
     w = wl.get(name)
     path = Path(opts.search_dir) / f"{name}.json" if opts.search_dir else None
     if path is not None and path.exists():
-        return SearchResult.load(path)
+        saved = SearchResult.load(path)
+        if not saved.stale:
+            return saved
+        say(f"gpu: {path} was searched by Prism {saved.build}, not this build ({build_id()}); searching again")
     limits: dict[str, Any] = {"time_limit": opts.search_time_limit}
     if opts.max_block_ops is not None:
         limits["max_block_ops"] = opts.max_block_ops
@@ -280,7 +286,7 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
             continue
         say(f"gpu: search {name} at {config_text(SMALL[wl.get(name).dims])} ...")
         try:
-            result = search_result(name, opts)
+            result = search_result(name, opts, say)
         except Exception as e:  # every config of the workload gets a row that says why
             for cfg in todo:
                 add(_error_row(name, cfg, f"search failed: {e}"))

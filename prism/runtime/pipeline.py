@@ -18,6 +18,7 @@ import torch
 from prism.errors import InputError, PrismError, check_positive
 from prism.ir import KernelGraph
 from prism.progress import Progress
+from prism.provenance import build_id
 from prism.runtime.cache import ResultCache, cache_key
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
@@ -121,18 +122,19 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     check_backend("superoptimize", backend, ray_address)
     if backend == "ray":
         search_options = {"backend": backend, "ray_address": ray_address, **(search_options or {})}
-    from prism import __version__
-
     start = time.time()
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
     given = None if search_result is None else check_search_result(_load_result(search_result), graph)
     store = _open_cache(cache)
     notes: list[str] = []
+    if given is not None and given.stale:
+        notes.append(f"the given search result was made by Prism {given.build}, not this build ({build_id()}): "
+                     "its graphs are verified, but graphs this build finds may be missing (search again)")
     key = fields = None
     if store is not None:
         key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
-                                [t.dtype for t in graph.inputs], target_key(dev, target), __version__,
+                                [t.dtype for t in graph.inputs], target_key(dev, target), build_id(),
                                 None if given is None else _identity(given))
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
@@ -198,13 +200,12 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
                    progress: Progress | None, store: ResultCache | None, notes: list[str]) -> Any:
     """The search result for `graph`'s program: from the cache if this program (at any sizes and dtypes:
     search results are size-free) was searched with the same options, else searched and stored."""
-    from prism import __version__
     from prism.search import SearchResult
 
     if store is None:
         return _search(graph, options, log, progress)
     opts = json.dumps({k: v for k, v in sorted((options or {}).items()) if k != "progress"}, default=str)
-    key, fields = cache_key("search:" + _size_free(graph), [], [], "any", __version__, opts)
+    key, fields = cache_key("search:" + _size_free(graph), [], [], "any", build_id(), opts)
     try:
         hit = store.get(key, lambda payload: SearchResult.from_json(payload))
     except Exception as e:  # an unreadable cache never stops the optimizer

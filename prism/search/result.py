@@ -12,6 +12,7 @@ from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS
 from prism.ir.kinds import ONLINE
 from prism.outputs import write_text
+from prism.provenance import build_id
 from prism.symbolic.mapping import Mapping
 from prism.symbolic.sgraph import LOADER
 from prism.symbolic.structure import Structure, instantiate, structure_from_json
@@ -83,12 +84,21 @@ class SymbolicGraph:
 
 
 class SearchResult:
-    """What `prism.search` returns: `.graphs` (verified, canonically sorted), `.stats`, the program."""
+    """What `prism.search` returns: `.graphs` (verified, canonically sorted), `.stats`, the program, and
+    `.build`: the Prism build that searched (prism.provenance; None when a saved file does not say)."""
 
-    def __init__(self, program: KernelGraph, graphs: Sequence[SymbolicGraph], stats: dict[str, Any]) -> None:
+    def __init__(self, program: KernelGraph, graphs: Sequence[SymbolicGraph], stats: dict[str, Any],
+                 build: str | None = None) -> None:
         self.program = program
         self.graphs = list(graphs)
         self.stats = stats
+        self.build = build_id() if build is None else build
+
+    @property
+    def stale(self) -> bool:
+        """Searched by other code than this: its graphs are verified, but graphs this build finds may be
+        missing (search again to have them)."""
+        return self.build != build_id()
 
     @property
     def names(self) -> list[str]:
@@ -112,7 +122,8 @@ class SearchResult:
     # -- JSON ----------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "program": self.program.to_json(),  # type: ignore[attr-defined]
+        return {"format": FORMAT, "version": VERSION, "build": self.build,
+                "program": self.program.to_json(),  # type: ignore[attr-defined]
                 "graphs": [g.to_json() for g in self.graphs], "stats": self.stats}
 
     @classmethod
@@ -129,7 +140,7 @@ class SearchResult:
             graphs = [SymbolicGraph.from_json(g) for g in data["graphs"]]
         except (KeyError, TypeError, ValueError) as e:
             raise SerializationError(f"{FORMAT}: corrupt document ({e})") from None
-        return cls(program, graphs, data.get("stats", {}))
+        return cls(program, graphs, data.get("stats", {}), str(data.get("build", "unknown")))
 
     def save(self, path: str | Path) -> None:
         """Write the result as JSON, whole or not at all (an interrupted save leaves no partial file)."""

@@ -166,6 +166,7 @@ class GraphSpace:
                             self.dot_classes.add(g.uf.find(a))
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
         self._launches: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
+        self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
 
     def _variable(self, name: str, classes: tuple[int, ...]) -> Variable:
         extents = tuple(self.extent[c] for c in classes)
@@ -196,16 +197,29 @@ class GraphSpace:
         return tuple(out)
 
     def footprint(self, grid: Sequence[int], loop: int, stages: int = TRITON_STAGES) -> Footprint:
-        smem, numel = 0, 1
+        numel, fixed, staged = self._tiles(tuple(grid), loop)
+        return Footprint(math.prod(grid), fixed + staged * staged_copies(stages), numel)
+
+    def _tiles(self, grid: tuple[int, ...], loop: int) -> tuple[int, int, int]:
+        """(largest padded tile, shared-memory bytes of `tl.dot` operands held once, bytes of one copy of
+        those staged every iteration): a tiling's share of every footprint, whatever its stages (computed
+        once per tiling)."""
+        key = (grid, loop)
+        if key in self._footprints:
+            return self._footprints[key]
+        numel, fixed, staged = 1, 0, 0
         for k, op in enumerate(self.ops):
             numel = max(numel, math.prod(self.padded(k, grid, loop)))
             if op.op != "matmul":
                 continue
             for o in op.inputs:
-                staged = self.ops[o].op == LOADER and self.fmap[o] is not None and loop > 1
-                copies = staged_copies(stages) if staged else 1
-                smem += math.prod(self.padded(o, grid, loop)) * self.itemsize * copies
-        return Footprint(math.prod(grid), smem, numel)
+                nbytes = math.prod(self.padded(o, grid, loop)) * self.itemsize
+                if self.ops[o].op == LOADER and self.fmap[o] is not None and loop > 1:
+                    staged += nbytes
+                else:
+                    fixed += nbytes
+        self._footprints[key] = numel, fixed, staged
+        return numel, fixed, staged
 
     def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
         """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""

@@ -118,6 +118,15 @@ def test_tune_a_saved_result_at_another_config(capsys, searched_swiglu, tmp_path
     assert doc["report"]["chosen"] is not None and Path(doc["files"]["kernel"]).is_file()
 
 
+def test_tune_says_when_a_saved_result_is_from_other_code(capsys, searched_swiglu, tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(json.loads(searched_swiglu.read_text()) | {"build": "0.0.1+000000000000"}))
+    code, out, _ = run(capsys, "tune", str(old), "swiglu", "--workers", "1", "--budget", "2", "--no-cache",
+                       "--out", str(tmp_path / "t"))
+    assert code == EXIT_OK
+    assert "note       the given search result was made by Prism 0.0.1+000000000000" in out
+
+
 def test_show_draws_a_search_result_and_a_graph(capsys, searched_swiglu, tmp_path):
     png = tmp_path / "one.png"
     code, out, _ = run(capsys, "show", str(searched_swiglu), "--index", "1", "--out", str(png))

@@ -17,6 +17,7 @@ import prism.workloads as wl
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.runtime import OptimizedGraph, superoptimize
+from prism.search import SearchResult
 from prism.tune.safety import overflow_risk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +91,17 @@ def test_a_saved_result_from_other_sizes_is_reinstantiated(searched, tmp_path):
     opt = superoptimize(w.build(cfg), search_result=str(path), budget=2, compile=False, cache=False,
                         device="cpu")
     _check_outputs(opt, w, cfg)
+
+
+def test_a_stale_search_result_is_used_and_reported(searched):
+    """A result searched by other code is still verified, so it is tuned; the report says graphs may be
+    missing."""
+    w, cfg, result = searched("swiglu")
+    old = SearchResult.from_json(result.to_json() | {"build": "0.0.1+000000000000"})
+    opt = superoptimize(w.build(cfg), search_result=old, budget=2, compile=False, cache=False, device="cpu")
+    assert any("made by Prism 0.0.1+000000000000" in n for n in opt.report.notes)
+    fresh = superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False, device="cpu")
+    assert not any("made by Prism" in n for n in fresh.report.notes)
 
 
 def test_a_result_for_another_program_is_refused(searched):

@@ -8,6 +8,7 @@ import prism.verify
 import prism.workloads as wl
 from prism import interp
 from prism.errors import GraphError, MappingError, SerializationError
+from prism.provenance import build_id
 from prism.search import SearchResult, default_verify, search
 from prism.search.signature import signature
 from tests.configs import limits, small_cfg
@@ -35,6 +36,26 @@ def test_save_and_load_round_trip(rmsnorm_result, tmp_path):
         assert signature(again.instantiate(i)) == signature(r.instantiate(i))
     with pytest.raises(SerializationError):
         SearchResult.from_json({"format": "something else"})
+
+
+def test_a_result_knows_whether_this_build_searched_it(rmsnorm_result, tmp_path):
+    """A saved result records the build that searched it; one from other code (or from before builds were
+    recorded) is stale: it loads and works, and says it may lack graphs this build finds."""
+    assert rmsnorm_result.build == build_id() and not rmsnorm_result.stale
+    data = rmsnorm_result.to_json()
+    assert not SearchResult.from_json(data).stale
+    older = SearchResult.from_json(data | {"build": "0.0.1+000000000000"})
+    assert older.stale and older.build == "0.0.1+000000000000" and len(older) == len(rmsnorm_result)
+    unrecorded = {k: v for k, v in data.items() if k != "build"}
+    assert SearchResult.from_json(unrecorded).stale
+    path = tmp_path / "r.json"
+    older.save(path)
+    assert SearchResult.load(path).build == "0.0.1+000000000000"
+
+
+def test_the_build_id_is_the_version_and_a_source_digest():
+    version, digest = build_id().split("+")
+    assert version == prism.__version__ and len(digest) == 12 and int(digest, 16) >= 0
 
 
 def test_a_result_found_at_one_config_runs_at_another(rmsnorm_result):

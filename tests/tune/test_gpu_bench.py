@@ -104,3 +104,28 @@ def test_the_calibration_script_fits_saves_and_refuses(tmp_path):
                           text=True, timeout=120, env=env)
     assert done.returncode != 0 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "no CUDA GPU" in done.stderr
+
+
+def test_a_saved_search_from_other_code_is_searched_again(tmp_path, monkeypatch):
+    """The GPU benchmark reuses a saved search only if this build made it: an older one lacks the forms
+    found since (a search saved before safe split-KV existed left attention's tuner with slow picks)."""
+    import prism.workloads as wl
+    from prism.bench.gpu import GPUOptions, search_result
+    from prism.search import SearchResult
+
+    program = wl.get("swiglu").build({"n": 4, "d": 64})
+    calls: list[dict] = []
+
+    def fake_search(graph, **limits):
+        calls.append(limits)
+        return SearchResult(graph, [], {"seconds": 0.0})
+
+    monkeypatch.setattr(sys.modules["prism.search"], "search", fake_search)   # prism.search is also a function
+    opts = GPUOptions(search_dir=str(tmp_path), search_time_limit=5.0)
+    SearchResult(program, [], {"marker": "old"}, build="0.0.1+000000000000").save(tmp_path / "swiglu.json")
+    said: list[str] = []
+    again = search_result("swiglu", opts, said.append)
+    assert len(calls) == 1 and not again.stale and "marker" not in again.stats
+    assert "searched by Prism 0.0.1+000000000000" in said[0]
+    assert not SearchResult.load(tmp_path / "swiglu.json").stale      # saved over the stale one
+    assert search_result("swiglu", opts).stats == again.stats and len(calls) == 1   # now reused

@@ -66,6 +66,19 @@ def test_every_fused_workload_draws_with_its_maps_and_tiles(name, tmp_path):
                 assert f"tile {shape(node.outputs[0].shape)}" in text
 
 
+@pytest.mark.parametrize("name", ["attention", "qk_attention"])
+def test_the_safe_online_form_draws_its_running_max(name, tmp_path):
+    """The safe forms' loop-carried running max has a colour and a legend entry of its own (it once had
+    none, and `prism tune` failed writing graph.png for the tuner's safe split-KV choice)."""
+    g = wl.get(name).fused(SMALL_ATT, online=True)
+    check_png(viz.draw_kernel_graph(g, tmp_path / f"{name}.png", title=name))
+    pic = viz.describe_kernel_graph(g, name)
+    boxes = [box for _, panel in block_panels(g, pic) for box in panel.boxes]
+    running = [box for box in boxes if box.kind == "running_max"]
+    assert len(running) == 1 and running[0].loop
+    assert any("running max" in label for *_, label in viz._legend(pic))
+
+
 def test_rmsnorm_labels_read_as_the_maps_are_written():
     g = wl.get("rmsnorm").fused({"n": 8, "d": 1024})
     [(_, panel)] = block_panels(g, viz.describe_kernel_graph(g))
