@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from prism.errors import InputError
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.block import GRID_DIMS
-from prism.ir.kinds import LOADER, LOOP, SAVER, Accumulator, kind_of
+from prism.ir.kinds import INVARIANT, LOADER, LOOP, SAVER, Accumulator, kind_of
 from prism.ir.ops import TType
 from prism.symbolic.dims import UNIT
 
@@ -131,7 +131,7 @@ def _block_panel(b: BlockGraph, title: str, args: Sequence[str], sizes: _Concret
         else:
             lines = (_call(b, i, node), f"tile {sizes.tile(b, i)}")
         style = "accum" if isinstance(kind, Accumulator) else kind.name   # loader, op, accum, saver
-        boxes.append(Box(style, lines, tuple(dict.fromkeys(r[0] for r in node.inputs)), b.phase((i, 0)) == LOOP))
+        boxes.append(Box(style, lines, tuple(dict.fromkeys(r[0] for r in node.inputs)), b.phase((i, 0)) in (LOOP, INVARIANT)))
     return Panel(title, tuple(boxes), sizes.loop(b))
 
 

@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prism.errors import GraphError, MappingError
 from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
-from prism.ir.kinds import (ACCUMULATORS, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM, Schedule,
-                            kind_of, scaling, schedule)
+from prism.ir.kinds import (ACCUMULATORS, INVARIANT, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM,
+                            Schedule, joined, kind_of, scaling, schedule)
 from prism.ir.ops import TType, check_dtype
 from prism.ir.launch import Launch
 from prism.ir.printer import format_block
@@ -97,7 +97,7 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         if kind not in ACCUMULATORS:
             raise GraphError(f"accum: unknown accumulator {kind!r}; known: {', '.join(ACCUMULATORS)}")
         t = self._own(tensor, "accum")
-        if self._phase[t.ref] != LOOP:
+        if self._phase[t.ref] not in (LOOP, INVARIANT):
             raise GraphError(f"accum: {t.name} is already after the loop; accumulate loop tensors only")
         operands = [t] if running is None else [t, self._own(running, "accum")]
         if (kind == ONLINE.name) != (running is not None):
@@ -110,7 +110,7 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         """The max of a loop tensor over the iterations so far, inside the loop (prism.ir.kinds.RunningMax):
         the online softmax subtracts it before exp, and online accumulators bound to it rescale as it grows."""
         t = self._own(tensor, "running_max")
-        if self._phase[t.ref] != LOOP:
+        if self._phase[t.ref] not in (LOOP, INVARIANT):
             raise GraphError(f"running_max: {t.name} is already after the loop; a running max is of a loop tensor")
         self._scaled(RUNNING_MAX.name, {}, [t])
         return self._append(Node(RUNNING_MAX.name, (t.ref,), {}, (t.type,)))[0]
@@ -122,7 +122,7 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         (the full output tensor, as seen from inside the block graph).
         """
         t = self._own(tensor, "output")
-        if self._phase[t.ref] != POST:
+        if self._phase[t.ref] not in (POST, INVARIANT):
             raise GraphError(f"output: {t.name} is computed inside the loop; outputs are saved after a "
                              "loop accumulator (b.accum)")
         omap = self._check_map(omap, len(t.shape), f"output {len(self.savers)} ({t!r})", "omap")
@@ -167,10 +167,9 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         return t
 
     def _check_operands(self, name: str, tensors: Sequence[Tensor], attrs: Mapping[str, Any]) -> None:
-        phases = {self._phase[t.ref] for t in tensors}
-        if len(phases) > 1:
-            names = ", ".join(f"{t.name} ({'inside the loop' if self._phase[t.ref] == LOOP else 'after it'})"
-                              for t in tensors)
+        if joined([self._phase[t.ref] for t in tensors]) is None:
+            where = {LOOP: "inside the loop", POST: "after it", INVARIANT: "the same in every iteration"}
+            names = ", ".join(f"{t.name} ({where[self._phase[t.ref]]})" for t in tensors)
             raise GraphError(f"{name}: operands {names} are on different sides of the loop accumulator")
         self._scaled(name, attrs, tensors)
 
@@ -182,7 +181,7 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
 
     def _append(self, node: Node) -> tuple[Tensor, ...]:
         out = super()._append(node)
-        self._phase[out[0].ref] = kind_of(node).phase([self._phase[r] for r in node.inputs])
+        self._phase[out[0].ref] = kind_of(node).phase(node, [self._phase[r] for r in node.inputs])
         if self._pending_scale is not None:
             self._scale[out[0].ref] = self._pending_scale
             self._pending_scale = None
@@ -207,7 +206,8 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
     # -- reading -------------------------------------------------------------------------------
 
     def phase(self, ref: Ref) -> str:
-        """"loop" or "post" (after the loop accumulators)."""
+        """"loop", "post" (after the loop accumulators) or "invariant" (the same in every iteration:
+        from tiles the loop does not walk), prism.ir.kinds."""
         return self._phase[ref]
 
     def schedule(self) -> Schedule:

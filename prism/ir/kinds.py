@@ -30,14 +30,24 @@ from prism.errors import GraphError
 from prism.ir.ops import OPS
 
 __all__ = [
-    "LOOP", "POST", "SAVED", "BEFORE", "INSIDE", "AFTER",
+    "LOOP", "POST", "SAVED", "INVARIANT", "BEFORE", "INSIDE", "AFTER", "joined",
     "Kind", "Loader", "Compute", "Accumulator", "RunningMax", "Online", "Saver", "LOADER", "COMPUTE", "SUM", "MAX",
     "ONLINE", "RUNNING_MAX", "SAVER",
     "ACCUMULATORS", "KINDS", "kind_of", "scaling", "Schedule", "schedule",
 ]
 
-LOOP, POST, SAVED = "loop", "post", "saved"
-"""Phases: a value that changes every iteration, one that exists once the accumulators are done, a saved output."""
+LOOP, POST, SAVED, INVARIANT = "loop", "post", "saved", "invariant"
+"""Phases: a value that changes every iteration, one that exists once the accumulators are done, a saved output,
+and a loop-invariant value (a tile the loop does not walk, and what is computed from such tiles alone): the
+same before, in and after the loop, so it meets values of either side (LoRA's B, multiplied into acc(X @ A)
+after the loop)."""
+
+
+def joined(phases: Sequence[str]) -> str | None:
+    """The phase of a value computed from operands of these phases: the one side of the loop they are on
+    (invariants are on both), or None when they are on different sides."""
+    sides = set(phases) - {INVARIANT}
+    return None if len(sides) > 1 else next(iter(sides), INVARIANT)
 BEFORE, INSIDE, AFTER = "pre", "loop", "post"
 """Places in the schedule: once before the loop, every iteration, once after it."""
 
@@ -49,8 +59,8 @@ class Kind:
     name: str
     arity = 0
 
-    def phase(self, operands: Sequence[str]) -> str:
-        """The phase of the node's value, given its operands' phases."""
+    def phase(self, node: Any, operands: Sequence[str]) -> str:
+        """The phase of the node's value, given the node and its operands' phases (checked compatible)."""
         raise NotImplementedError
 
     def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
@@ -88,8 +98,8 @@ class Loader(Kind):
 
     name = "loader"
 
-    def phase(self, operands: Sequence[str]) -> str:
-        return LOOP
+    def phase(self, node: Any, operands: Sequence[str]) -> str:
+        return INVARIANT if node.attrs["fmap"] is None else LOOP
 
     def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
         return INSIDE if looped and node.attrs["fmap"] is not None else BEFORE
@@ -106,10 +116,12 @@ class Loader(Kind):
                                                            node.attrs["fmap"])]
 
     def encode(self, en: Any, i: int, node: Any) -> None:
-        """part along each mapped dim, repl for each parallel dim (loop included) that maps none."""
+        """part along each mapped dim, repl for each grid dim that maps none; part along the loop for the
+        dim it walks, and no loop dim at all for a loop-invariant tile (`en.looped` replicates it over the
+        loop where it meets loop values)."""
         t = en.args[node.attrs["index"]]
         splits = [(p, node.attrs["imap"].get(g)) for g, p in en.pdims.items()]
-        splits += [(en.loop, node.attrs["fmap"])] if en.loop else []
+        splits += [(en.loop, node.attrs["fmap"])] if en.loop and node.attrs["fmap"] is not None else []
         for p, d in splits:
             t = en.term("repl", t, attrs=(p,)) if d is None else en.term("part", t, attrs=(en.axis(t, d), p))
         en.env[i] = t
@@ -136,8 +148,10 @@ class Compute(Kind):
 
     name = "op"
 
-    def phase(self, operands: Sequence[str]) -> str:
-        return operands[0]
+    def phase(self, node: Any, operands: Sequence[str]) -> str:
+        phase = joined(operands)
+        assert phase is not None, "BlockGraph refuses operands on different sides of the loop"
+        return phase
 
     def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
         return max(operands, key=(BEFORE, INSIDE, AFTER).index)
@@ -149,7 +163,7 @@ class Compute(Kind):
         ex.env[i] = OPS[node.op].torch_fn(*(ex.env[r[0]] for r in node.inputs), **node.attrs)
 
     def encode(self, en: Any, i: int, node: Any) -> None:
-        en.env[i] = en.apply(node.op, [en.env[r[0]] for r in node.inputs], node.attrs)
+        en.env[i] = en.apply(node.op, [en.operand(i, r) for r in node.inputs], node.attrs)
 
     def emit(self, em: Any, i: int, node: Any) -> None:
         em.op(i)
@@ -173,7 +187,7 @@ class Accumulator(Kind):
     dot: bool = False
     arity = 1
 
-    def phase(self, operands: Sequence[str]) -> str:
+    def phase(self, node: Any, operands: Sequence[str]) -> str:
         return POST
 
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
@@ -191,7 +205,7 @@ class Accumulator(Kind):
         """After the loop: the value is final as it is."""
 
     def encode(self, en: Any, i: int, node: Any) -> None:
-        t = en.env[node.inputs[0][0]]
+        t = en.looped(node.inputs[0])
         en.env[i] = en.term(self.reducer, t, attrs=(en.loop,)) if en.loop else t
 
     def emit(self, em: Any, i: int, node: Any) -> None:
@@ -220,7 +234,7 @@ class RunningMax(Kind):
     name = "running_max"
     arity = 1
 
-    def phase(self, operands: Sequence[str]) -> str:
+    def phase(self, node: Any, operands: Sequence[str]) -> str:
         return LOOP
 
     def place(self, node: Any, operands: Sequence[str], looped: bool) -> str:
@@ -236,7 +250,7 @@ class RunningMax(Kind):
         ex.env[i] = ex.carry[i] = torch.maximum(before, x)
 
     def encode(self, en: Any, i: int, node: Any) -> None:
-        t = en.env[node.inputs[0][0]]
+        t = en.looped(node.inputs[0])
         en.env[i] = en.term("repl", en.term("redmax", t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
 
     def emit(self, em: Any, i: int, node: Any) -> None:
@@ -346,7 +360,7 @@ class Saver(Kind):
     name = "saver"
     arity = 1
 
-    def phase(self, operands: Sequence[str]) -> str:
+    def phase(self, node: Any, operands: Sequence[str]) -> str:
         return SAVED
 
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:

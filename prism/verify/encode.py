@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from prism.errors import IllFormedTerm
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
-from prism.ir.kinds import LOADER, kind_of
+from prism.ir.kinds import INVARIANT, LOADER, LOOP, kind_of
 from prism.ir.ops import OPS
 from prism.verify import expr as E
 from prism.verify.types import ONE
@@ -85,10 +85,21 @@ class _Block:
     args: list[E.Term]
     pdims: dict[str, str]
     loop: str | None
+    block: BlockGraph
     env: dict[int, E.Term] = field(default_factory=dict)
     outs: dict[int, E.Term] = field(default_factory=dict)
 
     term = staticmethod(E.make)
+
+    def looped(self, ref: tuple[int, int]) -> E.Term:
+        """Node ref's term as a loop value: a loop-invariant one (encoded with no loop dim, so that it also
+        meets values after the loop) replicated over the loop."""
+        t = self.env[ref[0]]
+        return self.term("repl", t, attrs=(self.loop,)) if self.loop and self.block.phase(ref) == INVARIANT else t
+
+    def operand(self, i: int, ref: tuple[int, int]) -> E.Term:
+        """Operand `ref` of node i, on node i's side of the loop."""
+        return self.looped(ref) if self.block.phase((i, 0)) == LOOP else self.env[ref[0]]
 
     @staticmethod
     def axis(t: E.Term, d: int) -> int:
@@ -108,7 +119,8 @@ class _Block:
 
 def _encode_block(block: BlockGraph, args: list[E.Term], kernel: int) -> list[E.Term]:
     has_loop = any(kind_of(n) is LOADER and n.attrs["fmap"] is not None for n in block.nodes) or block.loop > 1
-    en = _Block(args, {g: grid_pdim(g, kernel) for g in block.grid_dims}, loop_dim(kernel) if has_loop else None)
+    en = _Block(args, {g: grid_pdim(g, kernel) for g in block.grid_dims}, loop_dim(kernel) if has_loop else None,
+                block)
     for i, node in block.topo():
         kind_of(node).encode(en, i, node)
     return [en.outs[k] for k in range(len(en.outs))]

@@ -14,6 +14,7 @@ import torch
 import prism
 from prism.ir import BlockGraph, KernelGraph
 from prism.workloads.attention import logit_scales
+from prism.workloads.lora import LORA
 
 __all__ = ["Case", "CASES", "AOT_CASES"]
 
@@ -93,6 +94,13 @@ def searched_safe_split_kv() -> Case:
     (i,) = [i for i, g in enumerate(result.graphs) if g.mapping.partials and signature(result.instantiate(i)) == want]
     xs = w.inputs(SMALL_ATT, 0, torch.float16, scales=logit_scales(SMALL_ATT, 30.0))
     return Case(result.instantiate(i, grid=(2, 2), loop=2), xs, torch_reference=w.reference)
+
+
+def lora() -> Case:
+    """LoRA: B's tile is loop-invariant (loaded once before the loop) and multiplied into acc(X @ A) after
+    it; d split by a loop of 2, the columns by a grid of 2."""
+    cfg = {"n": 4, "d": 64, "r": 16, "o": 64}
+    return Case(LORA.fused(cfg, loop=2), LORA.inputs(cfg, 0, torch.float16), torch_reference=LORA.reference)
 
 
 def softmax_matmul_program(n: int = 4, d: int = 64, k: int = 16, dtype: str = "float16") -> KernelGraph:
@@ -345,6 +353,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "searched_split_kv_partials": searched_split_kv_partials,
     "searched_softmax_matmul": searched_softmax_matmul,
     "long_rows_softmax": long_rows_softmax,
+    "lora": lora,
 }
 
 REAL = {
@@ -368,6 +377,7 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     "real_attention_partials": lambda: prism.workloads.get("attention").fused(REAL["attention"], partials=True),
     "real_attention_safe_split": lambda: prism.workloads.get("attention").fused(
         REAL["attention"], online=True, splits=16, loop=8, partials=True),
+    "real_lora": lambda: LORA.fused(LORA.configs[0]),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
                                                     "broadcast_padding", "fp32_dot", "group_sums")},
 }

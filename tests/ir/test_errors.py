@@ -120,7 +120,7 @@ def test_output_saved_before_the_loop_accumulator():
 def test_ops_mixing_both_sides_of_the_loop():
     g, x, w = _graph()
     b = prism.BlockGraph(grid=(1,), loop=1)
-    t = b.input(x)
+    t = b.input(x, fmap=1)
     s = b.accum(t)
     with pytest.raises(GraphError, match=r"add: operands t0 \(inside the loop\), t1 \(after it\)"):
         b.add(t, s)
