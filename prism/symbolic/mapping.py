@@ -8,7 +8,8 @@ grid dim, of the classes it partitions, plus the set of classes the loop partiti
   * eq. 2 (a dim is split by at most one grid dim): the grid dims' class sets are disjoint;
   * output shapes must equal the program's for all d_p, which fixes the omap (grid dim p combs the
     output dim whose class it partitions, and sums (red) the blocks when it partitions none of
-    them) and forbids the loop from partitioning a class an output keeps.
+    them) and forbids the loop from partitioning a class an output keeps;
+  * a loader whose tile meets post-loop values (`invariant`) is never walked by the loop.
 Grid dims are interchangeable (symmetry) and one that partitions nothing only multiplies work: the
 canonical mapping lists its non-empty class sets sorted by smallest class (one idle dim if none).
 `brute_force` enumerates the raw m variables directly, for the tests to check the two agree.
@@ -79,6 +80,7 @@ class MappingProblem:
     loaders: tuple[tuple[int, ...], ...]
     outputs: tuple[tuple[int, ...], ...]
     uf: UnionFind
+    invariant: frozenset[int] = frozenset()   # loaders the loop must not walk (their tiles meet post-loop values)
 
     def cls(self, atom: int) -> int:
         return self.uf.find(atom)
@@ -95,8 +97,10 @@ class MappingProblem:
         return all(g.count(c) <= 1 for g in self._groups(True))
 
     def loop_ok(self, c: int) -> bool:
-        return all(g.count(c) <= 1 for g in self._groups(False)) and \
-            all(c not in g for g in self._groups(True)[len(self.loaders):])
+        groups = self._groups(True)
+        return all(g.count(c) <= 1 for g in groups[:len(self.loaders)]) and \
+            all(c not in g for g in groups[len(self.loaders):]) and \
+            all(c not in groups[t] for t in self.invariant)
 
     def conflicts(self, outputs: bool) -> set[frozenset[int]]:
         """Pairs of classes that some loader (or output, if `outputs`) holds both of."""
@@ -172,6 +176,8 @@ class MappingProblem:
                 c = self.cls(a)
                 if grid_m.setdefault(c, ps) != ps or loop_m.setdefault(c, f) != f:
                     return None  # dimension matching: one class, one partitioning
+                if f and t in self.invariant:
+                    return None  # its tile meets post-loop values: the loop must not walk it
         for o, dims in enumerate(self.outputs):
             for d, a in enumerate(dims):
                 ps = {p for p in range(raw.k) if raw.omaps[o][p] == d}
@@ -248,7 +254,8 @@ def brute_force(problem: MappingProblem, max_grid: int = 3) -> set[Mapping]:
 
         def rec(t: int, im: tuple, fm: tuple, om: tuple) -> None:
             loaders = problem.loaders[:min(t, n_in)]
-            partial = MappingProblem(loaders, problem.outputs[:max(0, t - n_in)], problem.uf)
+            partial = MappingProblem(loaders, problem.outputs[:max(0, t - n_in)], problem.uf,
+                                     frozenset(i for i in problem.invariant if i < len(loaders)))
             if t and partial.canonical(RawMapping(k, im, fm, om)) is None:
                 return
             if t == n_in + len(problem.outputs):

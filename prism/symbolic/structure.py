@@ -48,7 +48,7 @@ class Structure:
         """What mapping instantiation needs: loader dims, saved tensors' dims, the classes."""
         g = self.graph
         return MappingProblem(tuple(g.space.input_dims(i) for i in range(g.n_loaders)),
-                              tuple(g.dims[o] for o in self.outputs), g.uf)
+                              tuple(g.dims[o] for o in self.outputs), g.uf, g.invariant)
 
     def to_json(self) -> dict[str, Any]:
         return {"shapes": [list(s) for s in self.graph.space.shapes],
@@ -175,7 +175,7 @@ def _maxima(st: Structure, problem: MappingProblem, m: Mapping, omaps: list[dict
             raise MappingError("instantiate: online sums kept as partials over more than one grid dim")
         operand = st.graph.ops[r].inputs[0]
         dims = st.graph.dims[operand]
-        extra = MappingProblem(problem.loaders, problem.outputs + (dims,), problem.uf)
+        extra = MappingProblem(problem.loaders, problem.outputs + (dims,), problem.uf, problem.invariant)
         omap = extra.maps(m)[1][-1]
         (p, d), out_dims = next(iter(folds[k].items())), problem.outputs[k]
         saved = {**omap, p: d}

@@ -90,3 +90,43 @@ def test_invariant_values_meet_either_side_of_the_loop():
         k.add(bx, s)
     k.output(e)
     assert k.phase(k.accum(bv).ref) == POST
+
+
+@pytest.fixture(scope="module")
+def searched():
+    from prism.search import search
+
+    return search(LORA.build(CFG), workers=1, time_limit=300)
+
+
+def test_the_search_finds_lora_with_b_after_the_loop(searched):
+    """The generator lets B's tile meet acc(X @ A) (LoRA multiplies a product straight into another matmul:
+    prism.search.generator.chained_contraction); each such graph leaves B to the grid in every mapping and
+    computes the program at other sizes too."""
+    after = [g for g in searched.graphs if 3 in g.structure.graph.invariant]
+    assert after, [searched.describe(i) for i in range(len(searched))]
+    cfg = {"n": 8, "d": 128, "r": 16, "o": 64}
+    program = LORA.build(cfg)
+    for g in after:
+        assert g.maps()["loaders"][3][1] is None
+        looped = bool(g.mapping.loop)
+        concrete = g.instantiate([t.shape for t in program.inputs], grid=(2,) * g.n_grid, loop=2 if looped else 1,
+                                 names=LORA.input_names)
+        got, want = _run(concrete, cfg)
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_the_generator_offers_post_loop_tiles_only_where_a_contraction_is_chained():
+    import prism.workloads as wl
+    from prism.search.generator import chained_contraction
+    from prism.symbolic import AtomSpace
+    from prism.symbolic.closure import closure
+    from prism.symbolic.terms import from_graph
+    from tests.configs import small_cfg
+
+    def chained(program):
+        (root,) = from_graph(program)
+        return chained_contraction(closure(root, AtomSpace(tuple(t.shape for t in program.inputs))))
+
+    assert chained(LORA.build(CFG))
+    assert not any(chained(wl.get(n).build(small_cfg(n))) for n in wl.names())
