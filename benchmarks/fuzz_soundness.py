@@ -29,14 +29,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
-SMALL = {"n": 4, "d": 64}
-SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
 BATCH = 16
 CHUNK = 500
-
-
-def _config(w):
-    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
 
 
 def _sizes(pdims, choice: int) -> dict[str, int]:
@@ -69,7 +63,7 @@ def _form(label: str):
 
     name, _, variant = label.partition("+")
     w = workloads.get(name)
-    cfg = _config(w)
+    cfg = w.small_config
     params = SAFE_SPLIT if variant == "safe_split" else {variant: True} if variant else {}
     return w, cfg, w.build(cfg), w.fused(cfg, **params)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import prism.workloads as wl
 
-SMALL = {"n": 4, "d": 64}
-SMALL_ATT = {"b": 2, "g": 4, "h": 32, "d": 16}
+SMALL = wl.get("rmsnorm").small_config
+SMALL_ATT = wl.get("attention").small_config
 
 _LIMITS = {  # workload: (max_block_ops, max_grid) of a quick search, and of one with room for the fused kernel
     "rmsnorm": ((10, 1), (11, 2)),
@@ -15,6 +15,7 @@ _LIMITS = {  # workload: (max_block_ops, max_grid) of a quick search, and of one
     "swiglu": ((9, 2), (9, 2)),
     "attention": ((9, 2), (9, 2)),
     "qk_attention": ((10, 1), (10, 2)),
+    "lora": ((10, 1), (10, 1)),
 }
 
 
@@ -29,4 +30,4 @@ def limits(workload: str, fused: bool = False) -> dict:
 def small_cfg(workload: Any) -> dict:
     """The small config of a workload (given by name or as a workload)."""
     w = wl.get(workload) if isinstance(workload, str) else workload
-    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
+    return w.small_config

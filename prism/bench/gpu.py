@@ -29,10 +29,9 @@ from prism.bench.search import config_text
 from prism.errors import PrismError
 from prism.provenance import build_id
 
-__all__ = ["num_text", "COLUMNS", "SMALL", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
+__all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
            "measure_gpu", "require_gpu", "search_result"]
 
-SMALL = {("n", "d"): {"n": 4, "d": 64}, ("b", "g", "h", "d"): {"b": 2, "g": 4, "h": 32, "d": 16}}
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
 
 COLUMNS = ["workload", "config", "floor", "Prism graph", "compile graph", "eager graph", "Prism called",
@@ -143,7 +142,7 @@ def search_result(name: str, opts: GPUOptions, say: Callable[[str], None] = lamb
     limits: dict[str, Any] = {"time_limit": opts.search_time_limit}
     if opts.max_block_ops is not None:
         limits["max_block_ops"] = opts.max_block_ops
-    result = search(w.build(SMALL[w.dims]), **limits)
+    result = search(w.build(w.small_config), **limits)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         result.save(path)
@@ -284,7 +283,7 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
         todo = [cfg for cfg in wl.get(name).configs if json.dumps([name, cfg]) not in done]
         if not todo:
             continue
-        say(f"gpu: search {name} at {config_text(SMALL[wl.get(name).dims])} ...")
+        say(f"gpu: search {name} at {config_text(wl.get(name).small_config)} ...")
         try:
             result = search_result(name, opts, say)
         except Exception as e:  # every config of the workload gets a row that says why

@@ -7,6 +7,7 @@ seconds carry an 'x' and its graph count a '*' (as in the paper), and its bars a
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 
 import prism.workloads as wl
 from prism.bench.gpu import format_table
-from prism.bench.search import (NAMES, PAPER_ABLATION, PAPER_GRAPHS, PAPER_THREADS, PAPER_TIME, Plan, Run,
+from prism.bench.search import (NAMES, NO_FIGURE, PAPER_ABLATION, PAPER_GRAPHS, PAPER_THREADS, PAPER_TIME, Plan, Run,
                                 config_text, graphs_text, seconds_text)
 
 __all__ = ["machine", "markdown", "markdown_table", "write_report"]
@@ -98,8 +99,10 @@ def _header(results: dict[str, Any], plan: Plan, used: list[dict[str, Any]]) -> 
 def _search_tables(plan: Plan, records: dict[str, dict[str, Any]]) -> list[str]:
     ours = _by_workload(plan, records)
     head = ["workload"] + [k.paper for k in KINDS] + [k.ours for k in KINDS]
-    times = [[NAMES[n], *PAPER_TIME[n], *(_text(r, seconds_text) for r in ours[n])] for n in plan.workloads]
-    graphs = [[NAMES[n], *PAPER_GRAPHS[n], *(_text(r, graphs_text) for r in ours[n])] for n in plan.workloads]
+    times = [[NAMES[n], *PAPER_TIME.get(n, NO_FIGURE), *(_text(r, seconds_text) for r in ours[n])]
+             for n in plan.workloads]
+    graphs = [[NAMES[n], *PAPER_GRAPHS.get(n, NO_FIGURE), *(_text(r, graphs_text) for r in ours[n])]
+              for n in plan.workloads]
     return ["## Search time (paper §7.3, seconds)", "",
             "'x': stopped at the time limit after that many seconds (the search had not finished); "
             "'-': not measured.", "", markdown_table(head, times), "", "![search time](search_time.png)", "",
@@ -165,8 +168,9 @@ def _series(label: str, color: str, recs: list[dict[str, Any] | None], key: str,
 
 
 def _paper(label: str, color: str, printed: list[Any]) -> Series:
-    """The paper's figures as it prints them ('3600x': stopped at its time limit)."""
-    return Series(label, [float(str(p).rstrip("x")) for p in printed], [str(p) for p in printed],
+    """The paper's figures as it prints them ('3600x': stopped at its time limit; '-': none, no bar)."""
+    return Series(label, [math.nan if p == "-" else float(str(p).rstrip("x")) for p in printed],
+                  [str(p) for p in printed],
                   [str(p).endswith("x") for p in printed], color, paper=True)
 
 
@@ -226,9 +230,9 @@ def _search_plots(plan: Plan, records: dict[str, dict[str, Any]], out: Path) -> 
     time_series, graph_series = [], []
     for k, (paper, mine, light, dark) in enumerate(KINDS):
         recs = [ours[n][k] for n in plan.workloads]
-        time_series += [_paper(paper, light, [PAPER_TIME[n][k] for n in plan.workloads]),
+        time_series += [_paper(paper, light, [PAPER_TIME.get(n, NO_FIGURE)[k] for n in plan.workloads]),
                         _series(mine, dark, recs, "seconds", seconds_text)]
-        graph_series += [_paper(paper, light, [PAPER_GRAPHS[n][k] for n in plan.workloads]),
+        graph_series += [_paper(paper, light, [PAPER_GRAPHS.get(n, NO_FIGURE)[k] for n in plan.workloads]),
                          _series(mine, dark, recs, "graphs", graphs_text)]
     files = [_bars(out / "search_time.png", groups, time_series, title="Search time per workload (paper §7.3)",
                    ylabel="seconds (log scale)", scale="log", note=limits),

@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 import prism.workloads as wl
 from prism.errors import InputError
 
-__all__ = ["ABLATION_CONFIG", "NAMES", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_THREADS", "PAPER_TIME", "Plan",
+__all__ = ["ABLATION_CONFIG", "NAMES", "NO_FIGURE", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_THREADS", "PAPER_TIME", "Plan",
            "Run", "config_text", "graphs_text", "measure_search", "seconds_text"]
 
 # ---- the paper's numbers -------------------------------------------------------------------------
@@ -30,13 +30,10 @@ __all__ = ["ABLATION_CONFIG", "NAMES", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_
 PAPER_THREADS = 96
 """The paper's machine ran every search on 96 threads."""
 
-PAPER_TIME = {"rmsnorm": ("11.6", "13.0", "0.3"), "rmsnorm_mlp": ("3600x", "3600x", "871"),
-              "swiglu": ("45.6", "27.0", "1.0"), "attention": ("42.4", "10.0", "41"),
-              "qk_attention": ("154.5", "10.1", "42")}
+PAPER_TIME = {n: wl.get(n).paper.search_seconds for n in wl.paper_names()}  # type: ignore[union-attr]
 """§7.3 search seconds, as the paper prints them: Mirage at config 1, at config 2, Prism ('x': time limit)."""
 
-PAPER_GRAPHS = {"rmsnorm": (1, 8, 9), "rmsnorm_mlp": (12, 14, 23), "swiglu": (1, 1, 12), "attention": (4, 3, 14),
-                "qk_attention": (4, 4, 14)}
+PAPER_GRAPHS = {n: wl.get(n).paper.graphs for n in wl.paper_names()}  # type: ignore[union-attr]
 """§7.4 unique graphs: Mirage at config 1, at config 2, Prism."""
 
 PAPER_ABLATION = {"SSS": 0.3, "SSC": 2.5, "SCS": 5.5, "CSS": 20.5, "SCC": 5.5, "CSC": 22.5, "CCC": 312}
@@ -45,9 +42,11 @@ PAPER_ABLATION = {"SSS": 0.3, "SSC": 2.5, "SCS": 5.5, "CSS": 20.5, "SCC": 5.5, "
 ABLATION_CONFIG = {"n": 8, "d": 4096}
 """The RMSNorm config of the ablation."""
 
-NAMES = {"rmsnorm": "RMSNorm", "rmsnorm_mlp": "RMSNorm-MLP", "swiglu": "SwiGLU", "attention": "Attention",
-         "qk_attention": "QK-Attention"}
-"""The paper's spelling of each workload."""
+NAMES = {n: wl.get(n).display for n in wl.names()}
+"""How tables spell each workload (the paper's spelling for its five)."""
+
+NO_FIGURE = ("-", "-", "-")
+"""The paper's columns of a workload it does not evaluate."""
 
 
 # ---- what to measure -----------------------------------------------------------------------------
@@ -69,7 +68,7 @@ class Run(NamedTuple):
 class Plan:
     """Which searches a benchmark makes; saved with the records so the report rebuilds the same tables."""
 
-    workloads: tuple[str, ...] = tuple(wl.names())
+    workloads: tuple[str, ...] = tuple(wl.paper_names())
     mirage: bool = True
     mirage_limit: float = 300.0
     ablation: bool = True

@@ -90,11 +90,21 @@ def mutants(graph: KernelGraph) -> Iterator[tuple[str, KernelGraph]]:
                 continue
 
 
-def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0) -> KernelGraph:
+def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0, tries: int = 100) -> KernelGraph:
     """`graph` with its imaps, fmaps and omaps redrawn at random; each grid dim's entry (and each fmap)
     keeps its current value with probability `keep`, so keep > 0 samples near a known-good graph.
     Grid sizes and the loop become 1, which always divide: the checker ignores sizes and the numeric
-    test picks its own."""
+    test picks its own. A draw the builder refuses (a loop-invariant tile the loop would now walk, used
+    after it: LoRA's B) is drawn again, up to `tries` times."""
+    for _ in range(tries - 1):
+        try:
+            return _random_maps(graph, rng, keep)
+        except GraphError:
+            continue
+    return _random_maps(graph, rng, keep)
+
+
+def _random_maps(graph: KernelGraph, rng: random.Random, keep: float) -> KernelGraph:
     def draw(kernel: int, i: int, node: Node) -> Node:
         kind = kind_of(node)
         if kind not in (LOADER, SAVER):

@@ -1,23 +1,31 @@
-"""The paper's five workloads: their configs, kernel graphs, torch references, inputs and fused forms.
+"""The workloads: the paper's five, then others users bring (LoRA); their configs, kernel graphs, torch
+references, inputs, fused forms, and what reports and tests need of them (prism.workloads.base.Workload).
 
 Configs are dicts: `n, d` for the three matmul workloads (X [n,d], weights [d,d]); `b, g, h, d` for
-the two attention workloads (Q [b,g,d], Kt [b,d,h], V [b,h,d]; d is the head dim, 128 for real).
+the two attention workloads (Q [b,g,d], Kt [b,d,h], V [b,h,d]; d is the head dim, 128 for real);
+`n, d, r, o` for LoRA (X [n,d], W [d,o], A [d,r], B [r,o]).
 """
 
 from __future__ import annotations
 
 from prism.workloads.attention import ATTENTION, QK_ATTENTION
-from prism.workloads.base import EPS, Workload, WorkloadError
+from prism.workloads.base import EPS, PaperFigures, Workload, WorkloadError
+from prism.workloads.lora import LORA
 from prism.workloads.mlp import RMSNORM, RMSNORM_MLP, SWIGLU
 
-__all__ = ["EPS", "WORKLOADS", "Workload", "WorkloadError", "get", "names"]
+__all__ = ["EPS", "WORKLOADS", "PaperFigures", "Workload", "WorkloadError", "get", "names", "paper_names"]
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (RMSNORM, RMSNORM_MLP, SWIGLU, ATTENTION, QK_ATTENTION)}
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (RMSNORM, RMSNORM_MLP, SWIGLU, ATTENTION, QK_ATTENTION, LORA)}
 
 
 def names() -> list[str]:
-    """The five workload names, in the paper's order."""
+    """Every workload name: the paper's five in its order, then the others."""
     return list(WORKLOADS)
+
+
+def paper_names() -> list[str]:
+    """The paper's five (the workloads with its figures), in its order."""
+    return [n for n, w in WORKLOADS.items() if w.paper is not None]
 
 
 def get(name: str) -> Workload:

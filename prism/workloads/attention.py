@@ -26,7 +26,7 @@ from functools import partial
 import torch
 
 from prism.ir import BlockGraph, KernelGraph, Tensor
-from prism.workloads.base import EPS, Config, Workload, WorkloadError, default_tile, rms_norm
+from prism.workloads.base import EPS, Config, PaperFigures, Workload, WorkloadError, default_tile, rms_norm
 
 __all__ = ["ATTENTION", "QK_ATTENTION", "default_split", "logit_scales"]
 
@@ -171,14 +171,17 @@ def _reference(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, *, qk_norm: b
     return torch.softmax((rms_norm(q) if qk_norm else q) @ kt, dim=-1) @ v
 
 
-def _workload(name: str, program: str, qk_norm: bool) -> Workload:
+def _workload(name: str, program: str, qk_norm: bool, display: str, paper: PaperFigures) -> Workload:
     return Workload(
         name=name, program=program, dims=("b", "g", "h", "d"),
         real_configs=({"b": 2, "g": 8, "h": 8 * 1024, "d": 128}, {"b": 2, "g": 8, "h": 8 * 2048, "d": 128}),
         fused_params=("splits", "loop", "online", "partials"),
         graph_fn=partial(_graph, qk_norm=qk_norm), reference_fn=partial(_reference, qk_norm=qk_norm),
-        scales_fn=_scales, fused_fn=partial(_fused, qk_norm=qk_norm))
+        scales_fn=_scales, fused_fn=partial(_fused, qk_norm=qk_norm),
+        display=display, small={"b": 2, "g": 4, "h": 32, "d": 16}, paper=paper)
 
 
-ATTENTION = _workload("attention", "O = softmax(Q @ Kt) @ V", qk_norm=False)
-QK_ATTENTION = _workload("qk_attention", "O = softmax(rms_norm(Q) @ Kt) @ V", qk_norm=True)
+ATTENTION = _workload("attention", "O = softmax(Q @ Kt) @ V", qk_norm=False, display="Attention",
+                      paper=PaperFigures(("42.4", "10.0", "41"), (4, 3, 14)))
+QK_ATTENTION = _workload("qk_attention", "O = softmax(rms_norm(Q) @ Kt) @ V", qk_norm=True, display="QK-Attention",
+                         paper=PaperFigures(("154.5", "10.1", "42"), (4, 4, 14)))

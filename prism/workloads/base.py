@@ -13,7 +13,7 @@ from prism.errors import InputError, PrismError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES, check_dtype
 
-__all__ = ["EPS", "Config", "Workload", "WorkloadError", "default_tile", "rms_norm"]
+__all__ = ["EPS", "Config", "PaperFigures", "Workload", "WorkloadError", "default_tile", "rms_norm"]
 
 EPS = 1e-6
 """The rms_norm epsilon of every workload (a real LLM's; eps = 0 would hide the add_scalar)."""
@@ -38,12 +38,24 @@ def default_tile(size: int, tile: int = 64) -> int:
     return math.gcd(size, tile)
 
 
+@dataclass(frozen=True)
+class PaperFigures:
+    """A workload's figures as the Prism paper prints them: §7.3 search seconds and §7.4 unique graphs, each
+    for Mirage at config 1, Mirage at config 2 and Prism ('x' after seconds: stopped at the time limit)."""
+
+    search_seconds: tuple[str, str, str]
+    graphs: tuple[int, int, int]
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """One benchmark program of the paper: its real configs, how to build it, and what it computes.
 
     The callables take a checked config (a dict with exactly the keys in `dims`) and a dtype name;
     `scales` gives each input's magnitude so that nothing overflows float16 and softmax logits stay O(1).
+    What reports and tests need is data here too: `display` (the name tables print), `small` (a config of
+    the same structure small enough to search in seconds and to run on a CPU: searches are size-free, so
+    one search at `small` serves every config) and `paper` (the paper's figures, for its five programs).
     """
 
     name: str
@@ -56,6 +68,19 @@ class Workload:
     scales_fn: Callable[[Config], Mapping[str, float]] = field(repr=False)
     fused_fn: Callable[..., KernelGraph] = field(repr=False)
     dtype: str = "float16"
+    display: str = field(default="", kw_only=True)
+    small: Mapping[str, int] = field(default_factory=dict, kw_only=True)
+    paper: PaperFigures | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not self.display:
+            object.__setattr__(self, "display", self.name)
+        self.check_config(self.small)       # a workload without a valid small config is a bug, found at import
+
+    @property
+    def small_config(self) -> Config:
+        """`small` as a fresh dict (callers may change it freely)."""
+        return dict(self.small)
 
     @property
     def configs(self) -> list[Config]:

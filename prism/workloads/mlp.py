@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from prism.ir import BlockGraph, KernelGraph, Tensor
 from prism.ir.builder import GraphBuilder
-from prism.workloads.base import EPS, Config, Workload, default_tile, rms_norm
+from prism.workloads.base import EPS, Config, PaperFigures, Workload, default_tile, rms_norm
 
 __all__ = ["RMSNORM", "RMSNORM_MLP", "SWIGLU"]
 
@@ -64,27 +64,32 @@ def _scales(cfg: Config, weights: Sequence[str]) -> dict[str, float]:
 
 
 def _workload(name: str, program: str, configs: Sequence[Config], weights: Sequence[str], norm: bool,
-              combine: Combine, reference: Callable[..., torch.Tensor]) -> Workload:
+              combine: Combine, reference: Callable[..., torch.Tensor], display: str,
+              paper: PaperFigures) -> Workload:
     family = dict(weights=tuple(weights), norm=norm, combine=combine)
     return Workload(
         name=name, program=program, dims=("n", "d"), real_configs=tuple(configs),
         fused_params=("grid", "loop"),
         graph_fn=partial(_graph, **family), reference_fn=reference,
-        scales_fn=partial(_scales, weights=weights), fused_fn=partial(_fused, **family))
+        scales_fn=partial(_scales, weights=weights), fused_fn=partial(_fused, **family),
+        display=display, small={"n": 4, "d": 64}, paper=paper)
 
 
 RMSNORM = _workload(
     "rmsnorm", "O = rms_norm(X) @ W", [{"n": 8, "d": 4096}, {"n": 8, "d": 1024}],
     weights=["W"], norm=True, combine=lambda g, p: p[0],
-    reference=lambda x, w: rms_norm(x) @ w)
+    reference=lambda x, w: rms_norm(x) @ w,
+    display="RMSNorm", paper=PaperFigures(("11.6", "13.0", "0.3"), (1, 8, 9)))
 
 RMSNORM_MLP = _workload(
     "rmsnorm_mlp", "O = (rms_norm(X) @ Wup) * (rms_norm(X) @ Wgate)",
     [{"n": 8, "d": 1024}, {"n": 16, "d": 1024}],
     weights=["Wup", "Wgate"], norm=True, combine=lambda g, p: g.mul(p[0], p[1]),
-    reference=lambda x, wup, wgate: (rms_norm(x) @ wup) * (rms_norm(x) @ wgate))
+    reference=lambda x, wup, wgate: (rms_norm(x) @ wup) * (rms_norm(x) @ wgate),
+    display="RMSNorm-MLP", paper=PaperFigures(("3600x", "3600x", "871"), (12, 14, 23)))
 
 SWIGLU = _workload(
     "swiglu", "O = silu(X @ Wgate) * (X @ Wup)", [{"n": 8, "d": 1024}, {"n": 8, "d": 4096}],
     weights=["Wgate", "Wup"], norm=False, combine=lambda g, p: g.mul(g.silu(p[0]), p[1]),
-    reference=lambda x, wgate, wup: F.silu(x @ wgate) * (x @ wup))
+    reference=lambda x, wgate, wup: F.silu(x @ wgate) * (x @ wup),
+    display="SwiGLU", paper=PaperFigures(("45.6", "27.0", "1.0"), (1, 1, 12)))

@@ -10,11 +10,14 @@ from prism.symbolic.terms import evaluate, from_graph, kids, leaf, mk, op_of, re
 
 SMALL = {"n": 4, "d": 12}
 SMALL_ATT = {"b": 2, "g": 3, "h": 10, "d": 6}
+DISTINCT = {w.dims: c for w, c in [(wl.get("rmsnorm"), SMALL), (wl.get("attention"), SMALL_ATT),
+                                   (wl.get("lora"), {"n": 4, "d": 12, "r": 3, "o": 10})]}
+"""Per dim layout, sizes that are all different: no dims of the program coincide by accident."""
 
 
 def target_of(name, cfg=None):
     w = wl.get(name)
-    cfg = cfg or (SMALL if w.dims == ("n", "d") else SMALL_ATT)
+    cfg = cfg or DISTINCT[w.dims]
     g = w.build(cfg)
     space = AtomSpace(tuple(t.shape for t in g.inputs))
     (root,) = from_graph(g)

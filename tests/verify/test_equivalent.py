@@ -8,10 +8,7 @@ import prism
 from prism import verify, workloads
 from prism.verify.fuzz import mutants, random_maps
 
-SMALL = {
-    "rmsnorm": {"n": 4, "d": 64},
-    "rmsnorm_mlp": {"n": 4, "d": 64},
-    "swiglu": {"n": 4, "d": 64},
+SMALL = {n: workloads.get(n).small_config for n in workloads.names()} | {
     "attention": {"b": 2, "g": 4, "h": 32, "d": 8},
     "qk_attention": {"b": 2, "g": 4, "h": 32, "d": 8},
 }
@@ -35,7 +32,7 @@ def test_hand_written_fused_graph_passes_the_numeric_check(name):
 
 
 def test_mutants_are_rejected_and_numerically_wrong():
-    """Every single-node mutant of the five fused graphs: the checker never accepts a numerically wrong
+    """Every single-node mutant of the workloads' fused graphs: the checker never accepts a numerically wrong
     one; at least 20 distinct wrong mutants are rejected; and each kind of mutation (wrong imap, fmap,
     omap, swapped div operands, another unary op, a changed sum dim or constant) is among them."""
     kinds = ["imap", "fmap", "omap", "swap div", "sum dim", "value x2", "exp->", "silu->"]  # swapped matmuls never fit

@@ -129,4 +129,4 @@ def test_the_generator_offers_post_loop_tiles_only_where_a_contraction_is_chaine
         return chained_contraction(closure(root, AtomSpace(tuple(t.shape for t in program.inputs))))
 
     assert chained(LORA.build(CFG))
-    assert not any(chained(wl.get(n).build(small_cfg(n))) for n in wl.names())
+    assert not any(chained(wl.get(n).build(small_cfg(n))) for n in wl.paper_names())

@@ -10,12 +10,10 @@ from prism.ir import OPS
 
 NAMES = wl.names()
 FP16_MAX = torch.finfo(torch.float16).max
-SMALL = {"n": 4, "d": 128}
-SMALL_ATT = {"b": 2, "g": 4, "h": 256, "d": 16}
 
 
 def small(w):
-    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
+    return w.small_config
 
 
 def _rmsn(x):
@@ -33,6 +31,7 @@ DIRECT = {
     "swiglu": lambda x, wg, wu: (x @ wg) * torch.sigmoid(x @ wg) * (x @ wu),
     "attention": _sdpa,
     "qk_attention": lambda q, kt, v: _sdpa(_rmsn(q), kt, v),
+    "lora": lambda x, w, a, b: torch.addmm(x @ w, x @ a, b),
 }
 
 

@@ -17,9 +17,18 @@ def small(w):
     return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
 
 
-def test_names_are_the_five_in_paper_order():
-    assert wl.names() == NAMES
-    assert [wl.get(n).name for n in NAMES] == NAMES
+def test_names_are_the_papers_five_in_its_order_then_the_others():
+    assert wl.paper_names() == NAMES and wl.names() == NAMES + ["lora"]
+    assert [wl.get(n).name for n in wl.names()] == wl.names()
+    assert [wl.get(n).display for n in wl.names()] == ["RMSNorm", "RMSNorm-MLP", "SwiGLU", "Attention",
+                                                       "QK-Attention", "LoRA"]
+
+
+def test_a_workload_is_refused_without_a_valid_small_config():
+    import dataclasses
+
+    with pytest.raises(WorkloadError, match="missing key"):
+        dataclasses.replace(wl.get("lora"), small={"n": 4})
 
 
 @pytest.mark.parametrize("bad", ["RMSNorm", "mlp", "", None, 3])
