@@ -16,6 +16,7 @@ _LIMITS = {  # workload: (max_block_ops, max_grid) of a quick search, and of one
     "attention": ((9, 2), (9, 2)),
     "qk_attention": ((10, 1), (10, 2)),
     "lora": ((10, 1), (10, 1)),
+    "rmsnorm_linear": ((10, 1), (11, 2)),
 }
 
 

@@ -1,9 +1,9 @@
-"""The workloads: the paper's five, then others users bring (LoRA); their configs, kernel graphs, torch
+"""The workloads: the paper's five, then others users bring (LoRA, RMSNorm-linear); their configs, kernel graphs, torch
 references, inputs, fused forms, and what reports and tests need of them (prism.workloads.base.Workload).
 
 Configs are dicts: `n, d` for the three matmul workloads (X [n,d], weights [d,d]); `b, g, h, d` for
 the two attention workloads (Q [b,g,d], Kt [b,d,h], V [b,h,d]; d is the head dim, 128 for real);
-`n, d, r, o` for LoRA (X [n,d], W [d,o], A [d,r], B [r,o]).
+`n, d, r, o` for LoRA (X [n,d], W [d,o], A [d,r], B [r,o]); `n, d, o` for RMSNorm-linear (W [d,o]).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 from prism.workloads.attention import ATTENTION, QK_ATTENTION
 from prism.workloads.base import EPS, PaperFigures, Workload, WorkloadError
 from prism.workloads.lora import LORA
-from prism.workloads.mlp import RMSNORM, RMSNORM_MLP, SWIGLU
+from prism.workloads.mlp import RMSNORM, RMSNORM_LINEAR, RMSNORM_MLP, SWIGLU
 
 __all__ = ["EPS", "WORKLOADS", "PaperFigures", "Workload", "WorkloadError", "get", "names", "paper_names"]
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (RMSNORM, RMSNORM_MLP, SWIGLU, ATTENTION, QK_ATTENTION, LORA)}
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (RMSNORM, RMSNORM_MLP, SWIGLU, ATTENTION, QK_ATTENTION, LORA,
+                                                      RMSNORM_LINEAR)}
 
 
 def names() -> list[str]:

@@ -1,4 +1,6 @@
-"""RMSNorm, RMSNorm-MLP and SwiGLU: X [n,d] times one or two [d,d] weights, one shared fused pattern.
+"""RMSNorm, RMSNorm-MLP and SwiGLU: X [n,d] times one or two [d,d] weights, one shared fused pattern; and
+RMSNorm-linear, RMSNorm with a non-square weight [d,o] (a projection that changes the width, as in
+Mirage's benchmarks).
 
 All three are `combine(norm(X) @ W1, norm(X) @ W2, ...)`, so one builder makes each kernel graph and
 one makes each fused kernel: a grid over the weights' columns and a loop over d that accumulates every
@@ -18,15 +20,20 @@ from prism.ir import BlockGraph, KernelGraph, Tensor
 from prism.ir.builder import GraphBuilder
 from prism.workloads.base import EPS, Config, PaperFigures, Workload, default_tile, rms_norm
 
-__all__ = ["RMSNORM", "RMSNORM_MLP", "SWIGLU"]
+__all__ = ["RMSNORM", "RMSNORM_LINEAR", "RMSNORM_MLP", "SWIGLU"]
 
 Combine = Callable[[GraphBuilder, Sequence[Tensor]], Tensor]
 """Joins the projections into the output; written over graph op methods, so kernel and block graphs share it."""
 
 
 def _declare(g: KernelGraph, cfg: Config, dtype: str, weights: Sequence[str]) -> tuple[Tensor, list[Tensor]]:
-    n, d = cfg["n"], cfg["d"]
-    return g.input((n, d), dtype, "X"), [g.input((d, d), dtype, w) for w in weights]
+    n, d, o = cfg["n"], cfg["d"], _width(cfg)
+    return g.input((n, d), dtype, "X"), [g.input((d, o), dtype, w) for w in weights]
+
+
+def _width(cfg: Config) -> int:
+    """The weights' output width: `o` where the config has one (a non-square projection), else d."""
+    return cfg.get("o", cfg["d"])
 
 
 def _graph(cfg: Config, dtype: str, *, weights: Sequence[str], norm: bool, combine: Combine) -> KernelGraph:
@@ -40,14 +47,14 @@ def _graph(cfg: Config, dtype: str, *, weights: Sequence[str], norm: bool, combi
 def _fused(cfg: Config, dtype: str, *, weights: Sequence[str], norm: bool, combine: Combine,
            grid: int | None = None, loop: int | None = None) -> KernelGraph:
     """One kernel: block x owns a column tile of every weight; iteration i a row tile (X: column tile)."""
-    d = cfg["d"]
+    d, o = cfg["d"], _width(cfg)
     g = KernelGraph()
     x, ws = _declare(g, cfg, dtype, weights)
-    b = BlockGraph(grid=(d // default_tile(d) if grid is None else grid,),
+    b = BlockGraph(grid=(o // default_tile(o) if grid is None else grid,),
                    loop=d // default_tile(d) if loop is None else loop)
     bx = b.input(x, imap={}, fmap=1)                                  # X tile [n, d/loop]
-    bws = [b.input(w, imap={"x": 1}, fmap=0) for w in ws]             # W tile [d/loop, d/grid]
-    outs = [b.accum(b.matmul(bx, bw)) for bw in bws]                  # X @ W tile [n, d/grid]
+    bws = [b.input(w, imap={"x": 1}, fmap=0) for w in ws]             # W tile [d/loop, o/grid]
+    outs = [b.accum(b.matmul(bx, bw)) for bw in bws]                  # X @ W tile [n, o/grid]
     if norm:
         ss = b.accum(b.sum(b.square(bx), 1))                          # sum(X²) [n, 1]
         r = b.sqrt(b.add_scalar(b.mul_scalar(ss, 1 / d), EPS))        # sqrt(mean(X²) + eps)
@@ -65,14 +72,15 @@ def _scales(cfg: Config, weights: Sequence[str]) -> dict[str, float]:
 
 def _workload(name: str, program: str, configs: Sequence[Config], weights: Sequence[str], norm: bool,
               combine: Combine, reference: Callable[..., torch.Tensor], display: str,
-              paper: PaperFigures) -> Workload:
+              paper: PaperFigures | None, small: Config | None = None) -> Workload:
     family = dict(weights=tuple(weights), norm=norm, combine=combine)
+    small = small or {"n": 4, "d": 64}
     return Workload(
-        name=name, program=program, dims=("n", "d"), real_configs=tuple(configs),
+        name=name, program=program, dims=tuple(small), real_configs=tuple(configs),
         fused_params=("grid", "loop"),
         graph_fn=partial(_graph, **family), reference_fn=reference,
         scales_fn=partial(_scales, weights=weights), fused_fn=partial(_fused, **family),
-        display=display, small={"n": 4, "d": 64}, paper=paper)
+        display=display, small=small, paper=paper)
 
 
 RMSNORM = _workload(
@@ -93,3 +101,9 @@ SWIGLU = _workload(
     weights=["Wgate", "Wup"], norm=False, combine=lambda g, p: g.mul(g.silu(p[0]), p[1]),
     reference=lambda x, wgate, wup: F.silu(x @ wgate) * (x @ wup),
     display="SwiGLU", paper=PaperFigures(("45.6", "27.0", "1.0"), (1, 1, 12)))
+
+RMSNORM_LINEAR = _workload(
+    "rmsnorm_linear", "O = rms_norm(X) @ W, W [d, o] not square", [{"n": 2, "d": 4096, "o": 6144}],
+    weights=["W"], norm=True, combine=lambda g, p: p[0],
+    reference=lambda x, w: rms_norm(x) @ w,
+    display="RMSNorm-linear", paper=None, small={"n": 4, "d": 64, "o": 96})

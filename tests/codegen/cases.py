@@ -317,6 +317,7 @@ SMALL = {
     "swiglu": ({"n": 4, "d": 64}, {"grid": 2, "loop": 2}),
     "attention": ({"b": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),
     "qk_attention": ({"b": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),
+    "rmsnorm_linear": ({"n": 4, "d": 64, "o": 96}, {"grid": 3, "loop": 2}),
 }
 
 CASES: dict[str, Callable[[], Case]] = {
@@ -362,6 +363,7 @@ REAL = {
     "swiglu": {"n": 8, "d": 4096},
     "attention": {"b": 2, "g": 8, "h": 8 * 2048, "d": 128},
     "qk_attention": {"b": 2, "g": 8, "h": 8 * 1024, "d": 128},
+    "rmsnorm_linear": {"n": 2, "d": 4096, "o": 6144},
 }
 
 def _matmul4d() -> KernelGraph:

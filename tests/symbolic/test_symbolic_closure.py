@@ -11,7 +11,8 @@ from prism.symbolic.terms import evaluate, from_graph, kids, leaf, mk, op_of, re
 SMALL = {"n": 4, "d": 12}
 SMALL_ATT = {"b": 2, "g": 3, "h": 10, "d": 6}
 DISTINCT = {w.dims: c for w, c in [(wl.get("rmsnorm"), SMALL), (wl.get("attention"), SMALL_ATT),
-                                   (wl.get("lora"), {"n": 4, "d": 12, "r": 3, "o": 10})]}
+                                   (wl.get("lora"), {"n": 4, "d": 12, "r": 3, "o": 10}),
+                                   (wl.get("rmsnorm_linear"), {"n": 4, "d": 12, "o": 10})]}
 """Per dim layout, sizes that are all different: no dims of the program coincide by accident."""
 
 

@@ -25,7 +25,8 @@ def bench():
 
 def test_arguments(bench):
     args = bench.parse_args([])
-    assert args.names == ["rmsnorm", "rmsnorm_mlp", "swiglu", "attention", "qk_attention", "lora"]
+    assert args.names == ["rmsnorm", "rmsnorm_mlp", "swiglu", "attention", "qk_attention", "lora",
+                          "rmsnorm_linear"]
     assert args.budget == 16 and args.out == "gpu_bench.json" and not args.no_compile
     assert args.compile_mode == "max-autotune-no-cudagraphs"
     args = bench.parse_args(["--workloads", "swiglu,attention", "--budget", "8", "--no-compile"])

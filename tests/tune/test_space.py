@@ -24,7 +24,8 @@ def _spaces(searched, name):
     search re-instantiated at other sizes; d=1024, since the test-limited searches keep only graphs
     whose whole-column tiles of a 4096-wide weight exceed shared memory)."""
     w, cfg, result = searched(name)
-    real = {"n": 8, "d": 1024} if w.dims == ("n", "d") else w.configs[0]
+    real = {("n", "d"): {"n": 8, "d": 1024}, ("n", "d", "o"): {"n": 2, "d": 1024, "o": 1536}}.get(w.dims,
+                                                                                               w.configs[0])
     return [Space(result, w.build(cfg)), Space(result, w.build(real))]
 
 

@@ -32,6 +32,7 @@ DIRECT = {
     "attention": _sdpa,
     "qk_attention": lambda q, kt, v: _sdpa(_rmsn(q), kt, v),
     "lora": lambda x, w, a, b: torch.addmm(x @ w, x @ a, b),
+    "rmsnorm_linear": lambda x, w: _rmsn(x) @ w,
 }
 
 

@@ -18,10 +18,10 @@ def small(w):
 
 
 def test_names_are_the_papers_five_in_its_order_then_the_others():
-    assert wl.paper_names() == NAMES and wl.names() == NAMES + ["lora"]
+    assert wl.paper_names() == NAMES and wl.names() == NAMES + ["lora", "rmsnorm_linear"]
     assert [wl.get(n).name for n in wl.names()] == wl.names()
     assert [wl.get(n).display for n in wl.names()] == ["RMSNorm", "RMSNorm-MLP", "SwiGLU", "Attention",
-                                                       "QK-Attention", "LoRA"]
+                                                       "QK-Attention", "LoRA", "RMSNorm-linear"]
 
 
 def test_a_workload_is_refused_without_a_valid_small_config():
