@@ -178,7 +178,14 @@ def _workload(name: str, program: str, qk_norm: bool, display: str, paper: Paper
         fused_params=("splits", "loop", "online", "partials"),
         graph_fn=partial(_graph, qk_norm=qk_norm), reference_fn=partial(_reference, qk_norm=qk_norm),
         scales_fn=_scales, fused_fn=partial(_fused, qk_norm=qk_norm),
-        display=display, small={"b": 2, "g": 4, "h": 32, "d": 16}, paper=paper)
+        display=display, small={"b": 2, "g": 4, "h": 32, "d": 16}, paper=paper, sweep=SWEEP)
+
+
+SWEEP = tuple({"b": batch * heads, "g": q, "h": kv, "d": d}
+              for batch, heads, q, kv, d in [(2, 8, 1, 1024, 128), (2, 8, 128, 1024, 128), (2, 32, 1, 1024, 128),
+                                             (4, 8, 1, 1024, 128)])
+"""The paper's evaluation grid (batch, heads, queries, kv length, head dim), one KV head per query head:
+b counts (batch, head) pairs, g the queries each one attends with (1 at decode, 128 in a short prefill)."""
 
 
 ATTENTION = _workload("attention", "O = softmax(Q @ Kt) @ V", qk_norm=False, display="Attention",

@@ -55,7 +55,8 @@ class Workload:
     `scales` gives each input's magnitude so that nothing overflows float16 and softmax logits stay O(1).
     What reports and tests need is data here too: `display` (the name tables print), `small` (a config of
     the same structure small enough to search in seconds and to run on a CPU: searches are size-free, so
-    one search at `small` serves every config) and `paper` (the paper's figures, for its five programs).
+    one search at `small` serves every config), `paper` (the paper's figures, for its five programs) and
+    `sweep` (the shape grid of the paper's evaluation script, in this program's config keys).
     """
 
     name: str
@@ -71,11 +72,18 @@ class Workload:
     display: str = field(default="", kw_only=True)
     small: Mapping[str, int] = field(default_factory=dict, kw_only=True)
     paper: PaperFigures | None = field(default=None, kw_only=True)
+    sweep: tuple[Mapping[str, int], ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.display:
             object.__setattr__(self, "display", self.name)
-        self.check_config(self.small)       # a workload without a valid small config is a bug, found at import
+        for cfg in (self.small, *self.sweep):   # a workload with a bad config is a bug, found at import
+            self.check_config(cfg)
+
+    @property
+    def sweep_configs(self) -> list[Config]:
+        """`sweep` as fresh dicts."""
+        return [dict(c) for c in self.sweep]
 
     @property
     def small_config(self) -> Config:

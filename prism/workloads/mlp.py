@@ -73,14 +73,17 @@ def _scales(cfg: Config, weights: Sequence[str]) -> dict[str, float]:
 def _workload(name: str, program: str, configs: Sequence[Config], weights: Sequence[str], norm: bool,
               combine: Combine, reference: Callable[..., torch.Tensor], display: str,
               paper: PaperFigures | None, small: Config | None = None) -> Workload:
+    """One workload of the family; the paper's (square weights, `small` not given) sweep its evaluation
+    script's grid n ∈ {8, 16} × d ∈ {1024, 2048, 4096}."""
     family = dict(weights=tuple(weights), norm=norm, combine=combine)
+    sweep = () if small else tuple({"n": n, "d": d} for n in (8, 16) for d in (1024, 2048, 4096))
     small = small or {"n": 4, "d": 64}
     return Workload(
         name=name, program=program, dims=tuple(small), real_configs=tuple(configs),
         fused_params=("grid", "loop"),
         graph_fn=partial(_graph, **family), reference_fn=reference,
         scales_fn=partial(_scales, weights=weights), fused_fn=partial(_fused, **family),
-        display=display, small=small, paper=paper)
+        display=display, small=small, paper=paper, sweep=sweep)
 
 
 RMSNORM = _workload(

@@ -208,3 +208,27 @@ def test_io_bytes_is_inputs_plus_output():
 
 def test_str_shows_the_program():
     assert str(wl.get("swiglu")) == "swiglu: O = silu(X @ Wgate) * (X @ Wup)"
+
+
+SWEEP = [(n, cfg) for n in wl.names() for cfg in wl.get(n).sweep_configs]
+
+
+def test_the_sweep_is_the_papers_evaluation_grid():
+    assert wl.get("rmsnorm").sweep_configs == [{"n": n, "d": d} for n in (8, 16) for d in (1024, 2048, 4096)]
+    # (batch, heads, queries, kv, head dim) as (batch·heads, queries, kv, head dim)
+    assert wl.get("attention").sweep_configs == [{"b": 16, "g": 1, "h": 1024, "d": 128},
+                                                 {"b": 16, "g": 128, "h": 1024, "d": 128},
+                                                 {"b": 64, "g": 1, "h": 1024, "d": 128},
+                                                 {"b": 32, "g": 1, "h": 1024, "d": 128}]
+    assert len(SWEEP) == 26
+
+
+@pytest.mark.parametrize("name, cfg", SWEEP, ids=[f"{n}-{'-'.join(map(str, c.values()))}" for n, c in SWEEP])
+def test_every_sweep_config_fuses_verifies_and_runs(name, cfg):
+    w = wl.get(name)
+    fused = w.fused(cfg)
+    verdict = prism.verify.equivalent(w.build(cfg), fused)
+    assert verdict.equal, verdict.reason
+    xs = w.inputs(cfg, 0, torch.float32)
+    (got,), want = prism.interp.run(fused, xs, torch.float32), w.reference(*xs)
+    assert ((got - want).abs().max() / want.abs().max()).item() < 1e-4
