@@ -26,9 +26,12 @@ from prism.errors import InputError, PrismError
 __all__ = ["main", "load_program", "Program"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EPILOG = """\
-PROGRAM is a workload name (rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention) or a Python file
-that defines a prism.KernelGraph at module level (one, or one named `program`).
+WORKLOAD_NAMES = "rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention, lora, rmsnorm_linear"
+"""prism.workloads.names(), spelled out: `prism --help` imports no torch (tests/cli keep the two equal)."""
+
+EPILOG = f"""\
+PROGRAM is a workload name ({WORKLOAD_NAMES}) or a
+Python file that defines a prism.KernelGraph at module level (one, or one named `program`).
 
 output: results go to prism-out/NAME (a workload at its first config, or a program file's name) or
 prism-out/NAME-K1V1-K2V2 at another config (rmsnorm --config 1: prism-out/rmsnorm-n8-d1024); --out
@@ -476,7 +479,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command("check", "run each workload's hand-written fused kernel in the reference executor and "
                 "compare it with torch (the default command)")
-    c.add_argument("workloads", nargs="*", help="workload names (default: all five)")
+    c.add_argument("workloads", nargs="*", help="workload names (default: all)")
     c.add_argument("--config", help="config of each workload: an index (default 0) or k=v pairs")
     c.set_defaults(run=_check)
 
@@ -514,7 +517,7 @@ def _parser() -> argparse.ArgumentParser:
     c = command("bench", "regenerate the paper's evaluation on this machine: search time, unique graphs, the "
                 "ablation, and kernel times on a GPU; markdown tables beside the paper's numbers, PNG plots")
     c.add_argument("--out", default="prism-bench", help="output folder; a rerun resumes (default %(default)s)")
-    c.add_argument("--workloads", default="", help="comma-separated names (default: all five)")
+    c.add_argument("--workloads", default="", help="comma-separated names (default: the paper's five)")
     c.add_argument("--quick", action="store_true", help="symbolic search only (minutes, not an hour)")
     c.add_argument("--report-only", action="store_true", help="rewrite report.md and the plots from OUT/results.json; "
                    "measure nothing")

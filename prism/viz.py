@@ -131,7 +131,8 @@ def _block_panel(b: BlockGraph, title: str, args: Sequence[str], sizes: _Concret
         else:
             lines = (_call(b, i, node), f"tile {sizes.tile(b, i)}")
         style = "accum" if isinstance(kind, Accumulator) else kind.name   # loader, op, accum, saver
-        boxes.append(Box(style, lines, tuple(dict.fromkeys(r[0] for r in node.inputs)), b.phase((i, 0)) in (LOOP, INVARIANT)))
+        in_loop = b.phase((i, 0)) in (LOOP, INVARIANT)                    # drawn in the loop region
+        boxes.append(Box(style, lines, tuple(dict.fromkeys(r[0] for r in node.inputs)), in_loop))
     return Panel(title, tuple(boxes), sizes.loop(b))
 
 

@@ -30,7 +30,7 @@ def run(out_dir: str | os.PathLike[str], *, workloads: Sequence[str] | None = No
         command: str | None = None) -> dict[str, Any]:
     """Measure what `out_dir/results.json` lacks, save it there, and write the report beside it.
 
-    workloads: names (default: all five, in the paper's order); an unknown one is an InputError.
+    workloads: names (default: the paper's five, in its order); an unknown one is an InputError.
     mirage / ablation: also measure the Mirage-style search per config / the RMSNorm ablation; each
         `*_limit` is the time limit of one such search (time_limit: of one symbolic search).
     gpu: time the kernels too (None: when torch sees a CUDA GPU; True without one: GPUUnavailable).

@@ -22,8 +22,8 @@ from typing import Any, Callable, NamedTuple
 import prism.workloads as wl
 from prism.errors import InputError
 
-__all__ = ["ABLATION_CONFIG", "NAMES", "NO_FIGURE", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_THREADS", "PAPER_TIME", "Plan",
-           "Run", "config_text", "graphs_text", "measure_search", "seconds_text"]
+__all__ = ["ABLATION_CONFIG", "NAMES", "NO_FIGURE", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_THREADS", "PAPER_TIME",
+           "Plan", "Run", "config_text", "graphs_text", "measure_search", "seconds_text"]
 
 # ---- the paper's numbers -------------------------------------------------------------------------
 

@@ -39,3 +39,10 @@ def test_the_public_api_is_there_on_first_use(tmp_path):
                   f"print(*(x.__name__ for x in ({', '.join(PUBLIC)})))", tmp_path)
     assert out.splitlines() == ["[]", "prism.search.driver search rmsnorm",
                                 " ".join(name.rsplit(".", 1)[1] for name in PUBLIC)]
+
+
+def test_the_help_names_every_workload():
+    import prism.workloads as wl
+    from prism.cli import WORKLOAD_NAMES
+
+    assert WORKLOAD_NAMES.split(", ") == wl.names()

@@ -15,8 +15,8 @@ SMALL = {"n": 4, "d": 128}                      # 64-wide tiles: grid 2, loop 2 
 SMALL_ATT = {"b": 2, "g": 4, "h": 256, "d": 16}  # two kernels, grid (b, splits), loop 4
 
 
-SIZES = {("n", "d"): SMALL, ("b", "g", "h", "d"): SMALL_ATT, ("n", "d", "r", "o"): {"n": 4, "d": 128, "r": 16, "o": 128},
-         ("n", "d", "o"): {"n": 4, "d": 128, "o": 192}}
+SIZES = {("n", "d"): SMALL, ("b", "g", "h", "d"): SMALL_ATT,
+         ("n", "d", "r", "o"): {"n": 4, "d": 128, "r": 16, "o": 128}, ("n", "d", "o"): {"n": 4, "d": 128, "o": 192}}
 
 
 def small(name):
