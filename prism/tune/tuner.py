@@ -179,11 +179,8 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
         [tilings[i] for i in sorted(random.Random(seed).sample(range(len(tilings)), rank_limit))]
     ranked: list[_Pick] = []
     for gs, grid, loop in pool:
-        c = Candidate(gs.index, grid, loop)
-        try:
-            g = space.instantiate(c)
-        except MappingError as e:  # the space promised this point instantiates: a bug worth seeing
-            report.notes.append(f"{c} is in the space but did not instantiate: {e}")
+        g = _instantiate(space, Candidate(gs.index, grid, loop), report)
+        if g is None:
             continue
         works, risk = kernels_of(g, target), overflow_risk(g)
         for w, s in gs.launches(grid, loop):
@@ -265,13 +262,18 @@ def _gpu_target(device: Any) -> Target:
     return get_target(torch.cuda.get_device_name(device)).with_(arch=10 * major + minor)
 
 
-def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Report) -> _Pick | None:
+def _instantiate(space: Space, c: Candidate, report: Report) -> KernelGraph | None:
+    """`c`'s µGraph, or None with a note: the space promised it instantiates, so a failure is a bug worth seeing."""
     try:
-        g = space.instantiate(c)
-    except MappingError as e:  # the space promised this point instantiates: a bug worth seeing
+        return space.instantiate(c)
+    except MappingError as e:
         report.notes.append(f"{c} is in the space but did not instantiate: {e}")
         return None
-    return _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target), space, g)
+
+
+def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Report) -> _Pick | None:
+    g = _instantiate(space, c, report)
+    return None if g is None else _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target), space, g)
 
 
 def _fresh(p: _Pick, seen: set[str]) -> bool:
