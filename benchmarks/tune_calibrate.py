@@ -35,6 +35,7 @@ from gpu_bench import search_options  # noqa: E402  (the same search arguments)
 
 from prism.bench.gpu import num_text, search_result  # noqa: E402
 from prism.bench.report import markdown_table  # noqa: E402
+from prism.bench.search import config_text  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -77,6 +78,7 @@ def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, 
     from prism.tune.calibration import Sample
     from prism.tune.compile import compile_many
     from prism.tune.profile import bench_graph, close, input_copies
+    from prism.tune.tuner import TIMING_MS
 
     w = workloads.get(name)
     program = w.build(cfg, "float16")
@@ -89,7 +91,7 @@ def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, 
     xs = [x.cuda() for x in w.inputs(cfg, seed=args.seed, dtype="float16")]
     copies = input_copies(xs)
     want = w.reference(*[x.float() for x in xs])
-    group = f"{name} {','.join(f'{k}={v}' for k, v in cfg.items())}"
+    group = f"{name} {config_text(cfg)}"
     out = []
     for c, g, cr in zip(cands, graphs, compiled):
         if not cr.ok:
@@ -104,7 +106,7 @@ def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, 
         if not good:
             print(f"{group} {c}: wrong output, not sampled", file=sys.stderr)
             continue
-        us = bench_graph(cg, copies, warmup=10, rep=50) * 1e6
+        us = bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
         kernels = tuple(k.work for k in estimate(g, target, aot=cr.kernels).kernels)
         out.append(Sample(group, str(c), kernels, us).to_json())
     return out
