@@ -28,7 +28,7 @@ from prism.bench.gpu import GPUOptions, GPUUnavailable, format_table, measure_gp
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="gpu_bench.json", help="JSON file for every figure (default %(default)s)")
-    p.add_argument("--workloads", default="", help="comma-separated workload names (default: all five)")
+    p.add_argument("--workloads", default="", help="comma-separated workload names (default: all)")
     p.add_argument("--budget", type=int, default=16, help="candidates superoptimize compiles and times")
     p.add_argument("--time-budget", type=float, default=None, help="seconds superoptimize may tune per config")
     p.add_argument("--search-dir", default="", help="folder of saved search results <workload>.json "

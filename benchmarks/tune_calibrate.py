@@ -70,15 +70,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, target: Any) -> list[dict[str, Any]]:
     """Samples (as JSON) of one config: the model's `top` points and `samples` uniform ones, timed."""
-    import torch
-
     from prism import workloads
-    from prism.codegen import compile_graph
     from prism.tune import Space, estimate, tune
     from prism.tune.calibration import Sample
     from prism.tune.compile import compile_many
-    from prism.tune.profile import bench_graph, close, input_copies
-    from prism.tune.tuner import TIMING_MS
+    from prism.tune.profile import input_copies, time_kernels
 
     w = workloads.get(name)
     program = w.build(cfg, "float16")
@@ -96,19 +92,12 @@ def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, 
     for c, g, cr in zip(cands, graphs, compiled):
         if not cr.ok:
             continue
-        try:
-            cg = compile_graph(g)
-            good, _ = close(cg(*xs)[0], want)
-            torch.cuda.synchronize()
-        except Exception as e:  # reported, not hidden: a candidate the space offers should run
-            print(f"{group} {c}: failed to run ({type(e).__name__}: {str(e)[:160]})", file=sys.stderr)
+        t = time_kernels(g, xs, want, copies)   # as the tuner times a candidate
+        if t.us is None:  # reported, not hidden: a candidate the space offers should run correctly
+            print(f"{group} {c}: {t.dropped}, not sampled", file=sys.stderr)
             continue
-        if not good:
-            print(f"{group} {c}: wrong output, not sampled", file=sys.stderr)
-            continue
-        us = bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
         kernels = tuple(k.work for k in estimate(g, target, aot=cr.kernels).kernels)
-        out.append(Sample(group, str(c), kernels, us).to_json())
+        out.append(Sample(group, str(c), kernels, t.us).to_json())
     return out
 
 

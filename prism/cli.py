@@ -26,7 +26,7 @@ from prism.errors import InputError, PrismError
 __all__ = ["main", "load_program", "Program"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-WORKLOAD_NAMES = "rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention, lora, rmsnorm_linear"
+WORKLOAD_NAMES = "rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention, lora, rmsnorm_linear, gqa, ntrans, moe"
 """prism.workloads.names(), spelled out: `prism --help` imports no torch (tests/cli keep the two equal)."""
 
 EPILOG = f"""\
@@ -164,7 +164,7 @@ def _check(args: argparse.Namespace) -> int:
     chosen = [(n, workloads.get(n)) for n in names]  # unknown names fail before any output
     for _, w in chosen:
         _parse_config(w, args.config)
-    row = "{:<14} {:<22} {:>7} {:>10} {:>10}  {}".format
+    row = "{:<14} {:<26} {:>7} {:>10} {:>10}  {}".format
     _say(args, row("workload", "config", "kernels", "max |err|", "executor s", "result"))
     docs, failed = [], 0
     for name, w in chosen:
@@ -260,12 +260,17 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
                             cache=not args.no_cache, search_options=_search_options(args), progress=bars,
                             **_backend(args))
     searched = result is None and opt.search_result is not None  # else given, or the cache answered
-    if result is None:
+    parts = opt.report.search.get("parts")
+    if result is None and parts is not None:  # several outputs, each searched (or cached) on its own
+        _say(args, "search     per output: " + "; ".join(
+            f"output {k}: {p.get('graphs', '?')} verified sGraphs ({p.get('source', 'result cache')})"
+            for k, p in enumerate(parts)))
+    elif result is None:
         result = opt.search_result
         for line in _search_lines(result) if result is not None else [
                 "search     skipped: the tuned result came from the result cache (--no-cache searches again)"]:
             _say(args, line)
-    check = _numeric_check(prog, opt)
+    check = opt.check(prog.reference)
     files = _write_outputs(out, prog, opt, result if searched else None)
     rep = opt.report
     best, base = rep.best, next((e for e in rep.entries if e.origin == "baseline"), None)
@@ -290,25 +295,6 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
                       "shapes": _shapes(prog.graph), "report": rep.to_json(), "check": check,
                       "files": {k: str(v) for k, v in files.items()}} | summary)
     return EXIT_OK if check["ok"] else EXIT_FAILED
-
-
-def _numeric_check(prog: Program, opt: Any) -> dict[str, Any]:
-    """The chosen kernel on random inputs against the program's meaning: the workload's torch
-    reference, or the reference executor for a program file."""
-    import torch
-
-    from prism.interp import run
-    from prism.tune.profile import close, random_inputs
-
-    inputs = random_inputs(prog.graph, seed=1, device=opt.device)
-    (got,) = opt(*inputs)[:1]
-    cpu = [t.float().cpu() for t in inputs]
-    want = prog.reference(*cpu) if prog.reference is not None else run(prog.graph, cpu)[0]
-    ok, err = close(got, want.to(torch.float32))
-    against = "the workload's torch reference" if prog.reference is not None else "the reference executor"
-    text = (f"chosen kernel vs {against} on random inputs: relative error {err:.1e} "
-            f"({'ok' if ok else 'MISMATCH'}, bound 2e-2 of max(1, |out|))")
-    return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
 
 def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None) -> dict[str, Path]:
@@ -429,7 +415,8 @@ def _bench_run(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
     quick = args.quick
     return bench.run(Path(args.out), workloads=names, mirage=not (quick or args.no_mirage),
                      mirage_limit=args.mirage_limit, ablation=not (quick or args.no_ablation),
-                     ablation_limit=args.ablation_limit, time_limit=args.time_limit, gpu=args.gpu,
+                     ablation_limit=args.ablation_limit, time_limit=args.time_limit,
+                     generality=not args.no_generality, gpu=args.gpu,
                      workers=args.workers, command=" ".join(["prism", *args.argv]),
                      progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
 
@@ -515,10 +502,13 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_show)
 
     c = command("bench", "regenerate the paper's evaluation on this machine: search time, unique graphs, the "
-                "ablation, and kernel times on a GPU; markdown tables beside the paper's numbers, PNG plots")
+                "ablation, and kernel times on a GPU; markdown tables beside the paper's numbers, PNG plots; and "
+                "the generality table: every program's search, chosen kernel and numeric check")
     c.add_argument("--out", default="prism-bench", help="output folder; a rerun resumes (default %(default)s)")
-    c.add_argument("--workloads", default="", help="comma-separated names (default: the paper's five)")
-    c.add_argument("--quick", action="store_true", help="symbolic search only (minutes, not an hour)")
+    c.add_argument("--workloads", default="", help="comma-separated names (default: all)")
+    c.add_argument("--quick", action="store_true", help="symbolic searches and the generality table only, no "
+                   "Mirage-style baseline or ablation (minutes, not hours)")
+    c.add_argument("--no-generality", action="store_true", help="skip the generality table's tuning and checks")
     c.add_argument("--report-only", action="store_true", help="rewrite report.md and the plots from OUT/results.json; "
                    "measure nothing")
     c.add_argument("--no-mirage", action="store_true", help="skip the Mirage-style concrete baseline")

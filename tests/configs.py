@@ -17,6 +17,9 @@ _LIMITS = {  # workload: (max_block_ops, max_grid) of a quick search, and of one
     "qk_attention": ((10, 1), (10, 2)),
     "lora": ((10, 1), (10, 1)),
     "rmsnorm_linear": ((10, 1), (11, 2)),
+    "gqa": ((9, 2), (9, 3)),
+    "ntrans": ((10, 1), (10, 1)),
+    "moe": ((7, 2), (7, 2)),
 }
 
 

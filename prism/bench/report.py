@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import prism.workloads as wl
+from prism.bench.generality import GENERALITY_COLUMNS, generality_rows
 from prism.bench.gpu import format_table
 from prism.bench.search import (NAMES, NO_FIGURE, PAPER_ABLATION, PAPER_GRAPHS, PAPER_THREADS, PAPER_TIME, Plan, Run,
                                 config_text, graphs_text, seconds_text)
@@ -111,6 +112,17 @@ def _search_tables(plan: Plan, records: dict[str, dict[str, Any]]) -> list[str]:
             markdown_table(head, graphs), "", "![unique graphs](unique_graphs.png)"]
 
 
+def _generality_table(plan: Plan, records: dict[str, dict[str, Any]], results: dict[str, Any]) -> list[str]:
+    rows = generality_rows(plan, records, results.get("choices") or {}, results.get("gpu"))
+    return ["## Generality: every program end to end", "",
+            "Per program: Prism's symbolic search (as above), the kernel superoptimize chooses at the first config "
+            "from it, and that kernel against the torch reference on random inputs (relative error, bound 2e-2). "
+            "Without a GPU the cost model chooses (candidates compiled for sm_90) and the reference executor runs "
+            "the choice; with one, the GPU benchmark's measured choice and its CUDA-graph times are shown. "
+            "'-': not measured.", "",
+            markdown_table(GENERALITY_COLUMNS, rows)]
+
+
 def _ablation_table(plan: Plan, records: dict[str, dict[str, Any]]) -> list[str]:
     rows = []
     for run in plan.ablations():
@@ -131,6 +143,8 @@ def markdown(results: dict[str, Any]) -> str:
     records = results["records"]
     used = [r for r in (records.get(run.key) for run in plan.runs()) if r is not None]
     sections = [_header(results, plan, used), _search_tables(plan, records)]
+    if plan.generality:
+        sections.append(_generality_table(plan, records, results))
     if plan.ablation:
         sections.append(_ablation_table(plan, records))
     if _has_gpu_rows(results):
@@ -199,7 +213,7 @@ def _bars(path: Path, groups: list[str], series: list[Series], *, title: str, yl
                    hatchcolor="0.25" if s.paper else "white")
             ax.annotate(text, (x, v), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                         rotation=90, fontsize=7.5, fontweight="bold" if cut else "normal")
-    tops = [v for s in series for v in s.values if v] or [1.0]
+    tops = [v for s in series for v in s.values if v and math.isfinite(v)] or [1.0]  # '-': nan, no bar
     if scale == "log":
         ax.set_yscale("log")
         ax.set_ylim(min(tops) / 2, max(tops) * 12)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import prism.workloads as wl
 from prism.errors import InputError
 
 __all__ = ["ABLATION_CONFIG", "NAMES", "NO_FIGURE", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_THREADS", "PAPER_TIME",
-           "Plan", "Run", "config_text", "graphs_text", "measure_search", "seconds_text"]
+           "Plan", "Run", "SEARCHES", "config_text", "graphs_text", "measure_search", "search_path", "seconds_text"]
 
 # ---- the paper's numbers -------------------------------------------------------------------------
 
@@ -68,12 +69,13 @@ class Run(NamedTuple):
 class Plan:
     """Which searches a benchmark makes; saved with the records so the report rebuilds the same tables."""
 
-    workloads: tuple[str, ...] = tuple(wl.paper_names())
+    workloads: tuple[str, ...] = tuple(wl.names())
     mirage: bool = True
     mirage_limit: float = 300.0
     ablation: bool = True
     ablation_limit: float = 1800.0
     time_limit: float = 3600.0
+    generality: bool = True  # the cost model's choice per workload, checked numerically (prism.bench.generality)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workloads", tuple(self.workloads))
@@ -123,11 +125,23 @@ def config_text(cfg: dict[str, int]) -> str:
 
 # ---- measuring -----------------------------------------------------------------------------------
 
-def _measure(run: Run, workers: int | None) -> dict[str, Any]:
+SEARCHES = "searches"
+"""The subfolder of a benchmark's folder where its symbolic search results are saved."""
+
+
+def search_path(out: Path, name: str) -> Path:
+    """Where a benchmark in folder `out` keeps the symbolic search result of workload `name` (what the
+    generality table's choice and the GPU benchmark tune from)."""
+    return out / SEARCHES / f"{name}.json"
+
+
+def _measure(run: Run, workers: int | None, out: Path | None) -> dict[str, Any]:
     from prism.search import search
 
     t0 = time.perf_counter()
     r = search(wl.get(run.name).build(run.cfg), modes=run.modes, time_limit=run.limit, workers=workers)
+    if out is not None and run.modes == "SSS":  # stopped at its limit too: its graphs are verified ones
+        r.save(search_path(out, run.name))
     s = r.stats
     return {"workload": run.name, "cfg": run.cfg, "modes": run.modes, "seconds": time.perf_counter() - t0,
             "graphs": len(r), "timed_out": s["timed_out"], "states": s["generate"].get("states", 0),
@@ -138,10 +152,11 @@ def _measure(run: Run, workers: int | None) -> dict[str, Any]:
 
 def measure_search(plan: Plan, *, workers: int | None = None, records: dict[str, dict[str, Any]],
                    save: Callable[[dict[str, dict[str, Any]]], None] | None = None,
-                   progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+                   progress: Callable[[str], None] | None = None, out: Path | None = None) -> dict[str, dict[str, Any]]:
     """Make every search of `plan` that `records` lacks, adding each record to `records` as it is made.
 
     records: the measurements made so far, by `Run.key` (a resumed benchmark measures only the rest).
+    out: the benchmark's folder, where each finished symbolic search is saved (`search_path`).
     save: called with `records` after every measurement, so an interrupted benchmark loses one search.
     progress: called with one human line before and after each search.
     The worker processes are started before the first timed search (starting one imports torch and
@@ -158,7 +173,7 @@ def measure_search(plan: Plan, *, workers: int | None = None, records: dict[str,
         Workers(workers).start()
     for run in todo:
         say(f"search {run.name} {run.modes} {config_text(run.cfg)} (limit {run.limit:.0f} s) ...")
-        rec = records[run.key] = _measure(run, workers)
+        rec = records[run.key] = _measure(run, workers, out)
         if save is not None:
             save(records)
         say(f"{run.name} {run.modes} {config_text(run.cfg)}: {seconds_text(rec)} s, {rec['graphs']} graphs, "

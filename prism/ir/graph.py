@@ -82,21 +82,59 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
         """A copy of this graph whose k-th custom op uses `fn(k, block)` instead (e.g. other sizes);
         everything is replayed through the builders, so the copy is checked like a new graph."""
         out = KernelGraph()
-        refs: dict[Ref, Ref] = {}
+        args = [out.input(t.shape, t.dtype, t.name) for t in self.inputs]
+        out.output(*self.replay(out, args, fn))
+        return out
+
+    def replay(self, into: KernelGraph, args: Sequence[Tensor],
+               blocks: Callable[[int, BlockGraph], BlockGraph] | None = None) -> list[Tensor]:
+        """Append this graph's ops to `into`, its inputs bound to `args` (tensors of `into`, in input order),
+        the k-th custom op using `blocks(k, block)` if given; returns its outputs as tensors of `into`. Ops go
+        through `into`'s builders, so they are checked as if written there (how graphs are copied and joined)."""
+        if len(args) != len(self.input_refs):
+            raise GraphError(f"replay: the graph has {len(self.input_refs)} input(s), got {len(args)} tensor(s)")
+        refs = {r: into._own(t, "replay").ref for r, t in zip(self.input_refs, args)}
+        self._copy_ops(into, refs, blocks=blocks)
+        return [into.tensor(refs[r]) for r in self.outputs]
+
+    def output_cone(self, k: int) -> tuple[KernelGraph, list[int]]:
+        """Output k as a program of its own: the ops it depends on and the inputs it reads (same names, in
+        order), with the indices of those inputs among this graph's. What a program with several outputs
+        is searched and tuned by, one output at a time."""
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(self.outputs):
+            raise GraphError(f"output_cone: output {k!r} does not exist; the graph has {len(self.outputs)}")
+        need: set[int] = set()
+        stack = [self.outputs[k][0]]
+        while stack:
+            i = stack.pop()
+            if i not in need:
+                need.add(i)
+                stack.extend(r[0] for r in self.nodes[i].inputs)
+        sub = KernelGraph()
+        used = [j for j, r in enumerate(self.input_refs) if r[0] in need]
+        refs = {}
+        for j in used:
+            t = self.inputs[j]
+            refs[t.ref] = sub.input(t.shape, t.dtype, t.name).ref
+        self._copy_ops(sub, refs, keep=need)
+        sub.output(sub.tensor(refs[self.outputs[k]]))
+        return sub, used
+
+    def _copy_ops(self, into: KernelGraph, refs: dict[Ref, Ref], keep: set[int] | None = None,
+                  blocks: Callable[[int, BlockGraph], BlockGraph] | None = None) -> None:
+        """Append the non-input ops (those in `keep`, if given) to `into`; `refs` maps this graph's refs to
+        `into`'s, inputs first, and gains every ref copied."""
         kernel = 0
         for i, node in self.topo():
-            args = [out.tensor(refs[r]) for r in node.inputs]
-            if node.op == "input":
-                t = node.outputs[0]
-                refs[(i, 0)] = out.input(t.shape, t.dtype, node.attrs["name"]).ref
-            elif node.op == "custom":
-                outs = out.custom(fn(kernel, node.attrs["block"]), args)
+            if node.op == "input" or (keep is not None and i not in keep):
+                continue
+            ins = [into.tensor(refs[r]) for r in node.inputs]
+            if node.op == "custom":
+                block = node.attrs["block"] if blocks is None else blocks(kernel, node.attrs["block"])
                 kernel += 1
-                refs.update(((i, k), t.ref) for k, t in enumerate(outs))
+                refs.update(((i, j), t.ref) for j, t in enumerate(into.custom(block, ins)))
             else:
-                refs[(i, 0)] = out.apply(node.op, args, node.attrs).ref
-        out.output(*(out.tensor(refs[r]) for r in self.outputs))
-        return out
+                refs[(i, 0)] = into.apply(node.op, ins, node.attrs).ref
 
     @property
     def blocks(self) -> list[BlockGraph]:

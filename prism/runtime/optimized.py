@@ -10,6 +10,7 @@ It runs in one of three ways, fixed when it is made and stated in `.execution` a
 
 from __future__ import annotations
 
+import math
 import warnings
 from functools import cached_property
 from typing import Any, Callable, Sequence
@@ -108,6 +109,27 @@ class OptimizedGraph:
             outs = run(self.graph, tensors)
             return [o.to(TORCH_DTYPES[t.dtype]) for o, t in zip(outs, self.graph.output_tensors)]
         return self.compiled.run_generic(tensors)
+
+    def check(self, reference: Callable[..., Any] | None = None, seed: int = 1) -> dict[str, Any]:
+        """This graph on random inputs (prism.tune.profile.random_inputs) against the program's meaning:
+        `reference`, a torch function of the inputs (a workload's), or without one the reference executor on
+        the program. Every output must agree to float16 accuracy (prism.tune.profile.close). Returns
+        {"ok", "relative_error" (the worst output's), "against", "text"}: what `prism tune` prints and
+        `prism bench` tabulates."""
+        from prism.interp import run
+        from prism.tune.profile import close, random_inputs
+
+        inputs = random_inputs(self.program, seed=seed, device=self.device)
+        got = self(*inputs)
+        cpu = [t.float().cpu() for t in inputs]
+        want = reference(*cpu) if reference is not None else run(self.program, cpu)
+        want = [want] if isinstance(want, torch.Tensor) else list(want)
+        verdicts = [close(g, w.float()) for g, w in zip(got, want)] if len(got) == len(want) else [(False, math.inf)]
+        ok, err = all(v for v, _ in verdicts), max(e for _, e in verdicts)
+        against = "the workload's torch reference" if reference is not None else "the reference executor"
+        text = (f"chosen kernel vs {against} on random inputs: relative error {err:.1e} "
+                f"({'ok' if ok else 'MISMATCH'}, bound 2e-2 of max(1, |out|))")
+        return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
     def check_inputs(self, tensors: Sequence[Any]) -> None:
         """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device)."""

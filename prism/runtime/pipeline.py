@@ -24,7 +24,8 @@ from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
 from prism.tune.report import Report
 from prism.tune.target import get_target
-from prism.tune.tuner import tune
+from prism.tune.cost import estimate
+from prism.tune.tuner import tune, tuning_target
 
 __all__ = ["check_search_result", "superoptimize", "resolve_device", "target_key"]
 
@@ -90,7 +91,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
                   search_options: dict[str, Any] | None = None, compile: bool = True,
                   log: Callable[[str], None] | None = None, progress: Progress | None = None,
                   backend: str = "local", ray_address: str | None = None) -> OptimizedGraph:
-    """The fastest verified fused form of `graph` found, as an OptimizedGraph.
+    """The fastest verified fused form of `graph` found, as an OptimizedGraph. A program with several outputs
+    is searched and tuned one output at a time (`_per_output`), its kernels joined into one graph.
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
         been searched at other sizes of the same program (another program is an InputError). It is part
@@ -122,8 +124,47 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     check_backend("superoptimize", backend, ray_address)
     if backend == "ray":
         search_options = {"backend": backend, "ray_address": ray_address, **(search_options or {})}
-    start = time.time()
     dev = resolve_device(device)
+    options = dict(budget=budget, time_budget=time_budget, cache=cache, seed=seed, target=target, workers=workers,
+                   search_options=search_options, compile=compile, log=log, progress=progress, backend=backend,
+                   ray_address=ray_address)
+    if len(graph.outputs) > 1:
+        if search_result is not None:
+            raise InputError(f"superoptimize: the program has {len(graph.outputs)} outputs and is searched one output "
+                             "at a time; a search result holds for one output (give none)")
+        chosen, report = _per_output(graph, dev, options)
+        return OptimizedGraph(graph, chosen, report, dev)
+    chosen, report, result = _optimize(graph, dev, search_result, **options)
+    return OptimizedGraph(graph, chosen, report, dev, result)
+
+
+def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) -> tuple[KernelGraph, Report]:
+    """A program with several outputs: each output's cone (`KernelGraph.output_cone`, the ops it depends on) is
+    searched, proven equal to its part of the program, and tuned as a program of its own (and cached as one);
+    the chosen kernels are joined into one graph, in output order, and their reports into one
+    (`Report.joined`). Work two outputs share (a norm both project) is done once per output."""
+    joined = KernelGraph()
+    args = [joined.input(t.shape, t.dtype, t.name) for t in graph.inputs]
+    outs, parts = [], []
+    for k in range(len(graph.outputs)):
+        cone, used = graph.output_cone(k)
+        if options["log"]:
+            options["log"](f"output {k} of {len(graph.outputs)}")
+        chosen, report, _ = _optimize(cone, dev, None, **options)
+        outs += chosen.replay(joined, [args[j] for j in used])
+        parts.append(report)
+    joined.output(*outs)
+    target = tuning_target(dev.type == "cuda", dev, options["target"])
+    return joined, Report.joined(parts, baseline_us=estimate(graph, target).seconds * 1e6)
+
+
+def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budget: int, time_budget: float | None,
+              cache: Any, seed: int, target: Any, workers: int | None, search_options: dict[str, Any] | None,
+              compile: bool, log: Callable[[str], None] | None, progress: Progress | None, backend: str,
+              ray_address: str | None) -> tuple[KernelGraph, Report, Any]:
+    """superoptimize for a program with one output: (the chosen graph, its report, the search result tuned,
+    None when the result cache answered)."""
+    start = time.time()
     gpu = dev.type == "cuda"
     given = None if search_result is None else check_search_result(_load_result(search_result), graph)
     store = _open_cache(cache)
@@ -148,7 +189,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             chosen, report = hit
             report.cached = True
             report.notes.append(f"loaded from the result cache {store.path} in {time.time() - start:.3f} s")
-            return OptimizedGraph(graph, chosen, report, dev)
+            return chosen, report, None
 
     result = given if given is not None else _cached_search(graph, search_options, log, progress, store, notes)
     cluster = RayWorkers(workers, ray_address) if backend == "ray" and compile else None
@@ -165,7 +206,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
             store.put(key, {"format": PAYLOAD, "graph": tuned.graph.to_json(), "report": report.to_json()}, fields)
         except Exception as e:
             report.notes.append(f"could not write the result cache {store.path} ({type(e).__name__}: {e})")
-    return OptimizedGraph(graph, tuned.graph, report, dev, result)
+    return tuned.graph, report, result
 
 
 def check_search_result(result: Any, graph: KernelGraph, who: str = "superoptimize") -> Any:

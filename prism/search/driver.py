@@ -84,7 +84,9 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout, backend, ray_address)
     graph.check()
     if len(graph.outputs) != 1:
-        raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}")
+        raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}; "
+                         "superoptimize (prism optimize) takes several, searching each output's part of the "
+                         "program (KernelGraph.output_cone) on its own")
     verify = verify or default_verify()
     mode = Modes.parse(modes)
     limits = Limits(max_block_ops, max_accums, max_outputs, max_kernel_ops, max_grid, time_limit)

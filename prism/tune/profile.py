@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -16,11 +17,14 @@ import torch
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
-__all__ = ["L2_BYTES", "bench", "bench_graph", "copies_for", "input_copies", "random_inputs", "spearman", "ranks", "close"]
+__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "copies_for", "input_copies", "random_inputs",
+           "spearman", "ranks", "close", "time_kernels"]
 
 L2_BYTES = 50 * 2**20
 """L2 cache of an H100/H200 (50 MiB)."""
 MAX_COPIES = 8
+TIMING_MS = (10, 50)
+"""do_bench warm-up and repetition time (ms) per timed candidate (the tuner's and the calibration's)."""
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -120,3 +124,41 @@ def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> tuple[bo
     scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
     err = (got - want).abs().max().item() / scale if want.numel() else 0.0
     return bool(err <= rtol), err
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A candidate's generated kernels, run once, checked and timed (`time_kernels`): `us` is the device time of
+    one call, None when it was dropped; `dropped` says why (it failed, or disagreed with the reference by
+    relative error `wrong`); `note` says how it was timed when not as a CUDA-graph replay."""
+
+    us: float | None = None
+    dropped: str | None = None
+    wrong: float | None = None
+    note: str | None = None
+
+
+def time_kernels(graph: KernelGraph, inputs: Sequence[torch.Tensor], want: torch.Tensor,
+                 copies: Sequence[Sequence[torch.Tensor]]) -> Timing:
+    """Compile `graph`'s kernels, run them on `inputs`, compare the first output with `want` (`close`), and
+    time one call as a CUDA-graph replay over `copies` (as called if the capture fails): how the tuner and
+    the calibration script measure a candidate. Never raises for a candidate's own failure; says it."""
+    from prism.codegen import compile_graph
+
+    try:
+        cg = compile_graph(graph)
+        got = cg(*inputs)[0]
+        torch.cuda.synchronize(got.device)
+    except Exception as e:
+        return Timing(dropped=f"failed to run ({type(e).__name__}: {str(e)[:200]})")
+    good, err = close(got, want)
+    if not good:
+        return Timing(dropped=f"wrong output (relative error {err:.2e})", wrong=err)
+    try:
+        return Timing(bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6)
+    except Exception as e:  # a graph capture can fail where a plain call works: time it as called, say so
+        note = f"timed as called, CUDA-graph capture failed ({type(e).__name__})"
+        try:
+            return Timing(bench(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6, note=note)
+        except Exception as e2:
+            return Timing(dropped=f"failed while timed ({type(e2).__name__}: {str(e2)[:200]})", note=note)

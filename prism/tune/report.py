@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from prism.tune.space import Candidate
 
@@ -18,8 +18,10 @@ UNFUSED = -1
 @dataclass
 class Entry:
     """One candidate: where it came from ("model": the cost model's best; "random": a uniform draw;
-    "baseline": the unfused program), its estimate, its time if measured, its kernels, its fate, and
-    `risk`: why it can overflow (prism.tune.safety), None if it cannot."""
+    "baseline": the unfused program; "per output": the choices of a program with several outputs, together),
+    its estimate, its time if measured, its kernels, its fate, and `risk`: why it can overflow
+    (prism.tune.safety), None if it cannot. `output`: the output it was tuned for, when a program with
+    several outputs was tuned one output at a time; `text`: a label of its own (the joined choice's)."""
 
     candidate: Candidate
     origin: str
@@ -28,6 +30,8 @@ class Entry:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     status: str = "pending"
     risk: str | None = None
+    output: int | None = None
+    text: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -35,16 +39,20 @@ class Entry:
 
     @property
     def label(self) -> str:
-        return "unfused program" if self.candidate.graph == UNFUSED else str(self.candidate)
+        if self.text is not None:
+            return self.text
+        name = "unfused program" if self.candidate.graph == UNFUSED else str(self.candidate)
+        return name if self.output is None else f"output {self.output}: {name}"
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate.to_json(), "origin": self.origin, "estimate_us": self.estimate_us,
-                "measured_us": self.measured_us, "kernels": self.kernels, "status": self.status, "risk": self.risk}
+                "measured_us": self.measured_us, "kernels": self.kernels, "status": self.status, "risk": self.risk,
+                "output": self.output, "text": self.text}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Entry:
         return cls(Candidate.from_json(d["candidate"]), d["origin"], d.get("estimate_us"), d.get("measured_us"),
-                   list(d.get("kernels", [])), d.get("status", "ok"), d.get("risk"))
+                   list(d.get("kernels", [])), d.get("status", "ok"), d.get("risk"), d.get("output"), d.get("text"))
 
 
 @dataclass
@@ -66,6 +74,45 @@ class Report:
     notes: list[str] = field(default_factory=list)
     floor_us: float | None = None
     cached: bool = False
+
+    @classmethod
+    def joined(cls, parts: Sequence[Report], baseline_us: float | None = None) -> Report:
+        """The report of a program with several outputs, each tuned as a program of its own: first the parts'
+        choices together (chosen: their kernels run one after another, so times and estimates add up), then
+        the whole program unfused (the baseline, estimated at `baseline_us`: the parts' own baselines each
+        recompute what outputs share), then every part's entries marked with their output. No DRAM floor:
+        the parts' floors count an input they share once each."""
+        for k, part in enumerate(parts):
+            for e in part.entries:
+                e.output = k
+        picks = [p.best for p in parts]
+        bases = [next(e for e in p.entries if e.origin == "baseline") for p in parts]
+        if any(e is None for e in picks):
+            raise ValueError("Report.joined: every part must have chosen a candidate")
+
+        def total(key: str) -> float | None:
+            values = [getattr(e, key) for e in picks]
+            return None if any(v is None for v in values) else sum(values)
+
+        chosen = Entry(picks[0].candidate, "per output", total("estimate_us"), total("measured_us"),  # type: ignore
+                       [k for e in picks for k in e.kernels], "chosen", next((e.risk for e in picks if e.risk), None),
+                       text=" + ".join(e.label for e in picks))  # type: ignore
+        base = Entry(Candidate(UNFUSED, (), 1), "baseline", baseline_us, status="ok",
+                     risk=next((e.risk for e in bases if e.risk), None))
+        first = parts[0]
+        out = cls(first.method, first.target, execution=first.execution, chosen=0)
+        out.entries = [chosen, base] + [e for p in parts for e in p.entries]
+        out.reason = "each output tuned as a program of its own: " + "; ".join(
+            f"output {k}: {p.reason}" for k, p in enumerate(parts))
+        out.space = {"outputs": len(parts), "points": sum(p.space.get("points", 0) for p in parts)}
+        out.search = {"source": "per output", "graphs": sum(p.search.get("graphs", 0) for p in parts),
+                      "seconds": sum(p.search.get("seconds") or 0.0 for p in parts),
+                      "parts": [dict(p.search) for p in parts]}
+        phases = {k for p in parts for k in p.seconds}
+        out.seconds = {key: sum(p.seconds.get(key, 0.0) for p in parts) for key in sorted(phases)}
+        out.notes = [f"output {k}: {n}" for k, p in enumerate(parts) for n in p.notes]
+        out.cached = all(p.cached for p in parts)
+        return out
 
     @property
     def best(self) -> Entry | None:

@@ -41,7 +41,7 @@ from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
 from prism.tune.target import Target, get_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "RANK_LIMIT", "REFINE_ROUNDS"]
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "RANK_LIMIT", "REFINE_ROUNDS"]
 
 RANK_LIMIT = 4096
 """Tilings ranked by the cost model (each at all its launches); a larger space is ranked on a uniform
@@ -51,8 +51,6 @@ EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2
 """Rounds of refinement around the best candidate so far."""
-TIMING_MS = (10, 50)
-"""do_bench warm-up and repetition time (ms) per timed candidate."""
 
 
 class TuneError(PrismError):
@@ -120,7 +118,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     log = log or (lambda s: None)
     budget = max(1, int(budget))
     refine = (budget // 2 if gpu else 0) if refine is None else max(0, int(refine))
-    target = _gpu_target(device) if gpu else get_target(target)
+    target = tuning_target(gpu, device, target)
     report = Report(GPU_PROFILE if gpu else COST_MODEL, target.name)
     report.floor_us = floor_seconds(program, target) * 1e6
     clock = _Clock(time_budget)
@@ -188,7 +186,7 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
                                 cost_of(relaunched(works, w, s, target), target), space))
     ranked.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, sum(k.work.smem for k in p.cost.kernels),
                                p.entry.candidate))
-    points = len(space)
+    points = sum(len(gs.launches(grid, loop)) for gs, grid, loop in tilings)   # every point, none built
     report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
     if not tilings:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
@@ -252,6 +250,12 @@ def _refine(trial: _Trial, space: Space, picks: list[_Pick], refine: int, seen: 
         if better is best:
             return
         best = better
+
+
+def tuning_target(gpu: bool, device: Any = None, target: Target | str | None = None) -> Target:
+    """The Target a tuning is for: the CUDA device candidates are timed on, or without a GPU `target` (the
+    cost model's default GPU when None)."""
+    return _gpu_target(device) if gpu else get_target(target)
 
 
 def _gpu_target(device: Any) -> Target:
@@ -369,7 +373,7 @@ class _Trial:
         report_progress(self.progress, "profile", 0, len(batch))
         for k, p in enumerate(batch, 1):
             if p.entry.ok:
-                _time_one(p, *self.bench, self.device, self.report)
+                _time_one(p, *self.bench, self.report)
                 if p.entry.measured_us is not None:
                     self.log(f"{p.entry.label}: {p.entry.measured_us:.2f} us")
             report_progress(self.progress, "profile", k, len(batch))
@@ -393,35 +397,20 @@ def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
     e.status = "ok"
 
 
-def _time_one(p: _Pick, inputs: list, want: Any, copies: list, device: Any, report: Report) -> None:
-    """Run one candidate's generated kernels, drop it if it fails or disagrees with the reference, else
-    record the device time of one call (CUDA-graph replay medians; as called if capture fails)."""
-    import torch
+def _time_one(p: _Pick, inputs: list, want: Any, copies: list, report: Report) -> None:
+    """Time one candidate (prism.tune.profile.time_kernels): its device time, or why it was dropped; a
+    verified candidate whose kernels disagree with the reference is a code generation bug, and noted so."""
+    from prism.tune.profile import time_kernels
 
-    from prism.codegen import compile_graph
-    from prism.tune.profile import bench, bench_graph, close
-
-    try:
-        cg = compile_graph(p.graph)
-        got = cg(*inputs)[0]
-        torch.cuda.synchronize(device)
-    except Exception as e:
-        p.entry.status = f"dropped: failed to run ({type(e).__name__}: {str(e)[:200]})"
-        return
-    good, err = close(got, want)
-    if not good:
-        p.entry.status = f"dropped: wrong output (relative error {err:.2e})"
+    t = time_kernels(p.graph, inputs, want, copies)
+    p.entry.measured_us = t.us
+    if t.dropped is not None:
+        p.entry.status = f"dropped: {t.dropped}"
+    if t.wrong is not None:
         report.notes.append(f"{p.entry.label}: verified equal but its kernels disagree with the "
-                            f"reference (relative error {err:.2e}): a code generation bug")
-        return
-    try:
-        p.entry.measured_us = bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
-    except Exception as e:  # a graph capture can fail where a plain call works: time it as called, say so
-        report.notes.append(f"{p.entry.label}: timed as called, CUDA-graph capture failed ({type(e).__name__})")
-        try:
-            p.entry.measured_us = bench(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
-        except Exception as e2:
-            p.entry.status = f"dropped: failed while timed ({type(e2).__name__}: {str(e2)[:200]})"
+                            f"reference (relative error {t.wrong:.2e}): a code generation bug")
+    if t.note is not None:
+        report.notes.append(f"{p.entry.label}: {t.note}")
 
 
 def _correlation(picks: Sequence[_Pick], report: Report) -> None:

@@ -55,7 +55,9 @@ class Workload:
     `scales` gives each input's magnitude so that nothing overflows float16 and softmax logits stay O(1).
     What reports and tests need is data here too: `display` (the name tables print), `small` (a config of
     the same structure small enough to search in seconds and to run on a CPU: searches are size-free, so
-    one search at `small` serves every config), `paper` (the paper's figures, for its five programs) and
+    one search at `small` serves every config), `medium` (still quick on a CPU, but large enough that the
+    hand-written fused kernel's default 64-wide tiles make it loop or spread over several blocks: what
+    pictures and size-sensitive tests use), `paper` (the paper's figures, for its five programs) and
     `sweep` (the shape grid of the paper's evaluation script, in this program's config keys).
     """
 
@@ -71,13 +73,14 @@ class Workload:
     dtype: str = "float16"
     display: str = field(default="", kw_only=True)
     small: Mapping[str, int] = field(default_factory=dict, kw_only=True)
+    medium: Mapping[str, int] = field(default_factory=dict, kw_only=True)
     paper: PaperFigures | None = field(default=None, kw_only=True)
     sweep: tuple[Mapping[str, int], ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.display:
             object.__setattr__(self, "display", self.name)
-        for cfg in (self.small, *self.sweep):   # a workload with a bad config is a bug, found at import
+        for cfg in (self.small, self.medium, *self.sweep):   # a workload with a bad config is a bug, found at import
             self.check_config(cfg)
 
     @property
@@ -89,6 +92,11 @@ class Workload:
     def small_config(self) -> Config:
         """`small` as a fresh dict (callers may change it freely)."""
         return dict(self.small)
+
+    @property
+    def medium_config(self) -> Config:
+        """`medium` as a fresh dict."""
+        return dict(self.medium)
 
     @property
     def configs(self) -> list[Config]:

@@ -63,4 +63,5 @@ LORA = Workload(
     name="lora", program="O = X @ W + (X @ A) @ B", dims=("n", "d", "r", "o"),
     real_configs=({"n": 16, "d": 256, "r": 16, "o": 4096},), fused_params=("grid", "loop"),
     graph_fn=_graph, reference_fn=_reference, scales_fn=_scales, fused_fn=_fused,
-    display="LoRA", small={"n": 4, "d": 64, "r": 16, "o": 64})
+    display="LoRA", small={"n": 4, "d": 64, "r": 16, "o": 64},
+    medium={"n": 4, "d": 128, "r": 16, "o": 128})

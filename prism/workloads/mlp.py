@@ -72,7 +72,7 @@ def _scales(cfg: Config, weights: Sequence[str]) -> dict[str, float]:
 
 def _workload(name: str, program: str, configs: Sequence[Config], weights: Sequence[str], norm: bool,
               combine: Combine, reference: Callable[..., torch.Tensor], display: str,
-              paper: PaperFigures | None, small: Config | None = None) -> Workload:
+              paper: PaperFigures | None, small: Config | None = None, medium: Config | None = None) -> Workload:
     """One workload of the family; the paper's (square weights, `small` not given) sweep its evaluation
     script's grid n ∈ {8, 16} × d ∈ {1024, 2048, 4096}."""
     family = dict(weights=tuple(weights), norm=norm, combine=combine)
@@ -83,7 +83,7 @@ def _workload(name: str, program: str, configs: Sequence[Config], weights: Seque
         fused_params=("grid", "loop"),
         graph_fn=partial(_graph, **family), reference_fn=reference,
         scales_fn=partial(_scales, weights=weights), fused_fn=partial(_fused, **family),
-        display=display, small=small, paper=paper, sweep=sweep)
+        display=display, small=small, medium=medium or {"n": 4, "d": 128}, paper=paper, sweep=sweep)
 
 
 RMSNORM = _workload(
@@ -109,4 +109,5 @@ RMSNORM_LINEAR = _workload(
     "rmsnorm_linear", "O = rms_norm(X) @ W, W [d, o] not square", [{"n": 2, "d": 4096, "o": 6144}],
     weights=["W"], norm=True, combine=lambda g, p: p[0],
     reference=lambda x, w: rms_norm(x) @ w,
-    display="RMSNorm-linear", paper=None, small={"n": 4, "d": 64, "o": 96})
+    display="RMSNorm-linear", paper=None, small={"n": 4, "d": 64, "o": 96},
+    medium={"n": 4, "d": 128, "o": 192})

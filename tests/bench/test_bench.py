@@ -12,7 +12,7 @@ import prism.workloads as wl
 from prism.bench import GPUUnavailable, load_results, run, write_report
 from prism.bench.gpu import COLUMNS, format_table
 from prism.bench.report import markdown
-from prism.bench.search import Plan, Run
+from prism.bench.search import Plan, Run, config_text
 from prism.errors import InputError, PrismError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,26 +92,61 @@ def test_prism_bench_rewrites_the_report_from_saved_results(tmp_path, capsys):
     assert "cannot read benchmark results" in capsys.readouterr().err
 
 
-def test_a_tiny_run_and_its_resumption(tmp_path):
+def test_a_tiny_run_and_its_resumption(tmp_path, monkeypatch):
+    import prism.bench.generality as generality
+    from prism.search import SearchResult
+
+    monkeypatch.setattr(generality, "CHOICE_BUDGET", 2)   # two compiled candidates: seconds, not a minute
     out = tmp_path / "out"
     lines: list[str] = []
     opts = dict(workloads=["swiglu"], mirage=False, ablation=False, workers=1, gpu=False, progress=lines.append)
     first = run(out, **opts)
     assert [line.split(" (")[0] for line in lines[:1]] == ["search swiglu SSS n=8,d=1024"]
-    assert len(lines) == 2 and lines[1].startswith("swiglu SSS n=8,d=1024: ") and "0 unsound" in lines[1]
+    assert len(lines) == 4 and lines[1].startswith("swiglu SSS n=8,d=1024: ") and "0 unsound" in lines[1]
+    assert lines[2].startswith("choice swiglu n=8,d=1024 (cost model, budget 2)") and "check ok" in lines[3]
     key = Run("swiglu", wl.get("swiglu").configs[0], "SSS", 3600.0).key
     saved = load_results(out / "results.json")
     assert list(saved["records"]) == [key] and saved["records"][key]["graphs"] > 0
     assert saved["plan"]["workloads"] == ["swiglu"] and saved["machine"]["cores"] >= 1
+    assert len(SearchResult.load(out / "searches" / "swiglu.json")) == saved["records"][key]["graphs"]
+    choice = saved["choices"]["swiglu"]
+    assert choice["check_ok"] and choice["relative_error"] < 2e-2 and choice["method"] == "cost-model"
+    assert choice["chosen"].startswith("#") and choice["kernels"] >= 1     # a fused kernel beats the unfused one
+    assert choice["estimate_us"] < choice["unfused_us"]
     assert {f.name for f in first["files"]} >= {"results.json", "report.md", "search_time.png"}
     assert is_png(out / "search_time.png") and not (out / "ablation.png").exists()
     md = (out / "report.md").read_text()
     assert "prism.bench.run(" in md and rows(md, "## Search time")["SwiGLU"][3:5] == ["-", "-"]
+    row = rows(md, "## Generality")["SwiGLU"]
+    assert row[:5] == ["n=8,d=1024", ours(saved["records"][key], "s"), ours(saved["records"][key], "graphs"),
+                       choice["chosen"], str(choice["kernels"])]
+    assert row[5].startswith("cost model: est.") and row[6].startswith("ok (") and row[7:] == ["-"] * 4
 
     lines.clear()
     second = run(out, **opts)
     assert lines == ["1 of 1 searches already measured; 0 to go"]
-    assert second["records"] == first["records"]
+    assert second["records"] == first["records"] and second["choices"] == first["choices"]
+
+
+def test_generality_rows_prefer_the_measured_gpu_choice():
+    """A GPU row of the first config replaces the cost model's choice and fills the time columns; an error row
+    says why; a workload measured nowhere is all '-' but its search."""
+    from prism.bench.generality import GENERALITY_COLUMNS, generality_rows
+    from tests.tune.test_gpu_bench import FAKE as GPU
+
+    plan = Plan(workloads=("rmsnorm", "attention", "swiglu", "lora"))
+    records = {plan.symbolic("rmsnorm").key: {"seconds": 0.31, "graphs": 9, "timed_out": False}}
+    choices = {"rmsnorm": {"chosen": "#1 model's", "kernels": 1, "estimate_us": 20.0, "unfused_us": 50.0,
+                           "check_ok": True, "relative_error": 1e-3}}
+    gpu = {**GPU, "rows": [{**GPU["rows"][0], "prism_error": 3e-3}, *GPU["rows"][1:]]}
+    got = {r[0]: r[1:] for r in generality_rows(plan, records, choices, gpu)}
+    assert all(len(r) + 1 == len(GENERALITY_COLUMNS) for r in got.values())
+    assert got["RMSNorm"] == ["n=8,d=4096", "0.3", "9", "#32 grid(x=1, y=64) loop=32", "1", "GPU timing", "ok (3e-03)",
+                              "14.5", "29.0", "17.4", "1.20x"]
+    assert got["Attention"][3:] == ["#13 grid(x=2, y=32) loop=8", "2", "GPU timing", "n/a", "9.0", "45.0", "n/a",
+                                    "n/a"]
+    assert got["SwiGLU"][3:7] == ["search failed: boom", "-", "-", "-"]
+    assert got["LoRA"] == [config_text(wl.get("lora").configs[0])] + ["-"] * 10
 
 
 def test_errors_are_input_errors_before_anything_is_written(tmp_path):

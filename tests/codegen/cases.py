@@ -318,6 +318,9 @@ SMALL = {
     "attention": ({"b": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),
     "qk_attention": ({"b": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),
     "rmsnorm_linear": ({"n": 4, "d": 64, "o": 96}, {"grid": 3, "loop": 2}),
+    "gqa": ({"b": 2, "k": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),   # grid (b, k, splits)
+    "ntrans": ({"n": 4, "d": 64}, {"grid": 2}),
+    "moe": ({"e": 2, "n": 4, "d": 32, "f": 64}, {"splits": 2, "loop": 2}),           # splits summed: atomics
 }
 
 CASES: dict[str, Callable[[], Case]] = {
@@ -355,6 +358,8 @@ CASES: dict[str, Callable[[], Case]] = {
     "searched_softmax_matmul": searched_softmax_matmul,
     "long_rows_softmax": long_rows_softmax,
     "lora": lora,
+    # GQA's safe split-KV form: grid (batch, KV head, split), kernel 2 a block per (batch, KV head, row)
+    "large_logits_gqa_split_kv": _large_logits("gqa", SMALL["gqa"][0], splits=2, loop=2, partials=True),
 }
 
 REAL = {
@@ -364,6 +369,10 @@ REAL = {
     "attention": {"b": 2, "g": 8, "h": 8 * 2048, "d": 128},
     "qk_attention": {"b": 2, "g": 8, "h": 8 * 1024, "d": 128},
     "rmsnorm_linear": {"n": 2, "d": 4096, "o": 6144},
+    "gqa": {"b": 2, "k": 8, "g": 4, "h": 4096, "d": 128},
+    "ntrans": {"n": 64, "d": 4096},
+    # not the MoE expert: its hand-written form holds whole-d tiles (d = 2048) that no SM's shared memory
+    # fits (tests/tune/test_cost.py SLOWER_FUSED); the tuner never picks such a point
 }
 
 def _matmul4d() -> KernelGraph:
@@ -380,6 +389,8 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     "real_attention_safe_split": lambda: prism.workloads.get("attention").fused(
         REAL["attention"], online=True, splits=16, loop=8, partials=True),
     "real_lora": lambda: LORA.fused(LORA.configs[0]),
+    "real_gqa_safe_split": lambda: prism.workloads.get("gqa").fused(REAL["gqa"], online=True, splits=8, loop=8,
+                                                                      partials=True),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
                                                     "broadcast_padding", "fp32_dot", "group_sums")},
 }

@@ -8,17 +8,13 @@ from prism.symbolic.closure import closure
 from prism.symbolic.dims import AtomSpace, InvExtent
 from prism.symbolic.terms import evaluate, from_graph, kids, leaf, mk, op_of, render, subterms
 
-SMALL = {"n": 4, "d": 12}
-SMALL_ATT = {"b": 2, "g": 3, "h": 10, "d": 6}
-DISTINCT = {w.dims: c for w, c in [(wl.get("rmsnorm"), SMALL), (wl.get("attention"), SMALL_ATT),
-                                   (wl.get("lora"), {"n": 4, "d": 12, "r": 3, "o": 10}),
-                                   (wl.get("rmsnorm_linear"), {"n": 4, "d": 12, "o": 10})]}
-"""Per dim layout, sizes that are all different: no dims of the program coincide by accident."""
+DISTINCT = (4, 12, 10, 6, 3)
+"""Sizes for a workload's dims in order, all different: no dims of the program coincide by accident."""
 
 
 def target_of(name, cfg=None):
     w = wl.get(name)
-    cfg = cfg or DISTINCT[w.dims]
+    cfg = cfg or dict(zip(w.dims, DISTINCT))
     g = w.build(cfg)
     space = AtomSpace(tuple(t.shape for t in g.inputs))
     (root,) = from_graph(g)

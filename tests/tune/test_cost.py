@@ -114,14 +114,22 @@ def test_kernel_list_matches_what_code_generation_launches(name):
         assert [k.num_warps for k in plan.kernels] == [k.warps for k in works]
 
 
+SLOWER_FUSED = {"moe": "its one loop walks f, so each block holds whole-d tiles of X and W1 (exp needs the whole "
+                       "sum over d first): at d = 2048 that is far past registers and shared memory, and the "
+                       "model costs the spills"}
+"""Workloads whose hand-written fused kernel the model rightly finds slower than their unfused program."""
+
+
 @pytest.mark.parametrize("name", wl.names())
 def test_the_hand_fused_kernels_beat_the_unfused_programs(name):
     w = wl.get(name)
     for cfg in w.configs:
         fused, unfused = estimate(w.fused(cfg)), estimate(w.build(cfg))
-        assert fused.seconds < unfused.seconds
+        assert (fused.seconds < unfused.seconds) == (name not in SLOWER_FUSED), SLOWER_FUSED.get(name)
         assert fused.launches < unfused.launches
         assert fused.dram_bytes < unfused.dram_bytes
+    if name in SLOWER_FUSED:
+        assert any(k.work.spills for k in estimate(w.fused(w.configs[0])).kernels)
 
 
 def test_compiler_figures_set_occupancy_and_spills():

@@ -26,7 +26,7 @@ def bench():
 def test_arguments(bench):
     args = bench.parse_args([])
     assert args.names == ["rmsnorm", "rmsnorm_mlp", "swiglu", "attention", "qk_attention", "lora",
-                          "rmsnorm_linear"]
+                          "rmsnorm_linear", "gqa", "ntrans", "moe"]
     assert args.budget == 16 and args.out == "gpu_bench.json" and not args.no_compile
     assert args.compile_mode == "max-autotune-no-cudagraphs"
     args = bench.parse_args(["--workloads", "swiglu,attention", "--budget", "8", "--no-compile"])

@@ -11,16 +11,12 @@ import prism.workloads as wl
 from prism import viz
 from prism.errors import InputError
 
-SMALL = {"n": 4, "d": 128}                      # 64-wide tiles: grid 2, loop 2 (tests/workloads/test_workloads_fused)
-SMALL_ATT = {"b": 2, "g": 4, "h": 256, "d": 16}  # two kernels, grid (b, splits), loop 4
-
-
-SIZES = {("n", "d"): SMALL, ("b", "g", "h", "d"): SMALL_ATT,
-         ("n", "d", "r", "o"): {"n": 4, "d": 128, "r": 16, "o": 128}, ("n", "d", "o"): {"n": 4, "d": 128, "o": 192}}
+SMALL = wl.get("swiglu").medium_config           # 64-wide tiles: grid 2, loop 2 (tests/workloads/test_workloads_fused)
+SMALL_ATT = wl.get("attention").medium_config    # two kernels, grid (b, splits), loop 4
 
 
 def small(name):
-    return dict(SIZES[wl.get(name).dims])
+    return wl.get(name).medium_config
 
 
 def check_png(path):

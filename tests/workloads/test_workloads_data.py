@@ -25,6 +25,14 @@ def _sdpa(q, kt, v):
     return F.scaled_dot_product_attention(q, kt.transpose(-1, -2), v, scale=1.0)
 
 
+def _gqa(q, kt, v):
+    """torch's own GQA: each of Q's g rows per KV head as a query head of its own (b, k·g heads, one query),
+    SDPA's enable_gqa pairing query head i with KV head i // g."""
+    b, k, g, d = q.shape
+    return F.scaled_dot_product_attention(q.reshape(b, k * g, 1, d), kt.transpose(-1, -2), v, scale=1.0,
+                                          enable_gqa=True).reshape(b, k, g, d)
+
+
 DIRECT = {
     "rmsnorm": lambda x, w: _rmsn(x) @ w,
     "rmsnorm_mlp": lambda x, wu, wg: (_rmsn(x) @ wu) * (_rmsn(x) @ wg),
@@ -33,6 +41,9 @@ DIRECT = {
     "qk_attention": lambda q, kt, v: _sdpa(_rmsn(q), kt, v),
     "lora": lambda x, w, a, b: torch.addmm(x @ w, x @ a, b),
     "rmsnorm_linear": lambda x, w: _rmsn(x) @ w,
+    "gqa": _gqa,
+    "ntrans": lambda h, x, alpha: _rmsn(torch.lerp(x, _rmsn(h), alpha)),
+    "moe": lambda x, w1, w2: torch.bmm(torch.exp(torch.bmm(x, w1)), w2),
 }
 
 

@@ -13,15 +13,12 @@ SMALL = {"n": 4, "d": 128}
 SMALL_ATT = {"b": 2, "g": 4, "h": 256, "d": 16}
 
 
-def small(w):
-    return dict(SMALL) if w.dims == ("n", "d") else dict(SMALL_ATT)
-
-
 def test_names_are_the_papers_five_in_its_order_then_the_others():
-    assert wl.paper_names() == NAMES and wl.names() == NAMES + ["lora", "rmsnorm_linear"]
+    assert wl.paper_names() == NAMES and wl.names() == NAMES + ["lora", "rmsnorm_linear", "gqa", "ntrans", "moe"]
     assert [wl.get(n).name for n in wl.names()] == wl.names()
     assert [wl.get(n).display for n in wl.names()] == ["RMSNorm", "RMSNorm-MLP", "SwiGLU", "Attention",
-                                                       "QK-Attention", "LoRA", "RMSNorm-linear"]
+                                                       "QK-Attention", "LoRA", "RMSNorm-linear", "GQA", "nTrans",
+                                                       "MoE expert"]
 
 
 def test_a_workload_is_refused_without_a_valid_small_config():
@@ -58,7 +55,7 @@ def test_configs_are_fresh_copies():
 @pytest.mark.parametrize("name", NAMES)
 def test_build_shapes_and_dtypes(name):
     w = wl.get(name)
-    for cfg in w.configs + [small(w)]:
+    for cfg in w.configs + [w.medium_config]:
         g = w.build(cfg)
         assert [t.name for t in g.inputs] == w.input_names
         assert {t.dtype for t in g.inputs + g.output_tensors} == {"float16"}
@@ -71,11 +68,11 @@ def test_build_shapes_and_dtypes(name):
             b, q, h, d = cfg["b"], cfg["g"], cfg["h"], cfg["d"]
             assert [t.shape for t in g.inputs] == [(b, q, d), (b, d, h), (b, h, d)]
             assert [t.shape for t in g.output_tensors] == [(b, q, d)]
-    assert {t.dtype for t in w.build(small(w), dtype=torch.float32).inputs} == {"float32"}
+    assert {t.dtype for t in w.build(w.medium_config, dtype=torch.float32).inputs} == {"float32"}
 
 
 def test_build_uses_the_programs_ops():
-    ops = lambda name: [n.op for n in wl.get(name).build(small(wl.get(name))).nodes if n.op != "input"]
+    ops = lambda name: [n.op for n in wl.get(name).build(wl.get(name).medium_config).nodes if n.op != "input"]
     assert ops("rmsnorm") == ["rms_norm", "matmul"]
     assert ops("rmsnorm_mlp") == ["rms_norm", "matmul", "matmul", "mul"]
     assert ops("swiglu") == ["matmul", "matmul", "silu", "mul"]
@@ -144,7 +141,7 @@ def _blocks(g):
 @pytest.mark.parametrize("name", NAMES)
 def test_fused_has_the_programs_interface(name):
     w = wl.get(name)
-    for cfg in w.configs + [small(w)]:
+    for cfg in w.configs + [w.medium_config]:
         g, f = w.build(cfg), w.fused(cfg)
         assert [(t.name, t.type) for t in f.inputs] == [(t.name, t.type) for t in g.inputs]
         assert [t.type for t in f.output_tensors] == [t.type for t in g.output_tensors]
@@ -190,7 +187,7 @@ def test_fused_maps_are_the_hand_written_ones():
 def test_bad_fused_params_are_mapping_errors(name, params):
     w = wl.get(name)
     with pytest.raises(MappingError):
-        w.fused(small(w), **params)
+        w.fused(w.medium_config, **params)
 
 
 def test_unknown_fused_param_is_named():
@@ -220,7 +217,12 @@ def test_the_sweep_is_the_papers_evaluation_grid():
                                                  {"b": 16, "g": 128, "h": 1024, "d": 128},
                                                  {"b": 64, "g": 1, "h": 1024, "d": 128},
                                                  {"b": 32, "g": 1, "h": 1024, "d": 128}]
-    assert len(SWEEP) == 26
+    # GQA keeps batch and heads apart: (batch, KV heads, queries per KV head, kv, head dim)
+    assert wl.get("gqa").sweep_configs == [{"b": 2, "k": 8, "g": 1, "h": 1024, "d": 128},
+                                           {"b": 2, "k": 8, "g": 128, "h": 1024, "d": 128},
+                                           {"b": 2, "k": 32, "g": 1, "h": 1024, "d": 128},
+                                           {"b": 4, "k": 8, "g": 1, "h": 1024, "d": 128}]
+    assert len(SWEEP) == 30
 
 
 @pytest.mark.parametrize("name, cfg", SWEEP, ids=[f"{n}-{'-'.join(map(str, c.values()))}" for n, c in SWEEP])
