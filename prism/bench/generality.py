@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import prism.workloads as wl
 from prism.bench.gpu import num_text
-from prism.bench.search import NAMES, Plan, config_text, graphs_text, search_path, seconds_text
+from prism.bench.search import NAMES, Plan, config_text, graphs_text, saved_or_searched, search_path, seconds_text
 
 __all__ = ["CHOICE_BUDGET", "GENERALITY_COLUMNS", "generality_rows", "measure_choice", "measure_choices"]
 
@@ -32,19 +32,11 @@ GENERALITY_COLUMNS = ["program", "config", "search s", "graphs", "chosen", "kern
 
 
 def _result(out: Path, plan: Plan, name: str, workers: int | None, say: Callable[[str], None]) -> Any:
-    """The saved search of `name`, or a fresh one (saved) when there is none or it is stale."""
-    from prism.search import SearchResult, search
-
-    path = search_path(out, name)
-    if path.exists():
-        saved = SearchResult.load(path)
-        if not saved.stale:
-            return saved
-        say(f"choice: {path} was searched by another build of Prism; searching again")
+    """The search of `name` the tables report (saved by `measure_search`), or a fresh one when there is none
+    or it is stale."""
     run = plan.symbolic(name)
-    result = search(wl.get(name).build(run.cfg), modes=run.modes, time_limit=run.limit, workers=workers)
-    result.save(path)
-    return result
+    return saved_or_searched(search_path(out, name), wl.get(name).build(run.cfg), lambda line: say(f"choice: {line}"),
+                             modes=run.modes, time_limit=run.limit, workers=workers)
 
 
 def measure_choice(name: str, result: Any, workers: int | None) -> dict[str, Any]:

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import prism.workloads as wl
-from prism.bench.search import config_text
+from prism.bench.search import config_text, saved_or_searched
 from prism.errors import PrismError
-from prism.provenance import build_id
 
 __all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
            "measure_gpu", "require_gpu", "search_result"]
@@ -126,27 +125,14 @@ def copy_bandwidth(bench: Bench, nbytes: int = 1 << 30) -> float:
 
 
 def search_result(name: str, opts: GPUOptions, say: Callable[[str], None] = lambda line: None) -> Any:
-    """The SearchResult of `name` at its small config: loaded from `opts.search_dir` if saved there by this
-    build of Prism, else searched (and saved there when a folder is given). A result saved by other code
-    is searched again: it would lack what this build finds (2026-11-23: a search saved before safe split-KV
-    attention existed made the tuner's picks for attention 7x slower than the baseline)."""
-    from prism.search import SearchResult, search
-
+    """The SearchResult of `name` at its small config: saved in `opts.search_dir` by this build of Prism, else
+    searched (and saved there when a folder is given; `saved_or_searched`)."""
     w = wl.get(name)
-    path = Path(opts.search_dir) / f"{name}.json" if opts.search_dir else None
-    if path is not None and path.exists():
-        saved = SearchResult.load(path)
-        if not saved.stale:
-            return saved
-        say(f"gpu: {path} was searched by Prism {saved.build}, not this build ({build_id()}); searching again")
     limits: dict[str, Any] = {"time_limit": opts.search_time_limit}
     if opts.max_block_ops is not None:
         limits["max_block_ops"] = opts.max_block_ops
-    result = search(w.build(w.small_config), **limits)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        result.save(path)
-    return result
+    path = Path(opts.search_dir) / f"{name}.json" if opts.search_dir else None
+    return saved_or_searched(path, w.build(w.small_config), lambda line: say(f"gpu: {line}"), **limits)
 
 
 def _max_error(got: Any, want: Any) -> float:

@@ -24,7 +24,8 @@ import prism.workloads as wl
 from prism.errors import InputError
 
 __all__ = ["ABLATION_CONFIG", "NAMES", "NO_FIGURE", "PAPER_ABLATION", "PAPER_GRAPHS", "PAPER_THREADS", "PAPER_TIME",
-           "Plan", "Run", "SEARCHES", "config_text", "graphs_text", "measure_search", "search_path", "seconds_text"]
+           "Plan", "Run", "SEARCHES", "config_text", "graphs_text", "measure_search", "saved_or_searched",
+           "search_path", "seconds_text"]
 
 # ---- the paper's numbers -------------------------------------------------------------------------
 
@@ -133,6 +134,26 @@ def search_path(out: Path, name: str) -> Path:
     """Where a benchmark in folder `out` keeps the symbolic search result of workload `name` (what the
     generality table's choice and the GPU benchmark tune from)."""
     return out / SEARCHES / f"{name}.json"
+
+
+def saved_or_searched(path: Path | None, graph: Any, say: Callable[[str], None], **options: Any) -> Any:
+    """The SearchResult saved at `path` if this build of Prism saved it, else `graph` searched with `options`
+    (and saved there when a path is given). A result saved by other code is searched again: it would lack
+    what this build finds (2026-11-23: a search saved before safe split-KV attention existed made the
+    tuner's picks for attention 7x slower than the baseline)."""
+    from prism.provenance import build_id
+    from prism.search import SearchResult, search
+
+    if path is not None and path.exists():
+        saved = SearchResult.load(path)
+        if not saved.stale:
+            return saved
+        say(f"{path} was searched by Prism {saved.build}, not this build ({build_id()}); searching again")
+    result = search(graph, **options)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        result.save(path)
+    return result
 
 
 def _measure(run: Run, workers: int | None, out: Path | None) -> dict[str, Any]:
