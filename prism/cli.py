@@ -284,6 +284,11 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
             if base is not None and getattr(base, key) and getattr(best, key):
                 speed = f" ({getattr(base, key) / getattr(best, key):.2f}x the unfused program)"
             print(f"chosen     {best.label}: {rep.reason}{speed}")
+        if rep.space:
+            print("space      " + ", ".join(f"{v} {k}" for k, v in rep.space.items()))
+        if rep.seconds:
+            print(f"tuning     {rep.seconds_text}" + (" when it was tuned (this run read the result cache)"
+                                                        if rep.cached else ""))
         print(f"runs as    {rep.execution}")
         print(f"check      {check['text']}")
         print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))

@@ -108,8 +108,8 @@ class Report:
         out.search = {"source": "per output", "graphs": sum(p.search.get("graphs", 0) for p in parts),
                       "seconds": sum(p.search.get("seconds") or 0.0 for p in parts),
                       "parts": [dict(p.search) for p in parts]}
-        phases = {k for p in parts for k in p.seconds}
-        out.seconds = {key: sum(p.seconds.get(key, 0.0) for p in parts) for key in sorted(phases)}
+        phases = dict.fromkeys(k for p in parts for k in p.seconds)
+        out.seconds = {key: sum(p.seconds.get(key, 0.0) for p in parts) for key in phases}
         out.notes = [f"output {k}: {n}" for k, p in enumerate(parts) for n in p.notes]
         out.cached = all(p.cached for p in parts)
         return out
@@ -124,6 +124,12 @@ class Report:
             return f"GPU profiling (triton.testing.do_bench medians) on {self.target}"
         return (f"analytical cost model (prism.tune.cost) for {self.target}, no GPU timing; candidates "
                 "compiled ahead of time to PTX where shown")
+
+    @property
+    def seconds_text(self) -> str:
+        """Where the tuning's seconds went: "12.3 s (space 1.0, rank 3.1, compile 8.0, profile 0.2)"."""
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items() if k != "total")
+        return f"{self.seconds.get('total', 0.0):.1f} s" + (f" ({phases})" if phases else "")
 
     def table(self) -> str:
         """One row per candidate, best first as the tuner chose: safe ones first (prism.tune.safety), then by
@@ -161,6 +167,8 @@ class Report:
             lines.append("space: " + ", ".join(f"{k} {v}" for k, v in self.space.items()))
         if self.spearman is not None:
             lines.append(f"cost model vs measured: Spearman rank correlation {self.spearman:+.3f}")
+        if self.seconds:
+            lines.append(f"time: {self.seconds_text}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -34,6 +34,7 @@ points one step away, which the tuner's refinement walks.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import random
@@ -141,7 +142,6 @@ class GraphSpace:
         self.itemsize = TORCH_DTYPES[dtype].itemsize
         g = st.graph
         self.mapping = m
-        self.uf = g.uf
         self.extent: dict[int, int] = {}
         for a, (i, d) in enumerate(g.space.atoms):
             if g.space.shapes[i][d] != 1:
@@ -150,10 +150,10 @@ class GraphSpace:
         split = [tuple(m.grid[p]) if p < len(m.grid) else () for p in range(m.n_grid)] + [tuple(m.loop)]
         self.variables = [self._variable(n, cs) for n, cs in zip(list(names) + ["loop"], split)]
         loaders, _ = st.problem().maps(m)
-        self.ops, self.dims, self.post = g.ops, g.dims, g.post
+        self.ops = g.ops
         self.fmap = {k: loaders[op.attrs[0]][1] for k, op in enumerate(g.ops) if op.op == LOADER}
-        self.dot_classes: set[int] = set()
-        self.dot_units: set[tuple[int, int]] = set()
+        dot_classes: set[int] = set()
+        dot_units: set[tuple[int, int]] = set()
         for k, op in enumerate(g.ops):
             if op.op == "matmul":
                 for t in (*op.inputs, k):
@@ -161,9 +161,26 @@ class GraphSpace:
                     for d in (rank - 2, rank - 1):
                         a = g.dims[t][d]
                         if a == UNIT:
-                            self.dot_units.add((t, d))
+                            dot_units.add((t, d))
                         else:
-                            self.dot_classes.add(g.uf.find(a))
+                            dot_classes.add(g.uf.find(a))
+        # Tables that make a tiling's tiles cheap to compute (a space can have ~10^5 tilings to check):
+        # each class's extent and what splits it, and each tensor's dims as indices into `_padded_sizes`.
+        self._classes = sorted(self.extent)
+        slot = {c: i for i, c in enumerate(self._classes)}
+        self._splits = [(self.extent[c], m.grid_of(c), c in m.loop) for c in self._classes]
+        n = len(self._classes)
+
+        def index(k: int, d: int, a: int) -> int:
+            if a == UNIT:
+                return int((k, d) in dot_units)
+            c = g.uf.find(a)
+            return 2 + slot[c] + (n if c in dot_classes else 0)
+
+        self._dims = [tuple(index(k, d, a) for d, a in enumerate(dims)) for k, dims in enumerate(g.dims)]
+        self._tile_dims = sorted(set(self._dims))
+        self._dot_operands = [(self._dims[o], g.ops[o].op == LOADER and self.fmap[o] is not None)
+                              for op in g.ops if op.op == "matmul" for o in op.inputs]
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
         self._launches: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
@@ -179,22 +196,26 @@ class GraphSpace:
 
     # -- one point ------------------------------------------------------------------------------
 
-    def factor(self, cls: int, grid: Sequence[int], loop: int) -> int:
-        p = self.mapping.grid_of(cls)
-        return (grid[p] if p is not None else 1) * (loop if cls in self.mapping.loop else 1)
+    def _class_tiles(self, grid: Sequence[int], loop: int) -> list[int]:
+        """Every class's tile extent, in `_classes` order."""
+        return [e // ((grid[p] if p is not None else 1) * (loop if looped else 1)) for e, p, looped in self._splits]
+
+    def _padded_sizes(self, grid: Sequence[int], loop: int) -> list[int]:
+        """What a tensor dim's entry in `_dims` indexes: a unit dim (1), a unit `tl.dot` dim (MIN_DOT), then every
+        class's tile padded to a power of two, then the same at least MIN_DOT (the class on a `tl.dot` dim)."""
+        pow2 = [next_pow2(t) for t in self._class_tiles(grid, loop)]
+        return [1, MIN_DOT, *pow2, *(max(t, MIN_DOT) for t in pow2)]
 
     def tile(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
         """The real tile shape of block tensor k."""
-        return tuple(1 if a == UNIT else self.extent[self.uf.find(a)] // self.factor(self.uf.find(a), grid, loop)
-                     for a in self.dims[k])
+        tiles = self._class_tiles(grid, loop)
+        n = len(tiles)
+        return tuple(1 if i < 2 else tiles[(i - 2) % n] for i in self._dims[k])
 
     def padded(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
         """Tensor k's tile as code generation pads it (power of two; at least 16 on `tl.dot` dims)."""
-        out = []
-        for d, (a, t) in enumerate(zip(self.dims[k], self.tile(k, grid, loop))):
-            dot = (k, d) in self.dot_units if a == UNIT else self.uf.find(a) in self.dot_classes
-            out.append(max(next_pow2(t), MIN_DOT) if dot else next_pow2(t))
-        return tuple(out)
+        sizes = self._padded_sizes(grid, loop)
+        return tuple(sizes[i] for i in self._dims[k])
 
     def footprint(self, grid: Sequence[int], loop: int, stages: int = TRITON_STAGES) -> Footprint:
         numel, fixed, staged = self._tiles(tuple(grid), loop)
@@ -205,21 +226,18 @@ class GraphSpace:
         those staged every iteration): a tiling's share of every footprint, whatever its stages (computed
         once per tiling)."""
         key = (grid, loop)
-        if key in self._footprints:
-            return self._footprints[key]
-        numel, fixed, staged = 1, 0, 0
-        for k, op in enumerate(self.ops):
-            numel = max(numel, math.prod(self.padded(k, grid, loop)))
-            if op.op != "matmul":
-                continue
-            for o in op.inputs:
-                nbytes = math.prod(self.padded(o, grid, loop)) * self.itemsize
-                if self.ops[o].op == LOADER and self.fmap[o] is not None and loop > 1:
+        if key not in self._footprints:
+            sizes = self._padded_sizes(grid, loop)
+            numel = max((math.prod(sizes[i] for i in dims) for dims in self._tile_dims), default=1)
+            fixed = staged = 0
+            for dims, loaded in self._dot_operands:
+                nbytes = math.prod(sizes[i] for i in dims) * self.itemsize
+                if loaded and loop > 1:
                     staged += nbytes
                 else:
                     fixed += nbytes
-        self._footprints[key] = numel, fixed, staged
-        return numel, fixed, staged
+            self._footprints[key] = numel, fixed, staged
+        return self._footprints[key]
 
     def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
         """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""
@@ -252,8 +270,8 @@ class GraphSpace:
         for var, v in zip(self.variables, (*grid, loop)):
             if not var.classes and v != 1:
                 out.append(f"{var.name} splits no dim, so it must be 1 (got {v})")
-        for c, e in sorted(self.extent.items()):
-            f = self.factor(c, grid, loop)
+        for e, p, looped in self._splits:
+            f = (grid[p] if p is not None else 1) * (loop if looped else 1)
             if e % f:
                 out.append(f"a dim of extent {e} does not split into {f} tiles")
             elif f > 1 and not _pow2(e // f):
@@ -332,16 +350,32 @@ class Space:
         self.result, self.program, self.target = result, program, target
         self.shapes, self.dtype = shapes, dtype
         self.graphs = [GraphSpace(g, shapes, dtype, target, i) for i, g in enumerate(result.graphs)]
-        self._points: list[Candidate] | None = None
+        self._tilings: list[tuple[GraphSpace, tuple[int, ...], int]] | None = None
+        self._ends: list[int] = []   # cumulative points per tiling
+
+    def tilings(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
+        """Every valid (sGraph, grid, loop), graph by graph (computed once)."""
+        if self._tilings is None:
+            self._tilings = [(gs, grid, loop) for gs in self.graphs for grid, loop in gs.tilings()]
+            self._ends = list(itertools.accumulate(len(gs.launches(grid, loop)) for gs, grid, loop in self._tilings))
+        return list(self._tilings)
+
+    def point(self, i: int) -> Candidate:
+        """The i-th point in `points()` order, found without listing the points (a space can have millions)."""
+        self.tilings()
+        t = bisect.bisect_right(self._ends, i)
+        gs, grid, loop = self._tilings[t]
+        w, s = gs.launches(grid, loop)[i - (self._ends[t - 1] if t else 0)]
+        return Candidate(gs.index, grid, loop, w, s)
 
     def points(self) -> list[Candidate]:
-        """Every valid candidate, graph by graph (computed once)."""
-        if self._points is None:
-            self._points = [c for gs in self.graphs for c in gs.points()]
-        return list(self._points)
+        """Every valid candidate, graph by graph."""
+        return [Candidate(gs.index, grid, loop, w, s) for gs, grid, loop in self.tilings()
+                for w, s in gs.launches(grid, loop)]
 
     def __len__(self) -> int:
-        return len(self.points())
+        self.tilings()
+        return self._ends[-1] if self._ends else 0
 
     def __iter__(self) -> Iterator[Candidate]:
         return iter(self.points())
@@ -349,16 +383,27 @@ class Space:
     def sizes(self) -> list[int]:
         """Points per sGraph."""
         counts = [0] * len(self.graphs)
-        for c in self.points():
-            counts[c.graph] += 1
+        for gs, grid, loop in self.tilings():
+            counts[gs.index] += len(gs.launches(grid, loop))
         return counts
 
+    def shuffled(self, seed: int = 0) -> Iterator[Candidate]:
+        """Every point once, in a uniformly random order that the seed fixes. Indices are drawn lazily (a
+        tuner takes a handful of a space that can have millions of points), the last half by one shuffle."""
+        n, rng, seen = len(self), random.Random(seed), set()
+        while len(seen) < n // 2:
+            i = rng.randrange(n)
+            if i not in seen:
+                seen.add(i)
+                yield self.point(i)
+        rest = [i for i in range(n) if i not in seen]
+        rng.shuffle(rest)
+        yield from map(self.point, rest)
+
     def sample(self, k: int, seed: int = 0) -> list[Candidate]:
-        """k distinct candidates drawn uniformly over all (graph, params) pairs (all of them if fewer);
-        the same seed gives the same draw."""
-        pts = self.points()
-        rng = random.Random(seed)
-        return [pts[i] for i in sorted(rng.sample(range(len(pts)), min(k, len(pts))))]
+        """k distinct candidates drawn uniformly over all (graph, params) pairs (all of them if fewer), in
+        `points()` order; the same seed gives the same draw."""
+        return sorted(itertools.islice(self.shuffled(seed), k))
 
     def violations(self, c: Candidate) -> list[str]:
         return self.graphs[c.graph].violations(c.grid, c.loop, c.warps, c.stages)

@@ -123,6 +123,8 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     report.floor_us = floor_seconds(program, target) * 1e6
     clock = _Clock(time_budget)
     space = Space(result, program, target)
+    space.tilings()
+    clock.lap("space")
     ranked = _rank(space, rank_limit, seed, target, report, log)
     clock.lap("rank")
     seen: set[str] = set()
@@ -172,7 +174,7 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
     """Phase 1: every tiling (or a uniform sample of `rank_limit`) at every launch, estimated and sorted: the
     ones that cannot overflow first (prism.tune.safety), cheapest first; ties go to less shared memory, then
     to candidate order. A tiling is instantiated and its kernels derived once; its launches only re-cost them."""
-    tilings = [(gs, grid, loop) for gs in space.graphs for grid, loop in gs.tilings()]
+    tilings = space.tilings()
     pool = tilings if len(tilings) <= rank_limit else \
         [tilings[i] for i in sorted(random.Random(seed).sample(range(len(tilings)), rank_limit))]
     ranked: list[_Pick] = []
@@ -186,7 +188,7 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
                                 cost_of(relaunched(works, w, s, target), target), space))
     ranked.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, sum(k.work.smem for k in p.cost.kernels),
                                p.entry.candidate))
-    points = sum(len(gs.launches(grid, loop)) for gs, grid, loop in tilings)   # every point, none built
+    points = len(space)
     report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
     if not tilings:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
@@ -201,13 +203,10 @@ def _select(space: Space, ranked: list[_Pick], budget: int, explore: float, seed
     """Phase 2: the model's best distinct kernels, plus a seeded uniform draw over all points."""
     n_random = min(budget - 1, round(budget * explore)) if budget > 1 else 0
     picks = _take(ranked, budget - n_random, seen)
-    points = space.points()
-    order = list(range(len(points)))
-    random.Random(seed).shuffle(order)
-    for i in order:
+    for c in space.shuffled(seed):
         if n_random <= 0:
             break
-        p = _pick(space, points[i], "random", target, report)
+        p = _pick(space, c, "random", target, report)
         if p is not None and _fresh(p, seen):
             picks.append(p)
             n_random -= 1
@@ -421,6 +420,8 @@ def _correlation(picks: Sequence[_Pick], report: Report) -> None:
     report.spearman = spearman([a for a, _ in pairs], [b for _, b in pairs])
     report.notes.append(f"Spearman rank correlation of cost-model estimates and measured medians over "
                         f"{len(pairs)} candidates: {'n/a' if report.spearman is None else f'{report.spearman:+.3f}'}")
+
+
 def _choose(report: Report, target: Target) -> None:
     gpu = report.method == GPU_PROFILE
     key = (lambda e: e.measured_us) if gpu else (lambda e: e.estimate_us)
