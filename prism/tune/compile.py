@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -19,7 +20,7 @@ from prism import pool
 from prism.codegen.aot import AotKernel
 from prism.ir import KernelGraph
 
-__all__ = ["CompileResult", "compile_one", "compile_many", "compile_task", "default_workers"]
+__all__ = ["CompileResult", "compile_one", "compile_many", "compile_task", "default_workers", "start_workers"]
 
 
 @dataclass(frozen=True)
@@ -85,18 +86,22 @@ def _interpreting() -> bool:
 
 
 def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90,
-                 done: Callable[[int], None] | None = None, cluster: Any = None) -> list[CompileResult]:
+                 done: Callable[[int], None] | None = None, cluster: Any = None,
+                 workers_pool: ProcessPoolExecutor | None = None) -> list[CompileResult]:
     """Compile every graph; results in order, `done(k)` after k have finished. With `cluster` (a
-    prism.search.cluster.RayWorkers) as Ray tasks; else in this process when one worker suffices and this
-    process compiles (not interpreting), or when no worker process can be started; else in a pool of
-    `workers` processes (default: cores)."""
+    prism.search.cluster.RayWorkers) as Ray tasks; else on `workers_pool` (from `start_workers`, left running
+    for the caller's next batch); else in this process when one worker suffices and this process compiles
+    (not interpreting), or when no worker process can be started; else in a pool of `workers` processes
+    (default: cores) started for this call."""
     done = done or (lambda k: None)
     tasks = [(g.to_json(), arch) for g in graphs]
     finished = itertools.count(1)
     if cluster is not None:
         return cluster.map(compile_task, tasks, lambda i, r: done(next(finished)))
-    workers = min(default_workers() if workers is None else max(1, workers), len(tasks))
-    started = pool.start(workers, _worker_init) if workers > 1 or (tasks and _interpreting()) else None
+    if workers_pool is not None:
+        return pool.run(workers_pool, compile_one, tasks, lambda _: done(next(finished)))
+    started = start_workers(min(default_workers() if workers is None else max(1, workers), len(tasks)),
+                            bool(tasks))
     if started is None:
         out = []
         for k, t in enumerate(tasks, 1):
@@ -107,3 +112,9 @@ def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch
         return pool.run(started, compile_one, tasks, lambda _: done(next(finished)))
     finally:
         started.shutdown()
+
+
+def start_workers(workers: int, needed: bool = True) -> ProcessPoolExecutor | None:
+    """A pool of `workers` compile processes (Triton's interpreter off), or None where this process does the
+    work: one worker suffices and this process compiles (not interpreting), or none can be started."""
+    return pool.start(workers, _worker_init) if workers > 1 or (needed and _interpreting()) else None

@@ -41,7 +41,9 @@ import random
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from prism.codegen.layout import MIN_DOT, next_pow2
+import numpy as np
+
+from prism.codegen.layout import MIN_DOT
 from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS
 from prism.ir.ops import TORCH_DTYPES
@@ -50,7 +52,7 @@ from prism.symbolic.sgraph import LOADER
 from prism.tune.target import H100, Target
 
 __all__ = ["MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate", "Footprint", "GraphSpace", "Space",
-           "Variable", "staged_copies"]
+           "Variable", "instantiate", "staged_copies"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block, in elements."""
@@ -182,7 +184,7 @@ class GraphSpace:
         self._dot_operands = [(self._dims[o], g.ops[o].op == LOADER and self.fmap[o] is not None)
                               for op in g.ops if op.op == "matmul" for o in op.inputs]
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
-        self._launches: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
+        self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
 
     def _variable(self, name: str, classes: tuple[int, ...]) -> Variable:
@@ -196,25 +198,32 @@ class GraphSpace:
 
     # -- one point ------------------------------------------------------------------------------
 
-    def _class_tiles(self, grid: Sequence[int], loop: int) -> list[int]:
-        """Every class's tile extent, in `_classes` order."""
-        return [e // ((grid[p] if p is not None else 1) * (loop if looped else 1)) for e, p, looped in self._splits]
+    def _class_tiles(self, sizes: np.ndarray) -> np.ndarray:
+        """Every class's tile extent (columns, in `_classes` order) at each row of `sizes`: [*grid, loop]."""
+        out = np.empty((len(sizes), len(self._splits)), dtype=np.int64)
+        for j, (e, p, looped) in enumerate(self._splits):
+            out[:, j] = e // ((sizes[:, p] if p is not None else 1) * (sizes[:, -1] if looped else 1))
+        return out
 
-    def _padded_sizes(self, grid: Sequence[int], loop: int) -> list[int]:
-        """What a tensor dim's entry in `_dims` indexes: a unit dim (1), a unit `tl.dot` dim (MIN_DOT), then every
-        class's tile padded to a power of two, then the same at least MIN_DOT (the class on a `tl.dot` dim)."""
-        pow2 = [next_pow2(t) for t in self._class_tiles(grid, loop)]
-        return [1, MIN_DOT, *pow2, *(max(t, MIN_DOT) for t in pow2)]
+    def _padded_sizes(self, sizes: np.ndarray) -> np.ndarray:
+        """What a tensor dim's entry in `_dims` indexes (columns), at each row of `sizes`: a unit dim (1), a unit
+        `tl.dot` dim (MIN_DOT), then every class's tile padded to a power of two, then the same at least
+        MIN_DOT (the class on a `tl.dot` dim)."""
+        tiles = self._class_tiles(sizes)
+        pow2 = np.left_shift(1, np.ceil(np.log2(np.maximum(tiles, 1))).astype(np.int64))
+        n = len(sizes)
+        return np.concatenate([np.ones((n, 1), np.int64), np.full((n, 1), MIN_DOT, np.int64), pow2,
+                               np.maximum(pow2, MIN_DOT)], axis=1)
 
     def tile(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
         """The real tile shape of block tensor k."""
-        tiles = self._class_tiles(grid, loop)
+        tiles = self._class_tiles(np.array([[*grid, loop]], dtype=np.int64))[0].tolist()
         n = len(tiles)
         return tuple(1 if i < 2 else tiles[(i - 2) % n] for i in self._dims[k])
 
     def padded(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
         """Tensor k's tile as code generation pads it (power of two; at least 16 on `tl.dot` dims)."""
-        sizes = self._padded_sizes(grid, loop)
+        sizes = self._padded_sizes(np.array([[*grid, loop]], dtype=np.int64))[0].tolist()
         return tuple(sizes[i] for i in self._dims[k])
 
     def footprint(self, grid: Sequence[int], loop: int, stages: int = TRITON_STAGES) -> Footprint:
@@ -227,28 +236,48 @@ class GraphSpace:
         once per tiling)."""
         key = (grid, loop)
         if key not in self._footprints:
-            sizes = self._padded_sizes(grid, loop)
-            numel = max((math.prod(sizes[i] for i in dims) for dims in self._tile_dims), default=1)
-            fixed = staged = 0
-            for dims, loaded in self._dot_operands:
-                nbytes = math.prod(sizes[i] for i in dims) * self.itemsize
-                if loaded and loop > 1:
-                    staged += nbytes
-                else:
-                    fixed += nbytes
-            self._footprints[key] = numel, fixed, staged
+            self._measure([key])
         return self._footprints[key]
+
+    def _measure(self, tilings: Sequence[tuple[tuple[int, ...], int]]) -> None:
+        """`_tiles` of many tilings at once (a space can have 10^5 to check), into the `_footprints` cache."""
+        sizes = np.array([[*grid, loop] for grid, loop in tilings], dtype=np.int64).reshape(len(tilings), -1)
+        padded = self._padded_sizes(sizes)
+        numel = np.ones(len(tilings), dtype=np.int64)
+        for dims in self._tile_dims:
+            numel = np.maximum(numel, padded[:, list(dims)].prod(axis=1))
+        fixed = np.zeros(len(tilings), dtype=np.int64)
+        staged = np.zeros(len(tilings), dtype=np.int64)
+        looped = sizes[:, -1] > 1
+        for dims, loaded in self._dot_operands:
+            nbytes = padded[:, list(dims)].prod(axis=1) * self.itemsize
+            if loaded:
+                staged += np.where(looped, nbytes, 0)
+                fixed += np.where(looped, 0, nbytes)
+            else:
+                fixed += nbytes
+        for key, row in zip(tilings, zip(numel.tolist(), fixed.tolist(), staged.tolist())):
+            self._footprints[key] = row
 
     def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
         """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""
-        key = (tuple(grid), loop)
+        warps, stages = self._offer(tuple(grid), loop)
+        return [(w, s) for w in warps for s in stages]
+
+    def n_launches(self, grid: Sequence[int], loop: int) -> int:
+        """len(launches(grid, loop)), without listing them."""
+        warps, stages = self._offer(tuple(grid), loop)
+        return len(warps) * len(stages)
+
+    def _offer(self, grid: tuple[int, ...], loop: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The warps and the stages a valid tiling offers (each launch is one of each; computed once)."""
+        key = (grid, loop)
         if key not in self._launches:
-            fp = self.footprint(grid, loop)
-            warps = [w for w in WARPS if w == 1 or 32 * w <= fp.max_numel]
-            stages = [s for s in (STAGE_VALUES if loop > 1 else (TRITON_STAGES,))
-                      if self.footprint(grid, loop, s).smem <= self.target.smem_per_block]
-            self._launches[key] = [(w, s) for w in warps for s in stages]
-        return list(self._launches[key])
+            numel, fixed, staged = self._tiles(grid, loop)   # what `footprint` reads, without one per stage
+            self._launches[key] = (tuple(w for w in WARPS if w == 1 or 32 * w <= numel),
+                                   tuple(s for s in (STAGE_VALUES if loop > 1 else (TRITON_STAGES,))
+                                         if fixed + staged * staged_copies(s) <= self.target.smem_per_block))
+        return self._launches[key]
 
     def violations(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> list[str]:
         """Every constraint (grid, loop, warps, stages) breaks, in words; [] when the point is valid. Warps
@@ -300,12 +329,35 @@ class GraphSpace:
     def tilings(self) -> list[tuple[tuple[int, ...], int]]:
         """Every valid (grid, loop), in lexicographic order: each fixes every tile shape (computed once)."""
         if self._tilings is None:
-            self._tilings = []
-            for values in itertools.product(*(v.values for v in self.variables)):
-                grid, loop = tuple(values[:-1]), values[-1]
-                if math.prod(grid) <= self.target.max_blocks and self.valid(grid, loop):
-                    self._tilings.append((grid, loop))
+            # The product of every variable's values can be large (QK-Attention: 250,000 per config over its
+            # 1018 sGraphs), so the tile rules are applied per variable before the product: given the loop
+            # range, a grid value is kept when every class it splits gets equal power-of-two tiles. What
+            # is left needs only the rules of the whole point (`violations` states them all; a test holds
+            # the two equal).
+            t = self.target
+            even = []
+            for loop in self.variables[-1].values:
+                if not self._splits_evenly(None, 1, loop):
+                    continue
+                values = [[v for v in var.values if self._splits_evenly(p, v, loop)]
+                          for p, var in enumerate(self.variables[:-1])]
+                even += [(grid, loop) for grid in itertools.product(*values)
+                         if math.prod(grid) <= t.max_blocks and all(g <= t.max_grid_yz for g in grid[1:])]
+            self._measure(even)
+            least = staged_copies(min(STAGE_VALUES))
+            self._tilings = sorted(key for key in even if (fp := self._footprints[key])[0] <= MAX_NUMEL
+                                   and fp[1] + fp[2] * least <= t.smem_per_block)
         return list(self._tilings)
+
+    def _splits_evenly(self, p: int | None, value: int, loop: int) -> bool:
+        """Whether grid dim p at `value` (p None: no grid dim, the loop alone) and the loop at `loop` split every
+        class that grid dim p splits into equal tiles of a power of two."""
+        for e, q, looped in self._splits:
+            if q == p:
+                f = value * (loop if looped else 1)
+                if e % f or (f > 1 and not _pow2(e // f)):
+                    return False
+        return True
 
     def points(self) -> list[Candidate]:
         """Every valid candidate of this sGraph: each valid (grid, loop) at each of its launches."""
@@ -332,6 +384,7 @@ class GraphSpace:
                 out.append(n)
         return out
 
+
     def describe(self) -> str:
         return ", ".join(f"{v.name} ∈ {{{', '.join(map(str, v.values))}}}" for v in self.variables)
 
@@ -341,15 +394,13 @@ class Space:
 
     def __init__(self, result, program: KernelGraph | Sequence[Sequence[int]], target: Target = H100,
                  dtype: str | None = None) -> None:
-        if isinstance(program, KernelGraph):
-            shapes = [t.shape for t in program.inputs]
-            dtype = dtype or program.inputs[0].dtype
-        else:
-            shapes = [tuple(s) for s in program]
-            dtype = dtype or result.program.inputs[0].dtype
+        inputs = program.inputs if isinstance(program, KernelGraph) else result.program.inputs
+        shapes = [t.shape for t in program.inputs] if isinstance(program, KernelGraph) else [tuple(s) for s in program]
         self.result, self.program, self.target = result, program, target
-        self.shapes, self.dtype = shapes, dtype
-        self.graphs = [GraphSpace(g, shapes, dtype, target, i) for i, g in enumerate(result.graphs)]
+        self.shapes, self.dtype = shapes, dtype or inputs[0].dtype
+        self.names = [t.name for t in inputs]
+        """The program's input names, which instantiated candidates take (the searched program's, given shapes)."""
+        self.graphs = [GraphSpace(g, shapes, self.dtype, target, i) for i, g in enumerate(result.graphs)]
         self._tilings: list[tuple[GraphSpace, tuple[int, ...], int]] | None = None
         self._ends: list[int] = []   # cumulative points per tiling
 
@@ -357,7 +408,7 @@ class Space:
         """Every valid (sGraph, grid, loop), graph by graph (computed once)."""
         if self._tilings is None:
             self._tilings = [(gs, grid, loop) for gs in self.graphs for grid, loop in gs.tilings()]
-            self._ends = list(itertools.accumulate(len(gs.launches(grid, loop)) for gs, grid, loop in self._tilings))
+            self._ends = list(itertools.accumulate(gs.n_launches(grid, loop) for gs, grid, loop in self._tilings))
         return list(self._tilings)
 
     def point(self, i: int) -> Candidate:
@@ -384,7 +435,7 @@ class Space:
         """Points per sGraph."""
         counts = [0] * len(self.graphs)
         for gs, grid, loop in self.tilings():
-            counts[gs.index] += len(gs.launches(grid, loop))
+            counts[gs.index] += gs.n_launches(grid, loop)
         return counts
 
     def shuffled(self, seed: int = 0) -> Iterator[Candidate]:
@@ -414,10 +465,15 @@ class Space:
     def instantiate(self, c: Candidate) -> KernelGraph:
         """The concrete µGraph of a candidate (the program's input names and dtype), every block graph of it
         compiled with the candidate's launch."""
-        prog = self.program if isinstance(self.program, KernelGraph) else self.shapes
-        g = self.result.instantiate(c.graph, prog, grid=c.grid, loop=c.loop)
-        launch = c.launch
-        for _, node in g.topo():
-            if node.op == "custom":
-                node.attrs["block"].launch = launch
-        return g
+        return instantiate(self.result.graphs[c.graph], self.shapes, self.dtype, self.names, c)
+
+
+def instantiate(sgraph, shapes: Sequence[Sequence[int]], dtype: str, names: Sequence[str], c: Candidate) -> KernelGraph:
+    """Candidate `c` of `sgraph` (a SymbolicGraph) as a concrete µGraph with these inputs, every block graph
+    of it compiled with the candidate's warps and stages. A point the space does not hold raises MappingError."""
+    g = sgraph.instantiate(shapes, c.grid, c.loop, dtype, names)
+    for _, node in g.topo():
+        if node.op == "custom":
+            block = node.attrs["block"]
+            block.launch = Launch(c.warps or None, c.stages or None)
+    return g

@@ -3,22 +3,26 @@ model's best plus a random share, then refine around the best so far; without a 
 model's best of those that compiled cleanly.
 
 The paper samples parameter assignments uniformly and profiles them all. Prism has a cost model that
-ranks a point in well under a millisecond, so it ranks the whole space first (every tiling at every
-launch: warps and stages) and spends the costly steps (compilation, profiling) on:
+ranks a point in well under a millisecond, so it ranks the space first (every tiling at every launch:
+warps and stages; prism.tune.rank, on the worker processes that later compile) and spends the costly
+steps (compilation, profiling) on:
 
 1. the model's best distinct kernels, one per launch shape first (`_take`);
-2. a uniform random draw over all points (`explore`), which keeps the search honest where the model is
-   wrong and gives the rank correlation between model and measurement its spread;
+2. a uniform random draw (`explore`) over the ranked points the model puts within `EXPLORE_BAND` times
+   its best, which keeps the search honest where the model is wrong and gives the rank correlation between
+   model and measurement its spread. Not over all points: most of a space is hopeless (an estimate 25x
+   the best), and such points can take minutes to compile (a QK-Attention point with one warp over
+   4096-element tiles took 113 s for sm_90, the rest of its batch 1 s each);
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, for up to
    `REFINE_ROUNDS` rounds while they improve on it.
 
 A `time_budget` (seconds) stops refinement once spent; the first batch is always compiled and timed
-whole. On a GPU, candidates are
-timed as kernels replayed from a CUDA graph (device time: what the cost model predicts, free of the
-host's launch path). The unfused program (one generated kernel per op) is always a candidate too: it
-is the baseline and the fallback. Candidates that can overflow (prism.tune.safety) rank after every
-safe one and are chosen only when no safe one survives.
+whole. On a GPU, candidates are timed as kernels replayed from a CUDA graph (device time: what the cost
+model predicts, free of the host's launch path). The unfused program (one generated kernel per op) is
+always a candidate too: it is the baseline and the fallback. Candidates that can overflow
+(prism.tune.safety) rank after every safe one and are chosen only when no safe one survives. One pool
+of worker processes serves the whole tuning (ranking, then every compile batch), so it starts once.
 """
 
 from __future__ import annotations
@@ -26,27 +30,34 @@ from __future__ import annotations
 import math
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from prism import pool
 from prism.errors import MappingError, PrismError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 from prism.progress import Progress
 from prism.progress import report as report_progress
-from prism.tune.compile import CompileResult, compile_many
-from prism.tune.cost import Cost, cost_of, estimate, kernels_of, relaunched
+from prism.tune.compile import CompileResult, compile_many, default_workers, start_workers
+from prism.tune.cost import Cost, estimate
+from prism.tune.rank import Ranked, rank
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report
 from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
 from prism.tune.target import Target, get_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "RANK_LIMIT", "REFINE_ROUNDS"]
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "RANK_LIMIT",
+           "REFINE_ROUNDS"]
 
 RANK_LIMIT = 4096
 """Tilings ranked by the cost model (each at all its launches); a larger space is ranked on a uniform
 sample of this many. At 1024, attention's sample (of 8112 tilings) missed every good split-KV tiling on an
 H100 (2026-11-23: the unfused program won at 108 µs where 4096 points had found 15 µs)."""
+EXPLORE_BAND = 4.0
+"""The random share is drawn from the ranked points estimated within this factor of the model's best (the
+calibrated model's held-out log error is about 0.6, a factor of 2 either way: a point at 4x can still win)."""
 EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2
@@ -67,20 +78,11 @@ class Tuned:
 
 @dataclass(eq=False)
 class _Pick:
-    """A candidate on its way: its report entry, the model's cost, and its µGraph (instantiated when first
-    needed: ranking alone never builds one per launch)."""
+    """A candidate on its way: its report entry, the model's cost, and its µGraph."""
 
     entry: Entry
     cost: Cost
-    space: Space | None = None
-    built: KernelGraph | None = None
-
-    @property
-    def graph(self) -> KernelGraph:
-        if self.built is None:
-            assert self.space is not None
-            self.built = self.space.instantiate(self.entry.candidate)
-        return self.built
+    graph: KernelGraph
 
     @property
     def fused(self) -> bool:
@@ -111,9 +113,10 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     gpu: time candidates on `device` (CUDA-graph replay); else rank them by the cost model.
     compile: compile candidates ahead of time for sm_90 (drops what fails or needs too much shared memory,
         and feeds the compiler's registers, shared memory and spills to the model); False ranks by the
-        model alone (tests).
-    log, progress: one line per step; (phase, done, total) as "compile" and "profile" advance.
-    cluster: a prism.search.cluster.RayWorkers to compile on (Ray tasks), instead of local processes.
+        model alone, in this process (tests).
+    workers: worker processes for ranking and compiling (default: all cores).
+    log, progress: one line per step; (phase, done, total) as "rank", "compile" and "profile" advance.
+    cluster: a prism.search.cluster.RayWorkers to rank and compile on (Ray tasks), instead of local processes.
     """
     log = log or (lambda s: None)
     budget = max(1, int(budget))
@@ -125,22 +128,32 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     space = Space(result, program, target)
     space.tilings()
     clock.lap("space")
-    ranked = _rank(space, rank_limit, seed, target, report, log)
-    clock.lap("rank")
-    seen: set[str] = set()
-    picks = _select(space, ranked, budget, explore, seed, seen, target, report)
-    base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)),
-                 estimate(program, target), built=program)
-    picks.append(base)
-    trial = _Trial(program, target, gpu, device, compile, workers, report, clock, seed, log, progress, cluster)
-    trial.run(picks)
-    if compile:
-        taken = {id(p) for p in picks}
-        _until_one_survives(trial, picks, [p for p in ranked if id(p) not in taken], budget, seen)
-    if not compile and not gpu:
-        report.notes.append("candidates were not compiled ahead of time (compile=False): estimates use "
-                            "estimated registers and shared memory")
-    _refine(trial, space, picks, refine, seen, target, report, clock, log)
+    n = default_workers() if workers is None else max(1, int(workers))
+    mapper = _Mapper(start_workers(n) if compile and cluster is None else None, cluster, progress, report)
+    started = mapper.started
+    try:
+        ranked = _rank(space, rank_limit, seed, target, report, log, mapper,
+                       n if mapper.started or cluster else 1)
+        clock.lap("rank")
+        seen: set[str] = set()
+        picks = _select(space, ranked, budget, explore, seed, seen, target, report)
+        base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)),
+                     estimate(program, target), program)
+        picks.append(base)
+        trial = _Trial(program, target, gpu, device, compile, workers, report, clock, seed, log, progress,
+                       cluster, mapper.started)
+        trial.run(picks)
+        if compile:
+            taken = {p.entry.candidate for p in picks}
+            rest = [r for r in ranked if r.candidate not in taken]
+            _until_one_survives(trial, space, picks, rest, budget, seen)
+        if not compile and not gpu:
+            report.notes.append("candidates were not compiled ahead of time (compile=False): estimates use "
+                                "estimated registers and shared memory")
+        _refine(trial, space, picks, refine, seen, target, report, clock, log)
+    finally:
+        if started is not None:
+            started.shutdown()
     if gpu:
         _correlation(picks, report)
     report.entries = [p.entry for p in picks]
@@ -169,25 +182,47 @@ class _Clock:
         return self.budget is not None and self.total() >= self.budget
 
 
+@dataclass
+class _Mapper:
+    """map(fn, tasks) for prism.tune.rank: on the tuning's worker pool, on Ray, or in this process; progress
+    as "rank". A pool that breaks is dropped (with a note) and the work done here."""
+
+    started: ProcessPoolExecutor | None
+    cluster: Any
+    progress: Progress | None
+    report: Report
+
+    def __call__(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list[Any]:
+        def done(k: int) -> None:
+            report_progress(self.progress, "rank", k, len(tasks))
+
+        done(0)
+        finished = iter(range(1, len(tasks) + 1))
+        if self.cluster is not None:
+            return self.cluster.map(fn, tasks, lambda i, r: done(next(finished)))
+        if self.started is not None:
+            try:
+                return pool.run(self.started, fn, tasks, lambda i: done(next(finished)))
+            except Exception as e:  # pool.run killed the pool
+                self.started = None
+                self.report.notes.append(f"the worker pool failed ({type(e).__name__}: {e}); ranked in this process")
+                finished = iter(range(1, len(tasks) + 1))
+        out = []
+        for t in tasks:
+            out.append(fn(*t))
+            done(next(finished))
+        return out
+
+
 def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Report,
-          log: Callable[[str], None]) -> list[_Pick]:
-    """Phase 1: every tiling (or a uniform sample of `rank_limit`) at every launch, estimated and sorted: the
-    ones that cannot overflow first (prism.tune.safety), cheapest first; ties go to less shared memory, then
-    to candidate order. A tiling is instantiated and its kernels derived once; its launches only re-cost them."""
+          log: Callable[[str], None], mapper: _Mapper, workers: int) -> list[Ranked]:
+    """Phase 1: every tiling (or a uniform sample of `rank_limit`) at every launch, estimated and sorted
+    (prism.tune.rank)."""
     tilings = space.tilings()
-    pool = tilings if len(tilings) <= rank_limit else \
+    pool_ = tilings if len(tilings) <= rank_limit else \
         [tilings[i] for i in sorted(random.Random(seed).sample(range(len(tilings)), rank_limit))]
-    ranked: list[_Pick] = []
-    for gs, grid, loop in pool:
-        g = _instantiate(space, Candidate(gs.index, grid, loop), report)
-        if g is None:
-            continue
-        works, risk = kernels_of(g, target), overflow_risk(g)
-        for w, s in gs.launches(grid, loop):
-            ranked.append(_Pick(Entry(Candidate(gs.index, grid, loop, w, s), "model", risk=risk),
-                                cost_of(relaunched(works, w, s, target), target), space))
-    ranked.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, sum(k.work.smem for k in p.cost.kernels),
-                               p.entry.candidate))
+    ranked, notes = rank(space, [(gs.index, grid, loop) for gs, grid, loop in pool_], target, workers, mapper)
+    report.notes += notes
     points = len(space)
     report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
     if not tilings:
@@ -198,28 +233,34 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
     return ranked
 
 
-def _select(space: Space, ranked: list[_Pick], budget: int, explore: float, seed: int, seen: set[str],
+def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, seed: int, seen: set[str],
             target: Target, report: Report) -> list[_Pick]:
-    """Phase 2: the model's best distinct kernels, plus a seeded uniform draw over all points."""
+    """Phase 2: the model's best distinct kernels, plus a seeded uniform draw over the ranked points within
+    EXPLORE_BAND of the best."""
     n_random = min(budget - 1, round(budget * explore)) if budget > 1 else 0
-    picks = _take(ranked, budget - n_random, seen)
-    for c in space.shuffled(seed):
+    picks = _take(space, ranked, budget - n_random, seen, target, report)
+    if not ranked or not n_random:
+        return picks
+    taken = {p.entry.candidate for p in picks}
+    band = [r for r in ranked if r.seconds <= EXPLORE_BAND * ranked[0].seconds and r.candidate not in taken]
+    for i in random.Random(seed).sample(range(len(band)), len(band)):
         if n_random <= 0:
             break
-        p = _pick(space, c, "random", target, report)
+        p = _pick(space, band[i].candidate, "random", target, report)
         if p is not None and _fresh(p, seen):
             picks.append(p)
             n_random -= 1
     return picks
 
 
-def _until_one_survives(trial: _Trial, picks: list[_Pick], rest: list[_Pick], budget: int, seen: set[str]) -> None:
+def _until_one_survives(trial: _Trial, space: Space, picks: list[_Pick], rest: list[Ranked], budget: int,
+                        seen: set[str]) -> None:
     """If no fused pick survived, try more from the ranking (picks grows in place)."""
     rounds = 0
     while not any(p.entry.ok for p in picks if p.fused) and rest and rounds < EXTRA_ROUNDS:
-        more = _take(rest, budget, seen)
-        taken = {id(p) for p in more}
-        rest = [p for p in rest if id(p) not in taken]
+        more = _take(space, rest, budget, seen, trial.target, trial.report)
+        taken = {p.entry.candidate for p in more}
+        rest = [r for r in rest if r.candidate not in taken]
         trial.report.notes.append(f"no compiled candidate survived; tried {len(more)} more from the ranking")
         trial.run(more)
         picks += more
@@ -265,18 +306,15 @@ def _gpu_target(device: Any) -> Target:
     return get_target(torch.cuda.get_device_name(device)).with_(arch=10 * major + minor)
 
 
-def _instantiate(space: Space, c: Candidate, report: Report) -> KernelGraph | None:
-    """`c`'s µGraph, or None with a note: the space promised it instantiates, so a failure is a bug worth seeing."""
+def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Report) -> _Pick | None:
+    """`c` instantiated and estimated, or None with a note: the space promised it instantiates, so a failure is
+    a bug worth seeing."""
     try:
-        return space.instantiate(c)
+        g = space.instantiate(c)
     except MappingError as e:
         report.notes.append(f"{c} is in the space but did not instantiate: {e}")
         return None
-
-
-def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Report) -> _Pick | None:
-    g = _instantiate(space, c, report)
-    return None if g is None else _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target), space, g)
+    return _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target), g)
 
 
 def _fresh(p: _Pick, seen: set[str]) -> bool:
@@ -289,26 +327,24 @@ def _fresh(p: _Pick, seen: set[str]) -> bool:
     return True
 
 
-def _shape(p: _Pick) -> tuple:
-    """What the model sees of a candidate's launches: block counts (grid dims of size 1 dropped, so
-    the same kernel over x or over y looks alike) and loop ranges."""
-    return tuple((tuple(sorted(g for g in k.work.grid if g > 1)), k.work.loop) for k in p.cost.kernels)
-
-
-def _take(ranked: Sequence[_Pick], n: int, seen: set[str]) -> list[_Pick]:
+def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target: Target,
+          report: Report) -> list[_Pick]:
     """The first n distinct kernels of `ranked`: first one per launch shape (estimates often tie
     between a kernel and its twins over another grid dim or sGraph), then the rest in order."""
     out: list[_Pick] = []
+    taken: set[Candidate] = set()
     shapes: set[tuple] = set()
     for spread in (True, False):
-        for p in ranked:
+        for r in ranked:
             if len(out) >= n:
                 return out
-            if any(p is q for q in out) or (spread and _shape(p) in shapes):
+            if r.candidate in taken or (spread and r.shape in shapes):
                 continue
-            if _fresh(p, seen):
+            taken.add(r.candidate)
+            p = _pick(space, r.candidate, "model", target, report)
+            if p is not None and _fresh(p, seen):
                 out.append(p)
-                shapes.add(_shape(p))
+                shapes.add(r.shape)
     return out
 
 
@@ -318,10 +354,10 @@ class _Trial:
 
     def __init__(self, program: KernelGraph, target: Target, gpu: bool, device: Any, compile: bool,
                  workers: int | None, report: Report, clock: _Clock, seed: int, log: Callable[[str], None],
-                 progress: Progress | None, cluster: Any) -> None:
+                 progress: Progress | None, cluster: Any, started: ProcessPoolExecutor | None) -> None:
         self.program, self.target, self.gpu, self.device, self.compile = program, target, gpu, device, compile
         self.workers, self.report, self.clock, self.seed = workers, report, clock, seed
-        self.log, self.progress, self.cluster = log, progress, cluster
+        self.log, self.progress, self.cluster, self.started = log, progress, cluster, started
         self.bench: tuple[list, Any, list] | None = None   # inputs, reference output, rotated copies
 
     def run(self, batch: list[_Pick]) -> None:
@@ -353,8 +389,9 @@ class _Trial:
         done(0)
         graphs = [p.graph for p in batch]
         try:
-            results = compile_many(graphs, self.workers, self.target.arch, done, self.cluster)
+            results = compile_many(graphs, self.workers, self.target.arch, done, self.cluster, self.started)
         except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn) or a lost Ray task
+            self.started = None   # pool.run killed it
             self.report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this "
                                      "process")
             results = compile_many(graphs, 1, self.target.arch)

@@ -139,7 +139,8 @@ def test_the_command_line_searches_on_ray(local_ray, tmp_path, capsys):
 
 
 def test_superoptimize_compiles_its_candidates_on_ray(local_ray, monkeypatch):
-    """backend="ray": the tuner's ahead-of-time compiles run as Ray tasks, with what a local run gets."""
+    """backend="ray": the tuner's ranking and its ahead-of-time compiles run as Ray tasks, with what a local run
+    gets."""
     from prism.runtime import superoptimize
 
     ran = []
@@ -157,4 +158,5 @@ def test_superoptimize_compiles_its_candidates_on_ray(local_ray, monkeypatch):
         runs[backend] = [(e.label, e.status, [(k["registers"], k["shared"]) for k in e.kernels])
                          for e in opt.report.entries]
     assert runs["ray"] == runs["local"] and any(kernels for _, _, kernels in runs["ray"])
-    assert ran == [("compile_task", len(runs["ray"]))]  # every candidate, the unfused baseline too
+    assert [fn for fn, _ in ran] == ["rank_chunk", "compile_task"]   # the ranking's chunks, then the compiles
+    assert ran[-1] == ("compile_task", len(runs["ray"]))              # every candidate, the unfused baseline too

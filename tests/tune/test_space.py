@@ -89,7 +89,7 @@ def test_launches_are_exactly_the_valid_warps_and_stages(searched):
     for gs in space.graphs:
         for grid, loop in gs.tilings():
             launches = set(gs.launches(grid, loop))
-            assert launches, (grid, loop)
+            assert launches and gs.n_launches(grid, loop) == len(launches), (grid, loop)
             for warps, stages in itertools.product(WARPS + (32, 3), STAGE_VALUES + (5,)):
                 why = gs.violations(grid, loop, warps, stages)
                 assert ((warps, stages) in launches) == (not why), (grid, loop, warps, stages, why)

@@ -79,6 +79,45 @@ def test_ranking_by_launch_equals_estimating_each_instantiated_point(searched):
             assert fast == pytest.approx(estimate(space.instantiate(c)).seconds, rel=1e-12), c
 
 
+def test_ranking_is_the_same_on_any_number_of_workers(searched):
+    """prism.tune.rank sends chunks of tilings to workers: on a pool of two or in this process, in one chunk or
+    several, the ranking is the same list, sorted, one row per launch."""
+    from prism import pool
+    from prism.tune import Space
+    from prism.tune.rank import rank
+
+    w, _, result = searched("attention")
+    space = Space(result, w.build(w.configs[1]))
+    tilings = [(gs.index, grid, loop) for gs, grid, loop in space.tilings()][::40]
+    alone, notes = rank(space, tilings, H100, workers=1)
+    assert not notes and len(alone) == sum(space.graphs[g].n_launches(grid, loop) for g, grid, loop in tilings)
+    assert [r.order for r in alone] == sorted(r.order for r in alone)
+    started = pool.start(2)
+    try:
+        shared, _ = rank(space, tilings, H100, workers=2, mapper=lambda fn, tasks: pool.run(started, fn, tasks))
+    finally:
+        started.shutdown()
+    assert shared == alone
+
+
+def test_the_random_share_is_drawn_near_the_model_best(searched):
+    """Exploration draws among the ranked points within EXPLORE_BAND of the best estimate, not over the whole
+    space, most of which is hopeless (here: most of a uniform sample is outside the band)."""
+    from prism.tune import Space, estimate
+
+    w, _, result = searched("attention")
+    program = w.build(w.configs[1])
+    r = tune(result, program, budget=8, compile=False, seed=5, explore=0.5, target=H100).report
+    model = [e for e in r.entries if e.origin == "model"]
+    drawn = [e for e in r.entries if e.origin == "random"]
+    assert len(drawn) == 4
+    band = tuner.EXPLORE_BAND * model[0].estimate_us
+    assert all(e.estimate_us <= band for e in drawn)
+    space = Space(result, program)
+    outside = [c for c in space.sample(40, seed=1) if estimate(space.instantiate(c)).seconds * 1e6 > band]
+    assert len(outside) > 20
+
+
 def test_model_picks_are_the_best_ranked_distinct_kernels(searched):
     """The model's best comes first; no two picks are the same concrete kernel, and their launch
     shapes (block counts, loop ranges) differ, since twins would tie in the model anyway."""
@@ -114,7 +153,7 @@ def _fake_compile(fused: Callable[[int, int], CompileResult], calls: list[int] |
     """compile_many's stand-in: fused candidate k with n kernels compiles to fused(k, n); the unfused program
     (no custom op) compiles cleanly."""
 
-    def fake(graphs, workers=None, arch=90):
+    def fake(graphs, *args, **kwargs):
         if calls is not None:
             calls.append(len(graphs))
         out = []
@@ -135,7 +174,7 @@ def test_what_fails_or_overflows_is_dropped_and_more_are_tried(searched, monkeyp
     bad = [lambda n: CompileResult(error="CompilationError: at 3:4 nope"),
            lambda n: CompileResult(tuple(AotKernel(f"k{j}", 300 * 1024, 64, 0, 4) for j in range(n)))]
     monkeypatch.setattr(tuner, "compile_many", _fake_compile(lambda k, n: bad[k % 2](n), calls))
-    r = tune(result, w.build(cfg), budget=3, seed=0).report
+    r = tune(result, w.build(cfg), budget=3, seed=0, workers=1).report
     assert len(calls) == 1 + tuner.EXTRA_ROUNDS
     assert r.best.candidate.graph == UNFUSED
     statuses = " | ".join(e.status for e in r.entries)
@@ -152,7 +191,7 @@ def test_a_candidate_that_spills_is_kept_and_charged_for_it(searched, monkeypatc
     for frame in (0, 96):
         monkeypatch.setattr(tuner, "compile_many", _fake_compile(
             lambda k, n: CompileResult(tuple(AotKernel(f"k{j}", 1024, 128, frame, 4) for j in range(n)))))
-        r = tune(result, w.build(cfg), budget=3, seed=0).report
+        r = tune(result, w.build(cfg), budget=3, seed=0, workers=1).report
         fused = [e for e in r.entries if e.candidate.graph != UNFUSED]
         assert fused and all(e.ok for e in fused), r.table()
         estimates[frame] = {e.label: e.estimate_us for e in fused}
@@ -168,10 +207,10 @@ def plan_kernels(g):
 
 def test_no_survivor_at_all_is_a_clear_error(searched, monkeypatch):
     w, cfg, result = searched("swiglu")
-    monkeypatch.setattr(tuner, "compile_many", lambda graphs, workers=None, arch=90:
+    monkeypatch.setattr(tuner, "compile_many", lambda graphs, *args, **kwargs:
                         [CompileResult(error="CompilationError: no") for _ in graphs])
     with pytest.raises(TuneError, match="no candidate survived"):
-        tune(result, w.build(cfg), budget=2)
+        tune(result, w.build(cfg), budget=2, workers=1)
 
 
 def test_the_compile_pool_reports_errors_instead_of_raising(searched):
