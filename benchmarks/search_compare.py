@@ -5,21 +5,17 @@ Run: python benchmarks/search_compare.py OLD_TREE NEW_TREE [--workloads rmsnorm,
 Writes OUT.json (every run) and OUT.md (medians per workload and tree).
 
 Each search is the symbolic search of a workload at config 1 with default limits (as `prism bench --quick`),
-in a fresh process importing Prism from one tree (PYTHONPATH), its worker processes started before the
-clock starts. Fresh processes, because workers keep verdicts for later searches of the same program. The
-trees' runs alternate (old first in even rounds, new first in odd ones), so that load from elsewhere on a
-shared machine falls on both alike.
+in a fresh process importing Prism from one tree (benchmarks/trees.py), its worker processes started before
+the clock starts. Fresh processes, because workers keep verdicts for later searches of the same program.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from trees import SIDES, side_by_side
 
 CHILD = """
 import json, os, sys, time
@@ -56,31 +52,20 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/search_compare")
     args = ap.parse_args()
-    trees = {"before": str(Path(args.old).resolve()), "after": str(Path(args.new).resolve())}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for k in range(args.runs):
-        for name in args.workloads.split(","):
-            for side in (("before", "after") if k % 2 == 0 else ("after", "before")):
-                env = os.environ | {"PYTHONPATH": trees[side]}
-                p = subprocess.run([sys.executable, "-c", CHILD, name, str(args.workers)], capture_output=True,
-                                   text=True, env=env, cwd=trees[side], check=True)
-                rec = json.loads(p.stdout.strip().splitlines()[-1]) | {"run": k, "workload": name, "side": side}
-                runs.append(rec)
-                print(f"run {k} {name} {side}: {rec['seconds']:.2f} s, {rec['graphs']} graphs, load {rec['load']:.1f}",
-                      file=sys.stderr)
-                out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    names = args.workloads.split(",")
+    runs = side_by_side(CHILD, args.old, args.new, [(n, [n, str(args.workers)]) for n in names], args.runs, out,
+                        lambda r: f"{r['seconds']:.2f} s, {r['graphs']} graphs, load {r['load']:.1f}")
     lines = [f"Medians of {args.runs} runs, {args.workers} workers; seconds of each run in brackets.", "",
              "| workload | graphs before / after | verified / mappings before | verified / mappings after | "
              "seconds before | seconds after | speedup |", "|---|---|---|---|---|---|---|"]
-    for name in args.workloads.split(","):
-        side = {s: [r for r in runs if r["workload"] == name and r["side"] == s] for s in trees}
-        med = {s: statistics.median(r["seconds"] for r in side[s]) for s in trees}
+    for name in names:
+        side = {s: [r for r in runs if r["job"] == name and r["side"] == s] for s in SIDES}
+        med = {s: statistics.median(r["seconds"] for r in side[s]) for s in SIDES}
         graphs = {s: "/".join(sorted({str(r["graphs"]) + ("" if r.get("safe") is None else f" ({r['safe']} safe)")
-                                      for r in side[s]})) for s in trees}
-        counts = {s: f"{side[s][0]['verified']:,} / {side[s][0]['mappings']:,}" for s in trees}
-        each = {s: ", ".join(f"{r['seconds']:.1f}" for r in side[s]) for s in trees}
+                                      for r in side[s]})) for s in SIDES}
+        counts = {s: f"{side[s][0]['verified']:,} / {side[s][0]['mappings']:,}" for s in SIDES}
+        each = {s: ", ".join(f"{r['seconds']:.1f}" for r in side[s]) for s in SIDES}
         lines.append(f"| {name} | {graphs['before']} / {graphs['after']} | {counts['before']} | {counts['after']} | "
                      f"{med['before']:.2f} ({each['before']}) | {med['after']:.2f} ({each['after']}) | "
                      f"{med['before'] / med['after']:.1f}x |")

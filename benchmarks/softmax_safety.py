@@ -22,7 +22,7 @@ import torch
 import prism.workloads as wl
 from prism.bench.report import markdown_table
 from prism.codegen import compile_graph
-from prism.tune.profile import bench, bench_graph, input_copies
+from prism.tune.profile import input_copies, timings
 from prism.tune.safety import overflow_risk
 from prism.workloads.attention import default_split, logit_scales
 
@@ -52,9 +52,7 @@ def measure(name: str, cfg: dict[str, int]) -> list[dict]:
         (got,) = fn(*big)
         finite = got.isfinite()
         err = ((got.float() - want).abs()[finite].max() / want.abs().max()).item() if finite.any() else None
-        rows.append({"workload": name, "config": cfg, "form": label, "safe": safe,
-                     "called_us": min(bench(fn, copies) for _ in range(3)) * 1e6,
-                     "graph_us": bench_graph(fn, copies) * 1e6,
+        rows.append({"workload": name, "config": cfg, "form": label, "safe": safe, **timings(fn, copies),
                      "nonfinite_at_std30": int((~finite).sum()), "rel_err_at_std30": err})
     return rows
 

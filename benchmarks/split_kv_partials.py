@@ -24,7 +24,7 @@ import torch
 import prism.workloads as wl
 from prism.bench.report import markdown_table
 from prism.codegen import compile_graph
-from prism.tune.profile import bench, bench_graph, input_copies
+from prism.tune.profile import input_copies, timings
 from prism.workloads.attention import default_split
 
 
@@ -42,10 +42,8 @@ def measure(name: str, cfg: dict[str, int], repeats: int) -> list[dict]:
             distinct = len({o.cpu().numpy().tobytes() for o in outs})
             err = ((outs[0].float() - want).abs().max() / want.abs().max()).item()
             rows.append({"workload": name, "config": cfg, "splits": s, "loop": lp,
-                         "form": "partials + group_sum" if partials else "atomic adds",
-                         "called_us": min(bench(fn, copies) for _ in range(3)) * 1e6,
-                         "graph_us": bench_graph(fn, copies) * 1e6, "distinct_outputs": distinct,
-                         "rel_err": err})
+                         "form": "partials + group_sum" if partials else "atomic adds", **timings(fn, copies),
+                         "distinct_outputs": distinct, "rel_err": err})
     return rows
 
 

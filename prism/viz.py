@@ -148,8 +148,10 @@ def _describe(g: KernelGraph, title: str, sizes: _Concrete | _Symbolic) -> Pictu
         elif node.op == "custom":
             b, k = node.attrs["block"], len(blocks)
             outs = (f"out{j} = {g.label((i, j))}: {_type(t)}" for j, t in enumerate(node.outputs))
-            box = Box("kernel", (f"fused kernel {k}", sizes.sizes(b), *outs), ins)
-            blocks.append(_block_panel(b, f"kernel {k}: {sizes.sizes(b)}", [g.label(r) for r in node.inputs], sizes))
+            tail = f" · run by kernel {k - 1}'s last block per row" if b.launch.tail else ""   # prism.codegen.tail
+            box = Box("kernel", (f"fused kernel {k}", sizes.sizes(b) + tail, *outs), ins)
+            blocks.append(_block_panel(b, f"kernel {k}: {sizes.sizes(b)}{tail}", [g.label(r) for r in node.inputs],
+                                       sizes))
         else:
             box = Box("op", (_call(g, i, node), _type(node.outputs[0])), ins)
         at[i] = len(boxes)

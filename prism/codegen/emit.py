@@ -28,10 +28,28 @@ from prism.ir.kinds import INSIDE, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import MATMUL, OPS
 from prism.ir.printer import format_block
 
-__all__ = ["default_warps", "emit_kernel"]
+__all__ = ["Emitter", "Param", "default_warps", "emit_kernel", "indent", "launcher", "phase"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
+
+@dataclass(frozen=True)
+class Param:
+    """A line of a kernel's parameters: one pointer, the strides of one tensor, or one constexpr."""
+
+    kind: str                 # "in", "out", "stride", "constexpr"
+    names: list[str]
+    types: list[str]          # the signature type of each name ("*fp16", "i32", "constexpr")
+    comment: str
+
+    @property
+    def line(self) -> str:
+        note = ": tl.constexpr" if self.kind == "constexpr" else ""
+        return f"{', '.join(self.names)}{note},  # {self.comment}"
+
+    def renamed(self, names: list[str]) -> Param:
+        return Param(self.kind, names, self.types, self.comment)
+
 
 @dataclass
 class _Val:
@@ -57,7 +75,9 @@ def _at(d: int, rank: int) -> str:
     return "" if rank == 1 else "[" + ", ".join(":" if j == d else "None" for j in range(rank)) + "]"
 
 
-class _Emitter:
+class Emitter:
+    """One block graph's kernel, generated line by line: node kinds (prism.ir.kinds) call back into it."""
+
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                  out_dtypes: list[str], num_warps: int | None) -> None:
         self.b, self.name = block, name
@@ -77,6 +97,8 @@ class _Emitter:
         self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z"} | RESERVED
         self.vals: dict[int, _Val] = {}
         self.cache: dict[tuple, str] = {}
+        self.load_modifier = ""
+        """A cache modifier for every load (".cg": past L1), or "" for Triton's default."""
         self.rescales: dict[int, str] = {}
         """Per running max (prism.ir.kinds.RunningMax), the factor its online accumulators rescale by."""
         self.lane_masks: dict[str, str] = {}
@@ -314,6 +336,11 @@ class _Emitter:
     # -- the kernel --------------------------------------------------------------------------------
 
     def run(self) -> KernelSpec:
+        self.emit_nodes()
+        return self.spec(self.body())
+
+    def emit_nodes(self) -> None:
+        """Every node's lines, where the schedule places it; the write-back (savers) last."""
         b = self.b
         if len(b.grid) > 1 and max(b.grid[1:]) > MAX_GRID_YZ:
             raise CodegenError(f"{self.name}: grid {b.grid}: CUDA allows at most {MAX_GRID_YZ} blocks along y and z")
@@ -323,34 +350,34 @@ class _Emitter:
                                    f"{list(self.layout.shape(i))}, more than Triton's {MAX_NUMEL} elements")
         fused = {n.inputs[0][0] for i, n in b.topo()
                  if isinstance(kind_of(n), Accumulator) and kind_of(n).dot and self.fusable(i)}
-        # every node where the schedule places it; the write-back (savers) last
         for i in sorted(range(len(b.nodes)), key=lambda i: isinstance(kind_of(b.nodes[i]), Saver)):
             if i not in fused:
                 kind_of(b.nodes[i]).emit(self, i, b.nodes[i])
-        body = self.body()
-        return self.spec(body)
 
-    def body(self) -> list[str]:
+    def body(self, program_ids: bool = True) -> list[str]:
+        """The kernel's lines; without `program_ids` the pids are the caller's (a helper's parameters)."""
         s = self.s
-        out = [_phase("program ids")]
-        out += [f"pid_{g} = tl.program_id(axis={self.b.grid_dims.index(g)})" for g in self.b.grid_dims
-                if g in self.pids]
-        if len(out) == 1:
-            out.append("# (one block: no program id needed)")
+        out: list[str] = []
+        if program_ids:
+            out = [phase("program ids")]
+            out += [f"pid_{g} = tl.program_id(axis={self.b.grid_dims.index(g)})" for g in self.b.grid_dims
+                    if g in self.pids]
+            if len(out) == 1:
+                out.append("# (one block: no program id needed)")
         masks = [f"{m} = tl.arange(0, BLOCK_{n}) < TILE_{n}" for n, m in self.lane_masks.items()]
-        out += [_phase("pointers to each input's first tile, masks for padded lanes")]
+        out += [phase("pointers to each input's first tile, masks for padded lanes")]
         out += masks + s.top
         if self.looped:
             if s.pre:
-                out += [_phase("tiles that stay the same in every iteration")] + s.pre
-            out += [_phase(f"loop: {self.b.loop} iterations, accumulators in {SHORT_DTYPES[self.compute]}")]
+                out += [phase("tiles that stay the same in every iteration")] + s.pre
+            out += [phase(f"loop: {self.b.loop} iterations, accumulators in {SHORT_DTYPES[self.compute]}")]
             out += s.init
-            out += ["for i in range(0, LOOP):"] + _indent(s.loop + s.advance)
+            out += ["for i in range(0, LOOP):"] + indent(s.loop + s.advance)
             if s.post:
-                out += [_phase("after the loop")] + s.post
+                out += [phase("after the loop")] + s.post
         else:
-            out += [_phase("one pass (loop range 1)")] + s.pre + s.post
-        out += [_phase("write back")] + s.store
+            out += [phase("one pass (loop range 1)")] + s.pre + s.post
+        out += [phase("write back")] + s.store
         return out
 
     def constexprs(self, body: list[str]) -> dict[str, int]:
@@ -363,64 +390,88 @@ class _Emitter:
             out[n] = t.block if n.startswith("BLOCK") else t.tile
         return out
 
-    def params(self, constexprs: dict[str, int]) -> tuple[dict[str, str], list[str]]:
-        """The kernel's parameters: {name: signature type} and their source lines, each commented."""
+    def params(self, constexprs: dict[str, int]) -> list[Param]:
+        """The kernel's parameters, in order: input pointers, output pointers, the strides of each, constexprs."""
         b = self.b
-        sig: dict[str, str] = {}
-        lines: list[str] = []
+        ins, outs, strides = [], [], []
         for k, base in enumerate(self.bases):
             a = b.nodes[b.loaders[k]].attrs
             loop = "" if a["fmap"] is None else f", loop over dim {a['fmap']}"
-            sig[f"{base}_ptr"] = SIGNATURE_DTYPES[self.in_dtypes[k]]
-            lines.append(f"{base}_ptr,  # {self.labels[k]}: {self.in_dtypes[k]}{list(b.input_types[k].shape)}, "
-                         f"tiles {list(b.nodes[b.loaders[k]].outputs[0].shape)}{_maps(a['imap'])}{loop}")
+            ins.append(Param("in", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.in_dtypes[k]]],
+                             f"{self.labels[k]}: {self.in_dtypes[k]}{list(b.input_types[k].shape)}, "
+                             f"tiles {list(b.nodes[b.loaders[k]].outputs[0].shape)}{_maps(a['imap'])}{loop}"))
         for k, base in enumerate(self.outs):
             node = b.nodes[b.savers[k]]
             sums = [f"pid_{g}" for g, size in zip(b.grid_dims, b.grid) if size > 1 and g not in node.attrs["omap"]]
             summed = f", summed over {', '.join(sums)} (atomic adds)" if sums else ""
-            sig[f"{base}_ptr"] = SIGNATURE_DTYPES[self.out_dtypes[k]]
-            lines.append(f"{base}_ptr,  # output {k}: {self.out_dtypes[k]}{list(node.outputs[0].shape)}, "
-                         f"tiles {list(b.nodes[node.inputs[0][0]].outputs[0].shape)}{_maps(node.attrs['omap'])}"
-                         f"{summed}")
+            outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.out_dtypes[k]]],
+                              f"output {k}: {self.out_dtypes[k]}{list(node.outputs[0].shape)}, "
+                              f"tiles {list(b.nodes[node.inputs[0][0]].outputs[0].shape)}"
+                              f"{_maps(node.attrs['omap'])}{summed}"))
         labels = self.labels + [f"output {k}" for k in range(len(self.outs))]
         for base, label in zip(self.bases + self.outs, labels):
-            sig.update((n, "i32") for n in self.strides[base])
-            lines.append(f"{', '.join(self.strides[base])},  # strides of {label}, in elements")
+            names = self.strides[base]
+            strides.append(Param("stride", names, ["i32"] * len(names), f"strides of {label}, in elements"))
+        consts = []
         for n, v in constexprs.items():
             what = ("loop iterations" if n == "LOOP" else "real lanes" if n.startswith("TILE")
                     else "lanes, a power of two")
-            sig[n] = "constexpr"
-            lines.append(f"{n}: tl.constexpr,  # {v} {what}")
-        return sig, lines
+            consts.append(Param("constexpr", [n], ["constexpr"], f"{v} {what}"))
+        return ins + outs + strides + consts
+
+    def function(self, name: str) -> tuple[list[str], list[str], dict[str, int], list[Param]]:
+        """This block graph as a `@triton.jit` helper `name(pid_x, ..., pointers, strides, CONSTEXPRS)` that
+        a kernel calls with its own program ids (prism.codegen.tail): its source lines, the program ids it
+        takes, its constexprs, and its parameters after the program ids."""
+        self.emit_nodes()
+        body = self.body(program_ids=False)
+        constexprs = self.constexprs(body)
+        params = self.params(constexprs)
+        pids = [f"pid_{g}" for g in self.b.grid_dims if g in self.pids]
+        lines = [f"{', '.join(pids)},  # this block's program ids, given by the caller"] if pids else []
+        lines += [p.line for p in params]
+        src = [f"# {line}" for line in format_block(self.b).splitlines()]
+        src += ["@triton.jit", f"def {name}("] + indent(lines) + ["):"] + indent(body)
+        return src, pids, constexprs, params
 
     def launcher(self, constexprs: dict[str, int]) -> list[str]:
-        """`launch_<kernel>(inputs..., outputs...)`: the host side, passing every stride and constexpr. It
-        returns Triton's compiled kernel, which prism.codegen.launch binds for launches without the binder."""
         args = self.bases + self.outs
         summed = [o for k, o in enumerate(self.outs) if self.summed(k)]
         note = f": {', '.join(summed)} must be zeroed first (summed across blocks)" if summed else ""
-        meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={self.num_warps}"]
-        meta += [f"num_stages={self.num_stages}"] if self.num_stages is not None else []
-        return [f"def launch_{self.name}({', '.join(args)}):",
-                f'    """Launch {self.name} on a grid of {self.b.grid}{note}; returns the compiled kernel."""',
-                f"    return {self.name}[{self.b.grid}](",
-                f"        {', '.join(args)},",
-                *(f"        {', '.join(f'{a}.stride({d})' for d in range(len(self.strides[a])))}," for a in args),
-                f"        {', '.join(meta)},",
-                "    )"]
+        return launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in args], constexprs,
+                        self.num_warps, self.num_stages, note)
 
     def spec(self, body: list[str]) -> KernelSpec:
         constexprs = self.constexprs(body)
-        sig, lines = self.params(constexprs)
+        params = self.params(constexprs)
+        sig = {n: t for p in params for n, t in zip(p.names, p.types)}
+        lines = [p.line for p in params]
         src = [f"# {line}" for line in format_block(self.b).splitlines()]
-        src += ["@triton.jit", f"def {self.name}("] + _indent(lines) + ["):"] + _indent(body)
+        src += ["@triton.jit", f"def {self.name}("] + indent(lines) + ["):"] + indent(body)
         src += ["", ""] + self.launcher(constexprs)
         summed = tuple(self.summed(k) for k in range(len(self.outs)))
         return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
                           tuple(self.in_dtypes), tuple(self.out_dtypes), summed, self.num_warps, self.num_stages)
 
 
-def _indent(items: list[str]) -> list[str]:
+def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], constexprs: dict[str, int],
+             num_warps: int, num_stages: int | None, note: str = "") -> list[str]:
+    """`launch_<name>(tensors...)`: the host side of kernel `name`, passing each tensor of `args` (name, rank) and
+    its strides, then every constexpr. It returns Triton's compiled kernel, which prism.codegen.launch binds for
+    launches without the binder."""
+    names = [a for a, _ in args]
+    meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={num_warps}"]
+    meta += [f"num_stages={num_stages}"] if num_stages is not None else []
+    return [f"def launch_{name}({', '.join(names)}):",
+            f'    """Launch {name} on a grid of {grid}{note}; returns the compiled kernel."""',
+            f"    return {name}[{grid}](",
+            f"        {', '.join(names)},",
+            *(f"        {', '.join(f'{a}.stride({d})' for d in range(rank))}," for a, rank in args),
+            f"        {', '.join(meta)},",
+            "    )"]
+
+
+def indent(items: list[str]) -> list[str]:
     return [f"    {line}" for item in items for line in item.split("\n")]
 
 
@@ -439,7 +490,7 @@ def _is_dot(node) -> bool:
     return node.op in OPS and OPS[node.op].family is MATMUL
 
 
-def _phase(title: str) -> str:
+def phase(title: str) -> str:
     return f"# -- {title} ".ljust(76, "-")
 
 
@@ -467,4 +518,4 @@ def emit_kernel(block: BlockGraph, name: str, labels: list[str], in_dtypes: list
     if len(out_dtypes) != len(block.savers):
         raise CodegenError(f"{name}: the block graph saves {len(block.savers)} output(s), "
                            f"got {len(out_dtypes)} dtype(s)")
-    return _Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps).run()
+    return Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps).run()

@@ -14,8 +14,10 @@ signature takes the generic path, which re-specializes.
 Buffers: outputs are allocated per call (they are the caller's); tensors passed between kernels live
 at fixed offsets in one workspace, also allocated per call (one allocation, freed in stream order when
 the call returns), with the buffers that must start at zero (sums across blocks by atomic adds) first,
-so one memset clears them all. Nothing is kept between calls, so a call is safe to capture in a CUDA
-graph, by hand or by torch.compile's CUDA graphs, whose memory pools must own every live allocation.
+so one memset clears them all. Nothing else is kept between calls, so a call is safe to capture in a
+CUDA graph, by hand or by torch.compile's CUDA graphs, whose memory pools must own every live allocation.
+The one exception, a tail kernel's row counters (prism.codegen.tail), is allocated by the first (generic)
+call, before any capture, and every launch leaves it zeroed as it found it.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from prism.codegen import native
-from prism.codegen.plan import Plan
-from prism.ir.ops import TORCH_DTYPES
+from prism.codegen.plan import BUFFER_DTYPES, Plan
 
 __all__ = ["BoundGraph", "ALIGN", "native_steps"]
 
@@ -63,26 +64,31 @@ class BoundGraph:
     k), so every argument it passes is one those kernels were specialized for.
     """
 
-    def __init__(self, plan: Plan, tensors: Sequence[torch.Tensor], kernels: Sequence[Any]) -> None:
+    def __init__(self, plan: Plan, tensors: Sequence[torch.Tensor], kernels: Sequence[Any],
+                 kept: dict[int, torch.Tensor] | None = None) -> None:
         self.device = tensors[0].device
         self.index = tensors[0].get_device()
         self.signature = tuple((t.shape, t.dtype, t.stride()) for t in tensors)
         strides: dict[int, tuple[int, ...]] = {j: t.stride() for j, t in zip(plan.inputs, tensors)}
         inputs = set(plan.inputs)
         outputs = [j for j in dict.fromkeys(plan.outputs) if j not in inputs]
-        inter = sorted((j for j in range(len(plan.buffers)) if j not in inputs and j not in outputs),
+        self.kept = dict(kept or {})   # persistent buffers (a tail kernel's row counters): the same every call
+        if set(self.kept) != {j for j, b in enumerate(plan.buffers) if b.persistent}:
+            raise RuntimeError("BoundGraph: every persistent buffer of the plan must be given, and only those")
+        inter = sorted((j for j in range(len(plan.buffers)) if j not in inputs and j not in outputs
+                        and j not in self.kept),
                        key=lambda j: not plan.buffers[j].zero)  # zeroed ones first: one memset clears them
         self.offsets: list[tuple[int, int]] = []
         size = self.zero_bytes = 0
         for j in inter:
             b = plan.buffers[j]
             self.offsets.append((j, size))
-            size += -(-math.prod(b.shape) * TORCH_DTYPES[b.dtype].itemsize // ALIGN) * ALIGN
+            size += -(-math.prod(b.shape) * BUFFER_DTYPES[b.dtype].itemsize // ALIGN) * ALIGN
             if b.zero:
                 self.zero_bytes = size
         self.workspace_bytes = size
         self.workspace_slot = len(plan.buffers)  # the workspace's own address, for the memset
-        self.outputs = [(j, plan.buffers[j].shape, TORCH_DTYPES[plan.buffers[j].dtype], plan.buffers[j].zero)
+        self.outputs = [(j, plan.buffers[j].shape, BUFFER_DTYPES[plan.buffers[j].dtype], plan.buffers[j].zero)
                         for j in outputs]
         self.inputs = tuple(plan.inputs)
         self.results = tuple(plan.outputs)
@@ -116,6 +122,8 @@ class BoundGraph:
             out[j] = t.data_ptr()
             if out[j] & 15:
                 return None
+        for j, t in self.kept.items():
+            out[j] = t.data_ptr()
         return out
 
     def accepts(self, tensors: Sequence[Any]) -> bool:

@@ -12,7 +12,7 @@ import torch
 from prism.codegen.aot import AotKernel, compile_aot
 from prism.codegen.launch import BoundGraph
 from prism.codegen.load import interpreting, load_module
-from prism.codegen.plan import Plan, plan_graph
+from prism.codegen.plan import BUFFER_DTYPES, Plan, plan_graph
 from prism.codegen.spec import KernelSpec
 from prism.errors import InputError
 from prism.ir.graph import KernelGraph
@@ -42,6 +42,8 @@ class CompiledGraph:
         self.allocate: Allocator = allocate or _allocate
         self.bound: dict[int, BoundGraph] = {}
         """Per CUDA device index, the kernels bound by the first call there (prism.codegen.launch)."""
+        self.kept: dict[tuple[torch.device, int], torch.Tensor] = {}
+        """The plan's persistent buffers (a tail kernel's row counters) per device: zeroed once, then kept."""
 
     @property
     def source(self) -> str:
@@ -82,16 +84,37 @@ class CompiledGraph:
         for j, t in zip(self.plan.inputs, tensors):
             bufs[j] = t
         for j, b in enumerate(self.plan.buffers):
-            if bufs[j] is None:
-                bufs[j] = self.allocate(b.shape, TORCH_DTYPES[b.dtype], device, b.zero)
+            if b.persistent:
+                bufs[j] = self.persistent(j, device)
+            elif bufs[j] is None:
+                bufs[j] = self.allocate(b.shape, BUFFER_DTYPES[b.dtype], device, b.zero)
         module = self.module
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             kernels = [getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
                        for step in self.plan.steps]
         if device.type == "cuda" and self.allocate is _allocate and device.index not in self.bound \
                 and all(t.data_ptr() % 16 == 0 for t in tensors):
-            self.bound[device.index] = BoundGraph(self.plan, tensors, kernels)
+            kept = {j: self.persistent(j, device) for j, b in enumerate(self.plan.buffers) if b.persistent}
+            self.bound[device.index] = BoundGraph(self.plan, tensors, kernels, kept)
         return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
+
+    def persistent(self, j: int, device: torch.device) -> torch.Tensor:
+        """Persistent buffer j on `device`, allocated zeroed by the first call there (or by `reserve`)."""
+        if (device, j) not in self.kept:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise InputError("a tail kernel's row counters (prism.codegen.tail) are kept between calls, so "
+                                 "they cannot be allocated inside a CUDA graph capture: call the graph once (or "
+                                 f"reserve({str(device)!r})) before capturing it")
+            b = self.plan.buffers[j]
+            self.kept[(device, j)] = torch.zeros(b.shape, dtype=BUFFER_DTYPES[b.dtype], device=device)
+        return self.kept[(device, j)]
+
+    def reserve(self, device: torch.device | str) -> None:
+        """Allocate the persistent buffers on `device` now: before a CUDA graph capture or torch.compile's CUDA
+        graphs (whose memory pools must not own them)."""
+        for j, b in enumerate(self.plan.buffers):
+            if b.persistent:
+                self.persistent(j, torch.device(device))
 
     def _check(self, tensors: Sequence[Any]) -> torch.device:
         device = check_inputs(self.graph, tensors, "the compiled graph")

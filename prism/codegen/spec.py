@@ -11,7 +11,7 @@ __all__ = ["KernelSpec", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIG
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
-SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64"}
+SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64", "int32": "*i32"}
 SHORT_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"} | {n for n in dir(builtins) if n.islower()}
 """Names a tensor's base name may not take (the generated code uses them, e.g. `range`)."""

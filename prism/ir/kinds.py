@@ -133,6 +133,7 @@ class Loader(Kind):
         dtype = em.load_dtype(i)
         conv = "" if dtype == em.in_dtypes[k] else f".to({em.tl_dtype(dtype)})"
         args = f", mask={mask}, other=0.0" if mask else ""
+        args += f", cache_modifier=\"{em.load_modifier}\"" if em.load_modifier else ""
         em.define(i, base, f"tl.load({ptrs}{args}){conv}", dtype, clean=True)
         if fmap is not None and em.looped:
             em.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")

@@ -1,4 +1,5 @@
-"""How a block graph's kernel is compiled (warps, pipelining stages): a tuning choice, not structure."""
+"""How a block graph's kernel is compiled (warps, pipelining stages, where it runs): a tuning choice, not
+structure."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ class Launch:
     software-pipelining depth of the loads in its loop. None leaves the choice to code generation (4 or 8
     warps from the tile sizes, `prism.codegen.emit.default_warps`) and to Triton (its default stages).
 
+    `tail`: this kernel runs inside the kernel before it, which writes its inputs: each block of that kernel
+    counts itself done on a counter of its row (the blocks that write what one block of this kernel reads),
+    and the last one of a row runs this kernel's block for that row (prism.codegen.tail). One launch less
+    (a split-KV combine's second kernel costs ~2-3 µs of launch in a CUDA graph); the same computation, as
+    the blocks run the same µGraph. Warps and stages are then the kernel before's.
+
     It lives on the block graph so that a tuned choice travels with the graph (JSON, the result cache,
     ahead-of-time compilation) and counts in its structural hash, while the verified computation (maps,
     sizes, ops) stays exactly the same.
@@ -26,6 +33,7 @@ class Launch:
 
     num_warps: int | None = None
     num_stages: int | None = None
+    tail: bool = False
 
     def __post_init__(self) -> None:
         w, s = self.num_warps, self.num_stages
@@ -33,16 +41,20 @@ class Launch:
             raise MappingError(f"Launch: num_warps must be a power of two from 1 to {MAX_WARPS}, got {w!r}")
         if s is not None and (not _positive_int(s) or s > MAX_STAGES):
             raise MappingError(f"Launch: num_stages must be an int from 1 to {MAX_STAGES}, got {s!r}")
+        if not isinstance(self.tail, bool):
+            raise MappingError(f"Launch: tail must be True or False, got {self.tail!r}")
 
     @property
     def default(self) -> bool:
-        return self.num_warps is None and self.num_stages is None
+        return self.num_warps is None and self.num_stages is None and not self.tail
 
-    def to_json(self) -> dict[str, int]:
-        return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages))
+                               if v is not None}
+        return out | ({"tail": True} if self.tail else {})
 
     def __str__(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.to_json().items())
+        return " ".join([f"{k}={v}" for k, v in self.to_json().items() if k != "tail"] + ["tail"] * self.tail)
 
 
 def _positive_int(v: Any) -> bool:

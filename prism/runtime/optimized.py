@@ -61,6 +61,8 @@ class OptimizedGraph:
         if self.execution != CUDA:
             warnings.warn(f"prism: no GPU; this OptimizedGraph runs {EXECUTION_TEXT[self.execution]}",
                           RuntimeWarning, stacklevel=3)
+        if self.execution == CUDA and any(b.launch.tail for b in graph.blocks):
+            self.compiled.reserve(self.device)   # kept between calls: allocated now, outside any graph capture
         from prism.runtime.torch_op import torch_op
 
         self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] = torch_op(self)

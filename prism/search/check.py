@@ -151,10 +151,10 @@ class Prefilter:
         self.want = interp.run(self.program, self.inputs, dtype=torch.float64)
         self.tolerance = tolerance
         self.restricted: dict[tuple, bool] = {}
-        """Verdicts of one-dim runs by (structure key, partials, what the dim splits)."""
+        """Verdicts of one-dim runs by (structure key, partials, tail, what the dim splits)."""
 
     def passes(self, st: Structure, m: Mapping, names: Sequence[str] | None = None) -> bool:
-        key = (st.key(), m.partials)  # partials differ from sums across blocks for online sums (own maxima)
+        key = (st.key(), m.partials, m.tail)  # partials differ from sums across blocks for online sums (own maxima)
         for splits, grid, loop in restrictions(m):
             if (key, splits) not in self.restricted:
                 self.restricted[(key, splits)] = self._agrees(st, m, grid, loop, names)

@@ -33,7 +33,7 @@ from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
 from prism.symbolic.mapping import Mapping, enumerate_mappings, partial_variant
-from prism.symbolic.structure import Structure
+from prism.symbolic.structure import Structure, tail_variant
 from prism.symbolic.terms import from_graph, mk, render
 
 __all__ = ["search", "default_verify"]
@@ -224,7 +224,8 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadl
             problem = st.problem()
             plain = [m for m in enumerate_mappings(problem, limits.max_grid)
                      if mode.code == "SSS" or matches_fixed(st, problem, m)]
-            matched[shape_free] = plain + [v for v in (partial_variant(problem, m) for m in plain) if v]
+            partials = [v for v in (partial_variant(problem, m) for m in plain) if v]
+            matched[shape_free] = plain + partials + [v for v in (tail_variant(st, m) for m in partials) if v]
         for m in matched[shape_free]:
             counts["enumerated"] += 1
             key = (st.key()[:4], m, st.sizes)

@@ -68,7 +68,8 @@ class SymbolicGraph:
             rescale = "group_scale to the largest of the splits' maxima, " \
                 if self.structure.graph.ops[o].op == ONLINE.name else ""
             sides = ", ".join(f"d_{p} side by side along {d}" for p, d in fold.items())
-            kept = f"  (partials: {sides}, then {rescale}group_sum)" if fold else ""
+            tail = ", run as this kernel's tail" if self.mapping.tail else ""
+            kept = f"  (partials: {sides}, then {rescale}group_sum{tail})" if fold else ""
             lines.append(f"  out{k} = save t{o} omap={omaps[k] | fold}{kept}")
         for k, op in enumerate(self.structure.kernel_ops):
             lines.append(f"  kernel v{len(self.structure.outputs) + k} = {op.op}("

@@ -38,11 +38,15 @@ class Mapping:
     `partials`: an output a grid dim sums (it partitions none of the output's classes) keeps each block's
     tile side by side along a data dim instead (the saver maps the grid dim there, `MappingProblem.partials`),
     and a kernel-level group_sum folds them back: the split-KV form without atomics (deterministic, no
-    zeroed buffer). Same structure, same function; `partial_variant` makes it from the summing mapping."""
+    zeroed buffer). Same structure, same function; `partial_variant` makes it from the summing mapping.
+    `tail` (with `partials`): that second kernel has a block per row of the first (the grid dims of the first
+    that map the same data dim in all it saves: `prism.symbolic.structure.tail_rows`) and runs in the first's
+    last block of each row (prism.codegen.tail): one launch less. A µGraph of its own, verified on its own."""
 
     grid: tuple[tuple[int, ...], ...]
     loop: tuple[int, ...]
     partials: bool = False
+    tail: bool = False
 
     @property
     def n_grid(self) -> int:
@@ -56,11 +60,12 @@ class Mapping:
 
     def to_json(self) -> dict:
         return {"grid": [list(g) for g in self.grid], "loop": list(self.loop)} | \
-            ({"partials": True} if self.partials else {})
+            ({"partials": True} if self.partials else {}) | ({"tail": True} if self.tail else {})
 
     @classmethod
     def from_json(cls, data: dict) -> Mapping:
-        return cls(tuple(tuple(g) for g in data["grid"]), tuple(data["loop"]), bool(data.get("partials", False)))
+        return cls(tuple(tuple(g) for g in data["grid"]), tuple(data["loop"]), bool(data.get("partials", False)),
+                   bool(data.get("tail", False)))
 
 
 @dataclass(frozen=True)

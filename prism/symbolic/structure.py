@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from prism.errors import MappingError
-from prism.ir import BlockGraph, KernelGraph
+from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, MAX_GRID_YZ
 from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE
 from prism.ir.ops import OPS
@@ -20,7 +20,8 @@ from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX, BOp, SGraph, attr_from_json, attr_json, op_dims
 
-__all__ = ["Structure", "check_shapes", "class_factor", "instantiate", "program_classes", "structure_from_json"]
+__all__ = ["Structure", "check_shapes", "class_factor", "instantiate", "program_classes", "structure_from_json",
+           "tail_rows", "tail_variant"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,13 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     if any(groups):
         saved_max = dict(zip(maxima, values[len(st.outputs):]))
         scaled = [saved_max.get(_running(st, o)) if gr else None for o, gr in zip(st.outputs, groups)]
-        g.output(_fold(g, values[:len(st.outputs)], groups, scaled, st.kernel_ops, shapes))
+        rows = None
+        if m.tail:
+            rows = {d: b.grid_size(p) for p, d in tail_rows(st, m).items()}
+            if not rows:
+                raise MappingError("instantiate: a tail mapping whose first kernel has no grid dim that maps the "
+                                   "same data dim in all it saves (tail_rows)")
+        g.output(_fold(g, values[:len(st.outputs)], groups, scaled, st.kernel_ops, shapes, rows))
         return g
     for op in st.kernel_ops:
         values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
@@ -189,8 +196,33 @@ def _maxima(st: Structure, problem: MappingProblem, m: Mapping, omaps: list[dict
     return out
 
 
+def tail_rows(st: Structure, m: Mapping) -> dict[str, int]:
+    """{grid dim of kernel 1: data dim} for a partials mapping's second kernel run as the first's tail: each grid
+    dim that maps the same data dim in every output the first saves, a dim the second keeps (not the last,
+    not one it sums groups along). Then a block of the second per row of the first reads exactly what that
+    row wrote. Empty when there is none, or when kernel-level ops after the sums are not element-wise (the
+    second kernel then holds whole tensors)."""
+    problem = st.problem()
+    folds = problem.partials(m) if m.partials else None
+    ranks = {len(st.graph.dims[o]) for o in st.outputs}
+    if not folds or len(ranks) != 1 or not all(OPS[op.op].family.elementwise for op in st.kernel_ops):
+        return {}
+    _, omaps = problem.maps(m)
+    last, folded = ranks.pop() - 1, {d for fold in folds for d in fold.values()}
+    return {p: d for p, d in omaps[0].items()
+            if d < last and d not in folded and all(om.get(p) == d for om in omaps)}
+
+
+def tail_variant(st: Structure, m: Mapping) -> Mapping | None:
+    """`m` (a partials mapping) with its second kernel run as the tail of its first; None where `tail_rows`
+    finds no row to pair the kernels by."""
+    if not m.partials or m.tail or not tail_rows(st, m):
+        return None
+    return Mapping(m.grid, m.loop, partials=True, tail=True)
+
+
 def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled: list[Any],
-          kernel_ops: Sequence[BOp], shapes: Sequence[Sequence[int]]) -> Any:
+          kernel_ops: Sequence[BOp], shapes: Sequence[Sequence[int]], rows: dict[int, int] | None = None) -> Any:
     """Kernel 2 of a partials form, one custom op: every block loads whole rows of the saved partials, sums
     them in groups (`groups[k]`: data dim -> group size of saved tensor k), then runs the kernel-level ops.
     Online sums (`scaled[k]`: the saved maxima of their splits, else None) were each scaled by exp(-m) for
@@ -199,16 +231,23 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled
     Its grid splits, one block per index, every dim but the last (up to three) that all saved tensors share
     with the same extent, that none sums groups along, and that element-wise kernel ops keep: the partials
     are small, and one block per batch row left most of the GPU idle (10.9 µs for attention's, against
-    1.2 µs for the atomic form's division; H100, 2026-11-23)."""
+    1.2 µs for the atomic form's division; H100, 2026-11-23).
+    With `rows` ({data dim: blocks}, a tail mapping's `tail_rows` at kernel 1's sizes), kernel 2 has kernel 1's
+    blocks along those dims instead, and its launch says `tail`: the last block of each row of kernel 1 runs
+    it (prism.codegen.tail)."""
     rank, shape = len(saved[0].shape), saved[0].shape
     elementwise = all(OPS[op.op].family.elementwise for op in kernel_ops)
     tensors = saved + [t for t in scaled if t is not None]
     folded = groups + [gr for gr, t in zip(groups, scaled) if t is not None]
-    dims = [d for d in range(rank - 1) if elementwise and shape[d] > 1
-            and all(len(t.shape) == rank and t.shape[d] == shape[d] and d not in gr for t, gr in zip(tensors, folded))]
-    dims = sorted(dims, key=lambda d: -shape[d])[:len(GRID_DIMS)]
-    dims = [d for k, d in enumerate(dims) if k == 0 or shape[d] <= MAX_GRID_YZ]
-    k2 = BlockGraph(grid=tuple(shape[d] for d in dims) or (1,), loop=1)
+    if rows is None:
+        dims = [d for d in range(rank - 1) if elementwise and shape[d] > 1 and all(
+            len(t.shape) == rank and t.shape[d] == shape[d] and d not in gr for t, gr in zip(tensors, folded))]
+        dims = sorted(dims, key=lambda d: -shape[d])[:len(GRID_DIMS)]
+        dims = [d for k, d in enumerate(dims) if k == 0 or shape[d] <= MAX_GRID_YZ]
+        sizes = [shape[d] for d in dims]
+    else:
+        dims, sizes = list(rows), list(rows.values())
+    k2 = BlockGraph(grid=tuple(sizes) or (1,), loop=1, launch=Launch(tail=rows is not None))
     imap = {GRID_DIMS[k]: d for k, d in enumerate(dims)}
     inputs, loaded, scales = [], {}, {}
     for t in tensors:

@@ -16,6 +16,9 @@ per SM (limited by warps, shared memory and registers), on a target with S SMs:
     block        t_blk = latency + pre_bytes / bw_pre + pre_l2 / l2 + L·t_it + post_dot / tc
                          + post_vec / vc + store_bytes / cap (+ latency if it stores)
     kernel       T = launch + W · t_blk          memset: launch + bytes / dram_bandwidth
+    tail         T = latency + W · t_blk         a kernel run by the last block of each row of the kernel
+                                                 before it (prism.codegen.tail): no launch, one atomic
+                                                 round trip; G = its blocks, one per row
 
 Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
 to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read
@@ -89,6 +92,7 @@ class KernelWork:
     iter_l2: float = 0.0      # ... per loop iteration per block
     stages: int = TRITON_STAGES
     fused: bool = False       # one of the graph's own block graphs (its launch is the candidate's), not a lowered op
+    tail: bool = False        # run by the last block of each row of the kernel before (no launch of its own)
     staged_smem: int = 0      # bytes of one copy of the `tl.dot` operands loaded anew every iteration
     live: float = 0.0         # 32-bit values a block holds (the register estimate at other warp counts)
 
@@ -149,7 +153,7 @@ class Cost:
 
     @property
     def launches(self) -> int:
-        return sum(1 + (k.work.memset > 0) for k in self.kernels)
+        return sum((not k.work.tail) + (k.work.memset > 0) for k in self.kernels)
 
     def explain(self) -> str:
         lines = [f"estimated {self.seconds * 1e6:.2f} us on {self.target}: {self.launches} launch(es), "
@@ -296,7 +300,7 @@ def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
             else:
                 out_dtypes.append(store)
         w = work_of(block, name(tags.get(i)), in_dtypes, out_dtypes, summed, target)
-        out.append(_with(w, memset=memset, fused=i not in tags))
+        out.append(_with(w, memset=memset, fused=i not in tags, tail=block.launch.tail))
         for t, wide, store in casts:
             copy = elementwise_block(None, {}, [t], t)
             out.append(work_of(copy, name("cast"), [wide], [store], [False], target))
@@ -344,7 +348,7 @@ def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
                + w.post_vec / vc + w.store_bytes / cap + (t.dram_latency if w.store_bytes else 0.0))
     if w.spills:
         t_block *= t.spill_penalty
-    seconds = t.launch + waves * t_block
+    seconds = (t.dram_latency if w.tail else t.launch) + waves * t_block
     if w.memset:
         seconds += t.launch + w.memset / t.dram_bandwidth
     return KernelCost(w, seconds, r, waves, cap)
@@ -357,12 +361,17 @@ def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | Non
     notes = []
     compiled = False
     if aot is not None:
-        if len(aot) == len(works):
+        launched = [w for w in works if not w.tail]   # a tail runs in the compiled kernel before it
+        if len(aot) == len(launched):
+            compiled_as, k = [], -1
+            for w in works:
+                k += not w.tail
+                compiled_as.append(aot[k])
             works = [_with(w, warps=a.num_warps, smem=a.shared, registers=a.registers or w.registers,
-                           spills=a.spills) for w, a in zip(works, aot)]
+                           spills=a.spills) for w, a in zip(works, compiled_as)]
             compiled = True
         else:
-            notes.append(f"{len(aot)} compiled kernel(s) for {len(works)} launch(es): compiler figures ignored")
+            notes.append(f"{len(aot)} compiled kernel(s) for {len(launched)} launch(es): compiler figures ignored")
     return cost_of(works, target, compiled, tuple(notes))
 
 

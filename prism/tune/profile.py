@@ -18,6 +18,7 @@ from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
 __all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "copies_for", "input_copies", "random_inputs",
+           "timings",
            "spearman", "ranks", "close", "time_kernels"]
 
 L2_BYTES = 50 * 2**20
@@ -113,6 +114,12 @@ def bench_graph(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]]
             fn(*c)
     seconds = triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median") * 1e-3
     return seconds / len(copies)
+
+
+def timings(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
+    """The two figures a benchmark reports of `fn` (CUDA only): "called_us", the best of three `bench` medians
+    (as a user calls it: the host's launch path moves it), and "graph_us", the `bench_graph` median."""
+    return {"called_us": min(bench(fn, copies) for _ in range(3)) * 1e6, "graph_us": bench_graph(fn, copies) * 1e6}
 
 
 def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> tuple[bool, float]:

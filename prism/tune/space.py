@@ -12,7 +12,7 @@ splits the dims of one or more *classes* (atoms that dimension matching made equ
     extent(c) % (grid[p] · loop) == 0                       divisibility: equal tiles, no remainder
     tile(c) = extent(c) / (grid[p] · loop) is a power of two, or c is not split at all
     ∏ grid ≤ target.max_blocks,  grid[y], grid[z] ≤ 65535  a cap on blocks; CUDA's limit on y and z
-    every tile ≤ 2^20 elements (padded)                     Triton's largest block
+    every tile ≤ 2^20 elements (padded)                     Triton's largest block (a tail's too, below)
     smem(grid, loop, stages) ≤ target.smem_per_block        the estimate below (227 KiB on sm_90)
 
 and its launch (warps, stages) is valid when warps ∈ WARPS with 32·warps ≤ the largest padded tile (every
@@ -26,6 +26,10 @@ memory in the matmul's dtype, `staged_copies(stages)` deep when it is loaded ane
 (software pipelining), once otherwise. Against Triton 3.7's own figure for sm_90 this is within about 2x
 either way (measured on sampled rmsnorm and attention points); the tuner compiles the survivors
 ahead of time and checks the real figure, so the estimate only has to prune what cannot fit.
+
+A tail form (its second kernel run by the last block of each row of the first, prism.codegen.tail) runs
+that kernel's blocks on the first kernel's grid: a block holds a row's partials whole, the first kernel's
+saved tiles times the blocks side by side in them, and that tile counts among the tiles above.
 
 `Space` is the union over all sGraphs of a search result: its points are (graph, grid, loop, warps,
 stages) candidates, sampled uniformly and reproducibly (`sample(k, seed)`); `neighbours(c)` are the
@@ -49,6 +53,7 @@ from prism.ir.block import GRID_DIMS
 from prism.ir.ops import TORCH_DTYPES
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import LOADER
+from prism.symbolic.structure import tail_rows
 from prism.tune.target import H100, Target
 
 __all__ = ["MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate", "Footprint", "GraphSpace", "Space",
@@ -129,6 +134,11 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
+def _next_pow2(n: np.ndarray | int) -> np.ndarray:
+    """The next power of two of each entry (at least 1), as code generation pads a tile dim."""
+    return np.left_shift(1, np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64))
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -183,9 +193,24 @@ class GraphSpace:
         self._tile_dims = sorted(set(self._dims))
         self._dot_operands = [(self._dims[o], g.ops[o].op == LOADER and self.fmap[o] is not None)
                               for op in g.ops if op.op == "matmul" for o in op.inputs]
+        self._tail_tiles = self._tail(st, m, slot) if m.tail else []
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
         self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
+
+    def _tail(self, st, m, slot: dict[int, int]) -> list[list[tuple[int | None, int | None]]]:
+        """A tail form's second kernel holds the first's saved tiles times the blocks that lie side by side in
+        them, but for its rows (prism.symbolic.structure.tail_rows): per saved tensor, per dim, (class slot of
+        the first kernel's tile or None for a unit dim, grid dim index whose blocks multiply it or None)."""
+        problem = st.problem()
+        _, omaps = problem.maps(m)
+        rows = set(tail_rows(st, m))
+        out = []
+        for o, omap, fold in zip(st.outputs, omaps, problem.partials(m) or []):
+            by_dim = {d: GRID_DIMS.index(p) for p, d in (omap | fold).items() if p not in rows}
+            out.append([(None if a == UNIT else slot[st.graph.uf.find(a)], by_dim.get(d))
+                        for d, a in enumerate(st.graph.dims[o])])
+        return out
 
     def _variable(self, name: str, classes: tuple[int, ...]) -> Variable:
         extents = tuple(self.extent[c] for c in classes)
@@ -209,8 +234,7 @@ class GraphSpace:
         """What a tensor dim's entry in `_dims` indexes (columns), at each row of `sizes`: a unit dim (1), a unit
         `tl.dot` dim (MIN_DOT), then every class's tile padded to a power of two, then the same at least
         MIN_DOT (the class on a `tl.dot` dim)."""
-        tiles = self._class_tiles(sizes)
-        pow2 = np.left_shift(1, np.ceil(np.log2(np.maximum(tiles, 1))).astype(np.int64))
+        pow2 = _next_pow2(self._class_tiles(sizes))
         n = len(sizes)
         return np.concatenate([np.ones((n, 1), np.int64), np.full((n, 1), MIN_DOT, np.int64), pow2,
                                np.maximum(pow2, MIN_DOT)], axis=1)
@@ -246,6 +270,13 @@ class GraphSpace:
         numel = np.ones(len(tilings), dtype=np.int64)
         for dims in self._tile_dims:
             numel = np.maximum(numel, padded[:, list(dims)].prod(axis=1))
+        if self._tail_tiles:
+            tiles = self._class_tiles(sizes)
+            for dims in self._tail_tiles:     # the tail kernel's tiles (a tail form's second kernel)
+                tail = np.ones(len(tilings), dtype=np.int64)
+                for c, p in dims:
+                    tail = tail * _next_pow2((tiles[:, c] if c is not None else 1) * (sizes[:, p] if p is not None else 1))
+                numel = np.maximum(numel, tail)
         fixed = np.zeros(len(tilings), dtype=np.int64)
         staged = np.zeros(len(tilings), dtype=np.int64)
         looped = sizes[:, -1] > 1
@@ -470,10 +501,11 @@ class Space:
 
 def instantiate(sgraph, shapes: Sequence[Sequence[int]], dtype: str, names: Sequence[str], c: Candidate) -> KernelGraph:
     """Candidate `c` of `sgraph` (a SymbolicGraph) as a concrete µGraph with these inputs, every block graph
-    of it compiled with the candidate's warps and stages. A point the space does not hold raises MappingError."""
+    of it compiled with the candidate's warps and stages (a tail kernel stays one: its mapping says so). A
+    point the space does not hold raises MappingError."""
     g = sgraph.instantiate(shapes, c.grid, c.loop, dtype, names)
     for _, node in g.topo():
         if node.op == "custom":
             block = node.attrs["block"]
-            block.launch = Launch(c.warps or None, c.stages or None)
+            block.launch = Launch(c.warps or None, c.stages or None, tail=block.launch.tail)
     return g

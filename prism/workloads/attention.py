@@ -32,7 +32,7 @@ from functools import partial
 
 import torch
 
-from prism.ir import BlockGraph, KernelGraph, Tensor
+from prism.ir import BlockGraph, KernelGraph, Launch, Tensor
 from prism.workloads.base import EPS, Config, PaperFigures, Workload, WorkloadError, default_tile, rms_norm
 
 __all__ = ["ATTENTION", "GQA", "QK_ATTENTION", "default_split", "logit_scales"]
@@ -77,14 +77,17 @@ def _graph(cfg: Config, dtype: str, *, qk_norm: bool) -> KernelGraph:
 
 
 def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
-           loop: int | None = None, online: bool = False, partials: bool = False) -> KernelGraph:
+           loop: int | None = None, online: bool = False, partials: bool = False, tail: bool = False) -> KernelGraph:
     """Kernel 1 sums exp(Q Kt) V and exp(Q Kt) over kv per (batch, split) block; kernel 2 divides.
     With `online`, one kernel with a running max; with `partials`, the splits' sums are kept side by side
-    and kernel 2 sums them in groups (see the module docstring)."""
+    and kernel 2 sums them in groups (see the module docstring); with `tail` too, kernel 2 has a block per
+    batch entry and runs in the last block of kernel 1's batch entry (prism.codegen.tail)."""
+    if tail and not partials:
+        raise WorkloadError("tail=True runs a partials form's kernel 2 in kernel 1: it needs partials=True")
     g = KernelGraph()
     q, kt, v = _declare(g, cfg, dtype)
     if online:
-        g.output(_online(g, cfg, q, kt, v, qk_norm, splits, loop, partials))
+        g.output(_online(g, cfg, q, kt, v, qk_norm, splits, loop, partials, tail))
         return g
     lead, batch = _lead(cfg), _per_batch(cfg)
     last, split = len(lead) + 1, GRID[len(lead)]                      # kv is Kt's last dim, V's one before
@@ -102,7 +105,7 @@ def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
     k1.output(k1.accum(k1.sum(e, last)), omap={**batch, **kept})     # denominator [.., g, 1]
     num, den = g.custom(k1, [q, kt, v])
     if partials:
-        g.output(_sum_partials(g, cfg, num, den))
+        g.output(_sum_partials(g, cfg, num, den, tail))
         return g
 
     # Kernel 2: savers take only post-loop tensors, so each loaded tile goes through a 1-iteration
@@ -116,17 +119,19 @@ def _fused(cfg: Config, dtype: str, *, qk_norm: bool, splits: int | None = None,
     return g
 
 
-def _per_row(cfg: Config) -> tuple[BlockGraph, dict[str, int], int]:
-    """Kernel 2 of a split form: a block per (batch, query row), its imap, and the dim the splits lie along."""
+def _per_row(cfg: Config, tail: bool) -> tuple[BlockGraph, dict[str, int], int]:
+    """Kernel 2 of a split form: a block per (batch, query row), or per batch entry as kernel 1's tail; its imap;
+    and the dim the splits lie along."""
     lead = _lead(cfg)
-    return (BlockGraph(grid=(*lead, cfg["g"]), loop=1), {GRID[i]: i for i in range(len(lead) + 1)},
+    rows = lead if tail else (*lead, cfg["g"])
+    return (BlockGraph(grid=rows, loop=1, launch=Launch(tail=bool(tail))), {GRID[i]: i for i in range(len(rows))},
             len(lead) + 1)
 
 
-def _sum_partials(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor) -> Tensor:
+def _sum_partials(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor, tail: bool) -> Tensor:
     """Kernel 2 of the split form with partials: a block per (batch, head) sums the splits' numerators (groups
     of d along the last dim) and denominators (groups of 1), then divides."""
-    k2, imap, last = _per_row(cfg)
+    k2, imap, last = _per_row(cfg, tail)
     n2 = k2.group_sum(k2.accum(k2.input(num, imap=imap)), last, cfg["d"])   # [.., 1, splits·d] -> [.., 1, d]
     d2 = k2.group_sum(k2.accum(k2.input(den, imap=imap)), last, 1)          # [.., 1, splits] -> [.., 1, 1]
     k2.output(k2.div(n2, d2), omap=imap)
@@ -135,7 +140,7 @@ def _sum_partials(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor) -> Tens
 
 
 def _online(g: KernelGraph, cfg: Config, q: Tensor, kt: Tensor, v: Tensor, qk_norm: bool, splits: int | None,
-            loop: int | None, partials: bool) -> Tensor:
+            loop: int | None, partials: bool, tail: bool) -> Tensor:
     """A block per batch (and kv split) walks its kv range; m is the running row max, and both sums are online
     accumulators bound to it (they shrink by exp(m_before - m) whenever m grows). With one split the block
     divides them; with several (`partials`), each split saves its sums and its max side by side and kernel 2
@@ -168,13 +173,13 @@ def _online(g: KernelGraph, cfg: Config, q: Tensor, kt: Tensor, v: Tensor, qk_no
         return o
     for t in (num, den, k.accum(row_max, "accum_max")):              # each split's, side by side along kv
         k.output(t, omap={**batch, **at})
-    return _combine(g, cfg, *g.custom(k, [q, kt, v]))
+    return _combine(g, cfg, *g.custom(k, [q, kt, v]), tail)
 
 
-def _combine(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor, mx: Tensor) -> Tensor:
+def _combine(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor, mx: Tensor, tail: bool) -> Tensor:
     """Kernel 2 of the safe split form (FlashDecoding's combine): a block per (batch, head) takes every split's
     max m_k, scales split k's sums by exp(m_k - max m) (at most 1), sums them in groups and divides."""
-    k2, imap, last = _per_row(cfg)
+    k2, imap, last = _per_row(cfg, tail)
     n2, d2, m2 = (k2.accum(k2.input(t, imap=imap)) for t in (num, den, mx))   # [.., 1, splits·d], [.., 1, splits]
     scale = k2.exp(k2.sub(m2, k2.group_max(m2, last, 1)))             # exp(m_k - max m) [.., 1, splits]
     n2 = k2.group_sum(k2.group_scale(n2, scale, last, cfg["d"]), last, cfg["d"])
@@ -219,7 +224,7 @@ def _workload(name: str, program: str, qk_norm: bool, display: str, paper: Paper
         paper=paper, sweep=SWEEP)
 
 
-FUSED_PARAMS = ("splits", "loop", "online", "partials")
+FUSED_PARAMS = ("splits", "loop", "online", "partials", "tail")
 
 ATTENTION = _workload("attention", "O = softmax(Q @ Kt) @ V", qk_norm=False, display="Attention",
                       paper=PaperFigures(("42.4", "10.0", "41"), (4, 3, 14)))

@@ -6,6 +6,7 @@ Inputs are drawn here so that both sides of a comparison see the same values."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -81,19 +82,27 @@ def _large_logits(name, cfg, **params):
     return make
 
 
-def searched_safe_split_kv() -> Case:
+def searched_safe_split_kv(tail: bool = False) -> Callable[[], Case]:
     """The search's safe split-KV attention (each split's online sums and max side by side, kernel 2 rescales
-    them to the largest max with group_max and group_scale), at 2 splits and a loop of 2, logit std 30."""
-    from prism.search import search
-    from prism.search.signature import signature
-    from tests.configs import SMALL_ATT
+    them to the largest max with group_max and group_scale), at 2 splits and a loop of 2, logit std 30; with
+    `tail`, kernel 2 runs in the last block of each batch entry of kernel 1 (prism.codegen.tail)."""
+    def make() -> Case:
+        from prism.search import search
+        from prism.search.signature import signature
+        from tests.configs import SMALL_ATT
 
-    w = prism.workloads.get("attention")
-    result = search(w.build(SMALL_ATT), workers=1, max_block_ops=12, max_grid=2)
-    want = signature(w.fused(SMALL_ATT, online=True, splits=2, loop=2, partials=True))
-    (i,) = [i for i, g in enumerate(result.graphs) if g.mapping.partials and signature(result.instantiate(i)) == want]
-    xs = w.inputs(SMALL_ATT, 0, torch.float16, scales=logit_scales(SMALL_ATT, 30.0))
-    return Case(result.instantiate(i, grid=(2, 2), loop=2), xs, torch_reference=w.reference)
+        w = prism.workloads.get("attention")
+        result = search(w.build(SMALL_ATT), workers=1, max_block_ops=12, max_grid=2)
+        want = signature(w.fused(SMALL_ATT, online=True, splits=2, loop=2, partials=True))
+        (i,) = [i for i, g in enumerate(result.graphs)
+                if g.mapping.partials and not g.mapping.tail and signature(result.instantiate(i)) == want]
+        if tail:   # its sibling: the same structure and maps, kernel 2 as kernel 1's tail
+            m = result.graphs[i].mapping
+            (i,) = [k for k, g in enumerate(result.graphs) if g.structure == result.graphs[i].structure
+                    and g.mapping == dataclasses.replace(m, tail=True)]
+        xs = w.inputs(SMALL_ATT, 0, torch.float16, scales=logit_scales(SMALL_ATT, 30.0))
+        return Case(result.instantiate(i, grid=(2, 2), loop=2), xs, torch_reference=w.reference)
+    return make
 
 
 def lora() -> Case:
@@ -349,7 +358,17 @@ CASES: dict[str, Callable[[], Case]] = {
     "large_logits_split_kv": _large_logits("attention", SMALL["attention"][0], splits=2, loop=2, partials=True),
     "large_logits_split_kv_non_pow2": _large_logits("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3,
                                                     loop=2, partials=True),
-    "searched_safe_split_kv": searched_safe_split_kv,
+    "searched_safe_split_kv": searched_safe_split_kv(),
+    # kernel 2 as the tail of kernel 1 (prism.codegen.tail): its last block of each row combines the row
+    "searched_safe_split_kv_tail": searched_safe_split_kv(tail=True),
+    "split_kv_partials_tail": _workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True,
+                                        tail=True),
+    "large_logits_split_kv_tail": _large_logits("attention", SMALL["attention"][0], splits=2, loop=2, partials=True,
+                                                tail=True),
+    "large_logits_split_kv_tail_non_pow2": _large_logits("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16},
+                                                         splits=3, loop=2, partials=True, tail=True),
+    "large_logits_gqa_split_kv_tail": _large_logits("gqa", SMALL["gqa"][0], splits=2, loop=2, partials=True,
+                                                    tail=True),
     "split_kv_partials": _workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True),
     "split_kv_partials_non_pow2": _workload("qk_attention", {"b": 2, "g": 3, "h": 48, "d": 16}, splits=3, loop=2,
                                             partials=True),
@@ -391,6 +410,12 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     "real_lora": lambda: LORA.fused(LORA.configs[0]),
     "real_gqa_safe_split": lambda: prism.workloads.get("gqa").fused(REAL["gqa"], online=True, splits=8, loop=8,
                                                                       partials=True),
+    "real_attention_safe_split_tail": lambda: prism.workloads.get("attention").fused(
+        REAL["attention"], online=True, splits=16, loop=8, partials=True, tail=True),
+    "real_attention_partials_tail": lambda: prism.workloads.get("attention").fused(REAL["attention"], partials=True,
+                                                                                   tail=True),
+    "real_gqa_safe_split_tail": lambda: prism.workloads.get("gqa").fused(REAL["gqa"], online=True, splits=8, loop=8,
+                                                                           partials=True, tail=True),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
                                                     "broadcast_padding", "fp32_dot", "group_sums")},
 }

@@ -12,7 +12,7 @@ import prism
 from prism.codegen import compile_graph
 from prism.codegen.launch import ALIGN, BoundGraph
 from prism.errors import InputError
-from prism.ir.ops import TORCH_DTYPES
+from prism.codegen.plan import BUFFER_DTYPES
 from prism.runtime import superoptimize
 
 pytestmark = pytest.mark.filterwarnings("ignore:prism. no GPU:RuntimeWarning")
@@ -49,19 +49,37 @@ def _generic_launch(cg, xs, monkeypatch):
     jits = {s.kernel.name: _Jit() for s in cg.plan.steps}
     for name, jit in jits.items():
         monkeypatch.setattr(module, name, jit)
-    bufs = list(xs) + [torch.zeros(b.shape, dtype=TORCH_DTYPES[b.dtype]) for b in cg.plan.buffers[len(xs):]]
+    bufs = list(xs) + [torch.zeros(b.shape, dtype=BUFFER_DTYPES[b.dtype]) for b in cg.plan.buffers[len(xs):]]
     kernels = [getattr(module, s.kernel.launcher)(*(bufs[j] for j in s.inputs + s.outputs)) for s in cg.plan.steps]
     return bufs, jits, kernels
 
 
-def test_bound_arguments_are_exactly_the_launchers(tmp_path, monkeypatch):
-    """Attention's two kernels: pointers, then every stride and constexpr, in the kernel's parameter order."""
+def _kept(cg, bufs):
+    """The plan's persistent buffers (a tail kernel's row counters) among `bufs`."""
+    return {j: bufs[j] for j, b in enumerate(cg.plan.buffers) if b.persistent}
+
+
+FORMS = {"two kernels": dict(splits=2), "tail": dict(online=True, splits=2, loop=2, partials=True, tail=True)}
+"""Attention's split form (kernel 2 launched on its own), and the safe split form with kernel 2 as the tail."""
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_bound_arguments_are_exactly_the_launchers(tmp_path, monkeypatch, form):
+    """Attention's kernels: pointers, then every stride and constexpr, in the kernel's parameter order; a tail
+    kernel's row counters at the address of the buffer kept between calls."""
     w = prism.workloads.get("attention")
-    cg = compile_graph(w.fused(ATT, splits=2))
+    cg = compile_graph(w.fused(ATT, **FORMS[form]))
     xs = w.inputs(ATT, seed=0)
     bufs, jits, kernels = _generic_launch(cg, xs, monkeypatch)
-    bound = BoundGraph(cg.plan, xs, kernels)
-    assert len(bound.launches) == len(cg.plan.steps) >= 2
+    kept = _kept(cg, bufs)
+    assert bool(kept) == (form == "tail")
+    with pytest.raises(RuntimeError, match="persistent"):
+        BoundGraph(cg.plan, xs, kernels, {}) if kept else BoundGraph(cg.plan, xs, kernels, {0: xs[0]})
+    bound = BoundGraph(cg.plan, xs, kernels, kept)
+    assert len(bound.launches) == len(cg.plan.steps) == (1 if kept else 2)
+    addresses = bound.addresses(xs)
+    assert all(addresses[j] == t.data_ptr() for j, t in kept.items())
+    assert not set(kept) & {j for j, _ in bound.offsets}             # not in the per-call workspace
     for step, launch in zip(cg.plan.steps, bound.launches):
         ((grid, args, meta),) = jits[step.kernel.name].calls
         assert launch.grid == tuple(grid) + (1,) * (3 - len(grid))
@@ -197,7 +215,8 @@ def test_the_c_launcher_builds_and_refuses_bad_plans():
     assert module.make(()) is not None
 
 
-def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch):
+@pytest.mark.parametrize("form", FORMS)
+def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch, form):
     """Attention's kernels compiled ahead of time for sm_90: the plan clears the workspace's zeroed region,
     then passes each kernel every runtime parameter (pointers by buffer slot) in its compiled order."""
     from types import SimpleNamespace
@@ -209,11 +228,11 @@ def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch):
     from prism.codegen.launch import native_steps
 
     w = prism.workloads.get("attention")
-    cg = compile_graph(w.fused(ATT, splits=2))
+    cg = compile_graph(w.fused(ATT, **FORMS[form]))
     real = {s.kernel.name: getattr(cg.module, s.kernel.name) for s in cg.plan.steps}
     xs = w.inputs(ATT, seed=0)
-    _, _, fakes = _generic_launch(cg, xs, monkeypatch)
-    bound = BoundGraph(cg.plan, xs, fakes)
+    bufs, _, fakes = _generic_launch(cg, xs, monkeypatch)
+    bound = BoundGraph(cg.plan, xs, fakes, _kept(cg, bufs))
     assert bound.native is None                        # stand-in kernels: no compiled signature
     compiled = []
     for step in cg.plan.steps:
@@ -222,10 +241,11 @@ def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch):
                            target=default_target(), options={"num_warps": step.kernel.num_warps})
         compiled.append(SimpleNamespace(src=k.src, metadata=k.metadata, function=1000 + len(compiled)))
     steps = native_steps(bound.launches, compiled, bound.workspace_slot, bound.zero_bytes)
-    assert steps[0] == ("memset", bound.workspace_slot, bound.zero_bytes)
-    assert len(steps) - 1 == len(cg.plan.steps) > 0
+    memset = [("memset", bound.workspace_slot, bound.zero_bytes)] if bound.zero_bytes else []
+    assert steps[:len(memset)] == tuple(memset) and bool(memset) == (form == "two kernels")
+    assert len(steps) - len(memset) == len(cg.plan.steps) > 0
     for (kind, function, gx, gy, gz, threads, shared, params), launch, k, step in zip(
-            steps[1:], bound.launches, compiled, cg.plan.steps):
+            steps[len(memset):], bound.launches, compiled, cg.plan.steps):
         assert kind == "kernel" and function == k.function and (gx, gy, gz) == launch.grid
         assert threads == 32 * step.kernel.num_warps and shared == k.metadata.shared
         runtime = [n for n, ty in step.kernel.signature.items() if ty != "constexpr"]

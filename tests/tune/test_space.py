@@ -38,7 +38,9 @@ def test_every_sampled_point_instantiates_and_respects_every_constraint(searched
             kg = space.instantiate(c)                      # never MappingError
             block = kg.blocks[0]                           # a partials form's second kernel sums its groups
             assert block.grid == c.grid and block.loop == c.loop
-            assert all(b.launch == Launch(c.warps, c.stages) for b in kg.blocks)
+            assert all(b.launch == Launch(c.warps, c.stages, tail=b.launch.tail) for b in kg.blocks)
+            tail = space.result.graphs[c.graph].mapping.tail
+            assert [b.launch.tail for b in kg.blocks] == ([False, True] if tail else [False] * len(kg.blocks))
             assert math.prod(block.grid) <= H100.max_blocks
             assert all(g <= H100.max_grid_yz for g in block.grid[1:])
             for i in block.loaders:
