@@ -131,6 +131,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     n = default_workers() if workers is None else max(1, int(workers))
     mapper = _Mapper(start_workers(n) if compile and cluster is None else None, cluster, progress, report)
     started = mapper.started
+    clock.lap("workers")
     try:
         ranked = _rank(space, rank_limit, seed, target, report, log, mapper,
                        n if mapper.started or cluster else 1)
