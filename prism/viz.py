@@ -77,10 +77,13 @@ def _call(g: GraphBuilder, i: int, node: Node) -> str:
 
 
 class _Concrete:
-    """Sizes as the block graph has them: ints."""
+    """Sizes as the block graph has them: ints (`note` says at which symbolic sizes, if any)."""
+
+    def __init__(self, note: str = "") -> None:
+        self.note = note
 
     def sizes(self, b: BlockGraph) -> str:
-        return "grid " + " ".join(f"{d}={n}" for d, n in zip(b.grid_dims, b.grid)) + f" · loop {b.loop}"
+        return "grid " + " ".join(f"{d}={n}" for d, n in zip(b.grid_dims, b.grid)) + f" · loop {b.loop}{self.note}"
 
     def loop(self, b: BlockGraph) -> str:
         return f"loop body × {b.loop} (tiles of one iteration)"
@@ -103,7 +106,10 @@ class _Symbolic:
         return "loop body × d_i (tiles of one iteration)" if self.sg.mapping.loop else "no loop: the body runs once"
 
     def tile(self, b: BlockGraph, i: int) -> str:
-        return _shape([self._extent(a) for a in self.sg.structure.graph.dims[i]])
+        dims = self.sg.structure.graph.dims
+        while i >= len(dims):   # a node instantiation adds after the sGraph's ops (a partials form's saved
+            i = b.nodes[i].inputs[0][0]   # maxima, accumulated from an op): its operand's tile
+        return _shape([self._extent(a) for a in dims[i]])
 
     def _extent(self, atom: int) -> str:
         """D/(d_p·d_i) for a data dim of full extent D split by grid dim p and the loop."""
@@ -148,10 +154,13 @@ def _describe(g: KernelGraph, title: str, sizes: _Concrete | _Symbolic) -> Pictu
         elif node.op == "custom":
             b, k = node.attrs["block"], len(blocks)
             outs = (f"out{j} = {g.label((i, j))}: {_type(t)}" for j, t in enumerate(node.outputs))
-            tail = f" · run by kernel {k - 1}'s last block per row" if b.launch.tail else ""   # prism.codegen.tail
-            box = Box("kernel", (f"fused kernel {k}", sizes.sizes(b) + tail, *outs), ins)
-            blocks.append(_block_panel(b, f"kernel {k}: {sizes.sizes(b)}{tail}", [g.label(r) for r in node.inputs],
-                                       sizes))
+            # an sGraph is its first kernel; a partials form's second (made from it) is drawn at every d = 1
+            own = sizes if k == 0 or isinstance(sizes, _Concrete) else _Concrete(" (tiles at every d_ = 1)")
+            tail = (f" · run by kernel {k - 1}'s last block per row", f"(the tail of kernel {k - 1})") \
+                if b.launch.tail else ("",)   # prism.codegen.tail
+            box = Box("kernel", (f"fused kernel {k}", own.sizes(b), *tail[1:], *outs), ins)
+            blocks.append(_block_panel(b, f"kernel {k}: {own.sizes(b)}{tail[0]}", [g.label(r) for r in node.inputs],
+                                       own))
         else:
             box = Box("op", (_call(g, i, node), _type(node.outputs[0])), ins)
         at[i] = len(boxes)

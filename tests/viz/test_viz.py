@@ -124,6 +124,30 @@ def test_symbolic_tiles_are_symbols_and_evaluate_to_the_concrete_tiles(searched,
     check_png(viz.draw_symbolic_graph(result.graphs[0], names, tmp_path / "sg.png", title="first"))
 
 
+def test_partials_and_tail_forms_draw_their_second_kernel(tmp_path):
+    """A partials form's first kernel saves each split's maxima (nodes after the sGraph's ops: drawn with their
+    operand's symbolic tile); its second kernel is no sGraph op, so it is drawn at every d = 1, and a tail form
+    says which kernel runs it."""
+    from prism.ir.kinds import MAX
+    from prism.search import search
+
+    w = wl.get("attention")
+    result = search(w.build(w.small_config), workers=1, max_block_ops=12, max_grid=2)   # room for safe split forms
+    maxima = 0
+    for kind in ("partials", "tail"):
+        forms = [i for i, g in enumerate(result.graphs) if g.mapping.partials and g.mapping.tail == (kind == "tail")]
+        assert forms
+        for i in forms:
+            pic = viz.describe_symbolic_graph(result.graphs[i], result.names)
+            kernel, first, second = pic.rows[0]
+            assert "d_" in first.title and "tiles at every d_ = 1" in second.title
+            assert ("run by kernel 0's last block per row" in second.title) == (kind == "tail")
+            assert any("(the tail of kernel 0)" in line for b in kernel.boxes for line in b.lines) == (kind == "tail")
+            maxima += any(n.op == MAX.name for n in result.instantiate(i).blocks[0].nodes)
+        check_png(viz.draw_result(result, tmp_path / f"{kind}.png", index=forms[0]))
+    assert maxima, "a safe split form (its maxima saved after the sGraph's ops) is among them"
+
+
 def test_a_result_draws_as_a_contact_sheet(searched, tmp_path):
     _, _, result = searched("swiglu")
     check_png(viz.draw_result(result, str(tmp_path / "sheet.png")))
