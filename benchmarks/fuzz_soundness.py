@@ -176,7 +176,7 @@ def main() -> None:
         total.update(c)
         rate = c["candidates"] / seconds[(kind, name)]
         print(f"| {kind} | {name} | " + " | ".join(str(c[k]) for k in cols) + f" | {rate:.0f} |")
-    print(f"| all | | " + " | ".join(str(total[k]) for k in cols) + f" | {total['candidates'] / wall:.0f} (wall, "
+    print("| all | | " + " | ".join(str(total[k]) for k in cols) + f" | {total['candidates'] / wall:.0f} (wall, "
           f"{args.workers} workers) |")
     print(f"\n{total['candidates']} candidates in {wall:.0f} s; unsound: {total['unsound']}")
     for u in unsound[:10]:

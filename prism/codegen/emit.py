@@ -22,34 +22,16 @@ from dataclasses import dataclass, field
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, TileDim
 from prism.codegen.render import UNIT, Expr, literal, render
-from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, base_name, unique
+from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import INSIDE, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import MATMUL, OPS
 from prism.ir.printer import format_block
 
-__all__ = ["Emitter", "Param", "default_warps", "emit_kernel", "indent", "launcher", "phase"]
+__all__ = ["Emitter", "default_warps", "emit_kernel", "indent", "launcher", "phase"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
-
-@dataclass(frozen=True)
-class Param:
-    """A line of a kernel's parameters: one pointer, the strides of one tensor, or one constexpr."""
-
-    kind: str                 # "in", "out", "stride", "constexpr"
-    names: list[str]
-    types: list[str]          # the signature type of each name ("*fp16", "i32", "constexpr")
-    comment: str
-
-    @property
-    def line(self) -> str:
-        note = ": tl.constexpr" if self.kind == "constexpr" else ""
-        return f"{', '.join(self.names)}{note},  # {self.comment}"
-
-    def renamed(self, names: list[str]) -> Param:
-        return Param(self.kind, names, self.types, self.comment)
-
 
 @dataclass
 class _Val:

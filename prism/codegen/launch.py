@@ -45,8 +45,8 @@ class _Launch:
     function: Any
     metadata: Any
     grid: tuple[int, int, int]
-    slots: tuple[int, ...]  # plan buffer of each pointer argument, in order
-    tail: tuple[Any, ...]   # the strides and constexprs that follow the pointers
+    slots: tuple[int, ...]      # plan buffer of each pointer argument, in order
+    trailing: tuple[Any, ...]   # the strides and constexprs that follow the pointers
 
 
 def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
@@ -97,14 +97,14 @@ class BoundGraph:
         self.launches = []
         for step, kernel in zip(plan.steps, kernels):
             slots = step.inputs + step.outputs
-            tail = [s for j in slots for s in strides.get(j) or _contiguous(plan.buffers[j].shape)]
-            tail += list(step.kernel.constexprs.values())
-            if len(slots) + len(tail) != len(step.kernel.signature):
-                raise RuntimeError(f"{step.kernel.name}: {len(slots) + len(tail)} arguments for a signature of "
+            trailing = [s for j in slots for s in strides.get(j) or _contiguous(plan.buffers[j].shape)]
+            trailing += list(step.kernel.constexprs.values())
+            if len(slots) + len(trailing) != len(step.kernel.signature):
+                raise RuntimeError(f"{step.kernel.name}: {len(slots) + len(trailing)} arguments for a signature of "
                                    f"{len(step.kernel.signature)}")
             grid = tuple(step.kernel.grid) + (1,) * (3 - len(step.kernel.grid))
             self.launches.append(_Launch(kernel.run, kernel.function, kernel.packed_metadata, grid,  # type: ignore
-                                         slots, tuple(tail)))
+                                         slots, tuple(trailing)))
         module = native.load()
         steps = native_steps(self.launches, kernels, self.workspace_slot, self.zero_bytes) if module else None
         self.native = module.make(steps) if module and steps is not None else None  # type: ignore[union-attr]
@@ -154,7 +154,7 @@ class BoundGraph:
                 workspace[: self.zero_bytes].zero_()
             for k in self.launches:
                 k.run(*k.grid, stream, k.function, k.metadata, None, None, None,
-                      *[addresses[j] for j in k.slots], *k.tail)
+                      *[addresses[j] for j in k.slots], *k.trailing)
         if len(made) == len(self.results):
             return [made[j] for j in self.results]
         given = dict(zip(self.inputs, tensors))
@@ -173,7 +173,7 @@ def native_steps(launches: Sequence[_Launch], kernels: Sequence[Any], workspace_
                 or getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False)):
             return None
         types = list(kernel.src.signature.values())
-        values = [("ptr", j) for j in launch.slots] + list(launch.tail)
+        values = [("ptr", j) for j in launch.slots] + list(launch.trailing)
         if len(types) != len(values):
             return None
         params = []

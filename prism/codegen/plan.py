@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
-
 import torch
 
 from prism.codegen.emit import emit_kernel
@@ -20,6 +18,7 @@ from prism.codegen.errors import CodegenError
 from prism.codegen.lower import elementwise_block, to_custom
 from prism.codegen.spec import KernelSpec
 from prism.codegen.tail import COUNTER_DTYPE, emit_tail
+from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph
 from prism.ir.ops import TORCH_DTYPES, TType
@@ -71,17 +70,26 @@ class Plan:
         return hashlib.sha256(self.source.encode()).hexdigest()[:20]
 
 
-def _tail_step(a: tuple | None, steps: list[Step], b: tuple, buffers: list[Buffer], num_warps: int | None) -> Step:
-    """The step of kernel a (the last one planned, replaced) with tail kernel b run by its last blocks."""
-    if a is None or not steps:
-        raise CodegenError("a block graph launched as a tail (Launch(tail=True)) must come right after the fused "
-                           "kernel that writes its inputs, with no kernel between them")
-    (ab, a_in, a_out, a_labels, a_ind, a_outd), (bb, b_in, b_out, b_labels, b_ind, b_outd) = a, b
-    passed = [(a_out.index(j), k) for k, j in enumerate(b_in) if j in a_out]
-    spec, n_rows = emit_tail(ab, bb, steps.pop().kernel.name, (a_labels, b_labels), (a_ind, b_ind),
-                             (a_outd, b_outd), passed, num_warps)
+@dataclass(frozen=True)
+class _Planned:
+    """A custom op as the plan lays it out: its block graph, the buffers it reads and writes, their labels and
+    dtypes (what a tail kernel's fused step needs of both kernels)."""
+
+    block: BlockGraph
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    labels: list[str]
+    in_dtypes: list[str]
+    out_dtypes: list[str]
+
+
+def _tail_step(a: _Planned, b: _Planned, name: str, buffers: list[Buffer], num_warps: int | None) -> Step:
+    """Kernel `name`: a, with tail kernel b run by its last blocks (prism.codegen.tail); adds the row counters."""
+    passed = [(a.outputs.index(j), k) for k, j in enumerate(b.inputs) if j in a.outputs]
+    spec, n_rows = emit_tail(a.block, b.block, name, (a.labels, b.labels), (a.in_dtypes, b.in_dtypes),
+                             (a.out_dtypes, b.out_dtypes), passed, num_warps)
     buffers.append(Buffer((n_rows,), COUNTER_DTYPE, persistent=True))
-    return Step(spec, a_in + b_in, a_out + b_out + (len(buffers) - 1,))
+    return Step(spec, a.inputs + b.inputs, a.outputs + b.outputs + (len(buffers) - 1,))
 
 
 def _wide(dtype: str) -> str:
@@ -99,7 +107,7 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None) -> Plan:
         where[r] = len(buffers)
         buffers.append(Buffer(lowered.type_of(r).shape, lowered.type_of(r).dtype))
     steps: list[Step] = []
-    last: tuple[Any, ...] | None = None   # the previous custom op's (block, ins, outs, labels, in/out dtypes)
+    last: _Planned | None = None   # the custom op of the last step, if nothing came after it
 
     def add(t: TType, dtype: str, zero: bool) -> int:
         buffers.append(Buffer(t.shape, dtype, zero))
@@ -129,15 +137,17 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None) -> Plan:
             else:
                 out_ids.append(final)
                 out_dtypes.append(store)
-        in_dtypes = [buffers[j].dtype for j in in_ids]
+        op = _Planned(block, in_ids, tuple(out_ids), labels, [buffers[j].dtype for j in in_ids], out_dtypes)
         if block.launch.tail:
-            steps.append(_tail_step(last, steps, (block, in_ids, tuple(out_ids), labels, in_dtypes, out_dtypes),
-                                    buffers, num_warps))
+            if last is None:
+                raise CodegenError("a block graph launched as a tail (Launch(tail=True)) must come right after the "
+                                   "fused kernel that writes its inputs, with no kernel between them")
+            steps[-1] = _tail_step(last, op, steps[-1].kernel.name, buffers, num_warps)
             last = None
             continue
-        spec = emit_kernel(block, name(tags.get(i)), labels, in_dtypes, out_dtypes, num_warps)
-        steps.append(Step(spec, in_ids, tuple(out_ids)))
-        last = (block, in_ids, tuple(out_ids), labels, in_dtypes, out_dtypes) if not casts else None
+        steps.append(Step(emit_kernel(block, name(tags.get(i)), labels, op.in_dtypes, out_dtypes, num_warps), in_ids,
+                          op.outputs))
+        last = op if not casts else None
         for label, t, work, final in casts:
             copy = elementwise_block(None, {}, [t], t)
             spec = emit_kernel(copy, name("cast"), [f"sums of {label}"],

@@ -35,6 +35,8 @@ class CompiledGraph:
     `prism.interp.run`). Under `TRITON_INTERPRET=1` kernels run in Triton's interpreter on CPU tensors;
     otherwise on CUDA tensors. `.source` is the generated module; `.aot()` compiles every kernel to PTX.
     `allocate` makes every buffer the kernels write (tests pass one that adds guard bands).
+    A graph with a tail kernel (prism.codegen.tail) keeps its row counters between calls: its calls on one
+    device must not overlap (not on two streams, not from two threads).
     """
 
     def __init__(self, graph: KernelGraph, plan: Plan, allocate: Allocator | None = None) -> None:
@@ -100,13 +102,15 @@ class CompiledGraph:
 
     def persistent(self, j: int, device: torch.device) -> torch.Tensor:
         """Persistent buffer j on `device`, allocated zeroed by the first call there (or by `reserve`)."""
+        if device.type == "cuda" and device.index is None:   # "cuda" means the current device, as a call sees it
+            device = torch.device("cuda", torch.cuda.current_device())
         if (device, j) not in self.kept:
             if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 raise InputError("a tail kernel's row counters (prism.codegen.tail) are kept between calls, so "
                                  "they cannot be allocated inside a CUDA graph capture: call the graph once (or "
                                  f"reserve({str(device)!r})) before capturing it")
             b = self.plan.buffers[j]
-            self.kept[(device, j)] = torch.zeros(b.shape, dtype=BUFFER_DTYPES[b.dtype], device=device)
+            self.kept[(device, j)] = self.allocate(b.shape, BUFFER_DTYPES[b.dtype], device, True)
         return self.kept[(device, j)]
 
     def reserve(self, device: torch.device | str) -> None:

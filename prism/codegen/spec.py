@@ -7,7 +7,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
-__all__ = ["KernelSpec", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
+__all__ = ["KernelSpec", "Param", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
@@ -36,6 +36,24 @@ class KernelSpec:
     summed: tuple[bool, ...]
     num_warps: int = 4
     num_stages: int | None = None   # None: Triton's default
+
+
+@dataclass(frozen=True)
+class Param:
+    """A line of a kernel's parameters: one pointer, the strides of one tensor, or one constexpr."""
+
+    kind: str                 # "in", "out", "stride", "constexpr"
+    names: list[str]
+    types: list[str]          # the signature type of each name ("*fp16", "i32", "constexpr")
+    comment: str
+
+    @property
+    def line(self) -> str:
+        note = ": tl.constexpr" if self.kind == "constexpr" else ""
+        return f"{', '.join(self.names)}{note},  # {self.comment}"
+
+    def renamed(self, names: list[str], comment: str) -> Param:
+        return Param(self.kind, names, self.types, comment)
 
 
 def base_name(label: str, fallback: str, used: set[str]) -> str:

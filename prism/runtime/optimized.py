@@ -46,7 +46,9 @@ def execution_mode(device: torch.device) -> str:
 
 class OptimizedGraph:
     """`opt(*tensors)` returns the program's outputs as a list (like `prism.interp.run`). Inference only:
-    inputs that require grad are refused unless autograd is off (torch.no_grad())."""
+    inputs that require grad are refused unless autograd is off (torch.no_grad()). Where the chosen graph runs
+    a kernel as the tail of another (prism.codegen.tail), its calls on one GPU must not overlap (two streams,
+    two threads): they share the row counters."""
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
                  device: torch.device | str = "cpu", search_result: Any = None) -> None:

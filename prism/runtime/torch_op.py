@@ -15,7 +15,7 @@ share of a compiled decoder layer's host time, seven calls per step (BENCHMARKS.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 

@@ -113,6 +113,9 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     if not m.loop and loop != 1:
         raise MappingError(f"instantiate: this graph has no loop (the loop splits no dim), so its range is 1, "
                            f"got {loop}")
+    if m.tail and not m.partials:
+        raise MappingError("instantiate: a tail mapping runs a partials form's second kernel in its first; this "
+                           "one keeps no partials (Mapping.tail needs Mapping.partials)")
     grid = tuple(grid) if grid is not None else (1,) * m.n_grid
     if len(grid) != m.n_grid:
         raise MappingError(f"instantiate: this graph has {m.n_grid} grid dim(s), got grid sizes {grid}")

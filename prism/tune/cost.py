@@ -367,8 +367,11 @@ def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | Non
             for w in works:
                 k += not w.tail
                 compiled_as.append(aot[k])
+            # A kernel with a tail: its warps, shared memory and registers are the compiled kernel's; a spill is
+            # charged to the tail, whose whole-row tiles make it (the first kernel's live values are its own).
             works = [_with(w, warps=a.num_warps, smem=a.shared, registers=a.registers or w.registers,
-                           spills=a.spills) for w, a in zip(works, compiled_as)]
+                           spills=a.spills if w.tail or not (n + 1 < len(works) and works[n + 1].tail) else w.spills)
+                     for n, (w, a) in enumerate(zip(works, compiled_as))]
             compiled = True
         else:
             notes.append(f"{len(aot)} compiled kernel(s) for {len(launched)} launch(es): compiler figures ignored")

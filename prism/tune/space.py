@@ -42,7 +42,7 @@ import bisect
 import itertools
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -239,12 +239,6 @@ class GraphSpace:
         return np.concatenate([np.ones((n, 1), np.int64), np.full((n, 1), MIN_DOT, np.int64), pow2,
                                np.maximum(pow2, MIN_DOT)], axis=1)
 
-    def tile(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
-        """The real tile shape of block tensor k."""
-        tiles = self._class_tiles(np.array([[*grid, loop]], dtype=np.int64))[0].tolist()
-        n = len(tiles)
-        return tuple(1 if i < 2 else tiles[(i - 2) % n] for i in self._dims[k])
-
     def padded(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
         """Tensor k's tile as code generation pads it (power of two; at least 16 on `tl.dot` dims)."""
         sizes = self._padded_sizes(np.array([[*grid, loop]], dtype=np.int64))[0].tolist()
@@ -415,7 +409,6 @@ class GraphSpace:
                 out.append(n)
         return out
 
-
     def describe(self) -> str:
         return ", ".join(f"{v.name} ∈ {{{', '.join(map(str, v.values))}}}" for v in self.variables)
 
@@ -437,15 +430,18 @@ class Space:
 
     def tilings(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
         """Every valid (sGraph, grid, loop), graph by graph (computed once)."""
+        return list(self._all())
+
+    def _all(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
+        """The tilings themselves (not a copy), and `_ends`, computed the first time."""
         if self._tilings is None:
             self._tilings = [(gs, grid, loop) for gs in self.graphs for grid, loop in gs.tilings()]
             self._ends = list(itertools.accumulate(gs.n_launches(grid, loop) for gs, grid, loop in self._tilings))
-        return list(self._tilings)
+        return self._tilings
 
     def point(self, i: int) -> Candidate:
         """The i-th point in `points()` order, found without listing the points (a space can have millions)."""
-        self.tilings()
-        t = bisect.bisect_right(self._ends, i)
+        t = bisect.bisect_right(self._ends, i) if self._all() else 0
         gs, grid, loop = self._tilings[t]
         w, s = gs.launches(grid, loop)[i - (self._ends[t - 1] if t else 0)]
         return Candidate(gs.index, grid, loop, w, s)
@@ -456,7 +452,7 @@ class Space:
                 for w, s in gs.launches(grid, loop)]
 
     def __len__(self) -> int:
-        self.tilings()
+        self._all()
         return self._ends[-1] if self._ends else 0
 
     def __iter__(self) -> Iterator[Candidate]:
@@ -507,5 +503,5 @@ def instantiate(sgraph, shapes: Sequence[Sequence[int]], dtype: str, names: Sequ
     for _, node in g.topo():
         if node.op == "custom":
             block = node.attrs["block"]
-            block.launch = Launch(c.warps or None, c.stages or None, tail=block.launch.tail)
+            block.launch = replace(c.launch, tail=block.launch.tail)
     return g

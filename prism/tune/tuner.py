@@ -31,6 +31,7 @@ import math
 import random
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -204,7 +205,7 @@ class _Mapper:
         if self.started is not None:
             try:
                 return pool.run(self.started, fn, tasks, lambda i: done(next(finished)))
-            except Exception as e:  # pool.run killed the pool
+            except (BrokenProcessPool, OSError) as e:  # a worker died (pool.run killed the rest)
                 self.started = None
                 self.report.notes.append(f"the worker pool failed ({type(e).__name__}: {e}); ranked in this process")
                 finished = iter(range(1, len(tasks) + 1))
@@ -220,9 +221,9 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
     """Phase 1: every tiling (or a uniform sample of `rank_limit`) at every launch, estimated and sorted
     (prism.tune.rank)."""
     tilings = space.tilings()
-    pool_ = tilings if len(tilings) <= rank_limit else \
+    sampled = tilings if len(tilings) <= rank_limit else \
         [tilings[i] for i in sorted(random.Random(seed).sample(range(len(tilings)), rank_limit))]
-    ranked, notes = rank(space, [(gs.index, grid, loop) for gs, grid, loop in pool_], target, workers, mapper)
+    ranked, notes = rank(space, [(gs.index, grid, loop) for gs, grid, loop in sampled], target, workers, mapper)
     report.notes += notes
     points = len(space)
     report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}

@@ -3,8 +3,9 @@
 Started by test_interpret.py as `python -m tests.codegen.interp_runner OUT.json CASE...` with
 TRITON_INTERPRET=1 in the environment: interpret mode is fixed when triton is first imported, so it
 cannot share the pytest process (which compiles kernels ahead of time). Every buffer the kernels touch,
-inputs included, sits between NaN guard bands; the interpreter does no bounds checking, so a write out
-of bounds shows up as a guard that is no longer NaN, and a read out of bounds as NaN in an output.
+inputs included, sits between NaN guard bands (INT_GUARD in an integer one: a tail kernel's row counters);
+the interpreter does no bounds checking, so a write out of bounds shows up as a guard that is no longer NaN,
+and a read out of bounds as NaN in an output.
 The case "fuzz" runs random kernel graphs from tests/strategies.py (derandomized Hypothesis).
 """
 
@@ -23,6 +24,7 @@ import torch
 from prism import codegen, interp
 
 GUARD = 64
+INT_GUARD = -123456789
 FUZZ_EXAMPLES = 30
 
 
@@ -35,7 +37,7 @@ class Guarded:
 
     def _place(self, shape, strides, dtype) -> torch.Tensor:
         span = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-        base = torch.full((span + 2 * GUARD,), float("nan"), dtype=dtype)
+        base = torch.full((span + 2 * GUARD,), _guard(dtype), dtype=dtype)
         self.buffers.append((base, GUARD, span))
         return torch.as_strided(base, shape, strides, GUARD)
 
@@ -59,9 +61,16 @@ class Guarded:
 
     def intact(self) -> bool:
         for base, start, span in self.buffers:
-            if not (base[:start].isnan().all() and base[start + span:].isnan().all()):
-                return False
+            guard = _guard(base.dtype)
+            for band in (base[:start], base[start + span:]):
+                if not (band.isnan().all() if guard != guard else (band == guard).all()):
+                    return False
         return True
+
+
+def _guard(dtype: torch.dtype) -> float | int:
+    """What a guard band holds: NaN, or for an integer buffer (a tail kernel's row counters) INT_GUARD."""
+    return float("nan") if dtype.is_floating_point else INT_GUARD
 
 
 def _compare(got: torch.Tensor, want: torch.Tensor, rtol: float) -> float:
@@ -91,6 +100,8 @@ def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_refe
         if any(t.any() for t in cg.kept.values()):
             raise AssertionError("a persistent buffer (a tail kernel's row counters) is not zero after a call")
         again = cg(*args)
+        if not alloc.intact():
+            raise AssertionError("a second call wrote outside a buffer (a NaN guard band changed)")
         if not all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(again, outs)):
             raise AssertionError("a second call of a graph with a tail kernel computed something else")
     wide = torch.float64 if rtol < 1e-3 else torch.float32

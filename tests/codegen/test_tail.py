@@ -15,9 +15,9 @@ import torch
 
 import prism
 from prism import interp
-from prism.codegen import CodegenError, plan_graph
+from prism.codegen import AotKernel, CodegenError, plan_graph
 from prism.codegen.tail import rows
-from prism.ir import KernelGraph, Launch
+from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.tune import estimate
 from prism.tune.cost import KernelWork, kernel_seconds
 from prism.tune.target import H100
@@ -81,6 +81,17 @@ def test_what_cannot_run_as_a_tail_is_refused_with_the_reason():
     # nothing before it
     with pytest.raises(CodegenError, match="right after the fused kernel"):
         plan_graph(_marked(ATT.fused(REAL, online=True, splits=16, loop=8, partials=True), 0))
+    # a tail that sums its own blocks (into a float16 output: its cast kernel would have to follow it)
+    g = KernelGraph()
+    x = g.input((4, 8), "float16", "X")
+    a = BlockGraph(grid=(4,), loop=1)
+    a.output(a.accum(a.exp(a.input(x, imap={"x": 0}))), omap={"x": 0})
+    (y,) = g.custom(a, [x])
+    b = BlockGraph(grid=(4,), loop=1, launch=Launch(tail=True))
+    b.output(b.accum(b.input(y, imap={"x": 0})), omap={})
+    g.output(g.custom(b, [y])[0])
+    with pytest.raises(CodegenError, match="output 0 of a tail kernel is summed over grid dim"):
+        plan_graph(g)
 
 
 def test_a_tail_is_how_a_kernel_runs_not_what_it_computes():
@@ -120,6 +131,8 @@ def test_the_search_returns_the_tail_form_of_each_partials_form_it_can_pair(sear
         assert verdict.equal, verdict.reason
     plain = next(g for g in result.graphs if not g.mapping.partials)
     assert tail_rows(plain.structure, plain.mapping) == {} and tail_variant(plain.structure, plain.mapping) is None
+    with pytest.raises(prism.errors.MappingError, match="needs Mapping.partials"):
+        dataclasses.replace(plain, mapping=dataclasses.replace(plain.mapping, tail=True)).instantiate()
     space = Space(result, w.build(w.configs[1]))
     for c in space.sample(60, seed=2):
         if result.graphs[c.graph].mapping.tail:
@@ -137,6 +150,11 @@ def test_the_cost_model_charges_no_launch_for_a_tail():
     launched = kernel_seconds(dataclasses.replace(tail.work, tail=False), H100)
     assert launched.seconds - tail.seconds == pytest.approx(H100.launch - H100.dram_latency)   # an atomic, no launch
     assert KernelWork.from_json(tail.work.to_json()) == tail.work
+    # compiled as one kernel that spills: its registers and warps count for both parts, the spill for the tail
+    g = ATT.fused(REAL, online=True, splits=16, loop=8, partials=True, tail=True)
+    k1, tail = estimate(g, H100, aot=[AotKernel("kernel_0", 12288, 255, 96, 8)]).kernels
+    assert (k1.work.registers, tail.work.registers, k1.work.warps) == (255, 255, 8)
+    assert tail.work.spills and not k1.work.spills
 
 
 def test_the_space_counts_the_tail_kernels_tiles(searched):

@@ -86,8 +86,8 @@ def test_bound_arguments_are_exactly_the_launchers(tmp_path, monkeypatch, form):
         pointers = [a for a in args if isinstance(a, torch.Tensor)]
         assert [bufs[j] for j in launch.slots] == pointers or all(
             p is bufs[j] for p, j in zip(pointers, launch.slots))
-        assert list(launch.tail) == list(args[len(pointers):]) + [v for k, v in meta.items() if k != "num_warps"]
-        assert len(launch.slots) + len(launch.tail) == len(step.kernel.signature)
+        assert list(launch.trailing) == list(args[len(pointers):]) + [v for k, v in meta.items() if k != "num_warps"]
+        assert len(launch.slots) + len(launch.trailing) == len(step.kernel.signature)
 
 
 def test_intermediates_live_in_one_workspace_with_the_zeroed_ones_first(monkeypatch):

@@ -4,7 +4,6 @@ once, and finds the same graphs."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path

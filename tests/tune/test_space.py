@@ -58,7 +58,8 @@ def test_every_sampled_point_instantiates_and_respects_every_constraint(searched
 
 @pytest.mark.parametrize("name", wl.names())
 def test_padded_tiles_agree_with_code_generation(searched, name):
-    """The space's analytic padding (power of two; 16 on tl.dot dims) is what codegen's Layout does."""
+    """The space's analytic padding (power of two; 16 on tl.dot dims) is what codegen's Layout does, and so is
+    its largest tile (which bounds warps and Triton's limit; a tail form's: tests/codegen/test_tail.py)."""
     space = _spaces(searched, name)[1]
     for c in space.sample(25, seed=3):
         block = space.instantiate(c).blocks[0]
@@ -66,6 +67,9 @@ def test_padded_tiles_agree_with_code_generation(searched, name):
         gs = space.graphs[c.graph]
         for k in range(len(gs.ops)):
             assert layout.shape(k) == gs.padded(k, c.grid, c.loop), (c, k)
+        if not gs.mapping.tail:
+            largest = max(math.prod(layout.shape(i)) for i in range(len(block.nodes)))
+            assert gs.footprint(c.grid, c.loop).max_numel == largest, c
 
 
 def test_points_are_exactly_the_valid_part_of_the_product(searched):

@@ -80,8 +80,8 @@ def test_ranking_by_launch_equals_estimating_each_instantiated_point(searched):
 
 
 def test_ranking_is_the_same_on_any_number_of_workers(searched):
-    """prism.tune.rank sends chunks of tilings to workers: on a pool of two or in this process, in one chunk or
-    several, the ranking is the same list, sorted, one row per launch."""
+    """prism.tune.rank sends chunks of tilings to workers: in this process (4 chunks) or on a pool of two (8
+    chunks), the ranking is the same list, sorted, one row per launch."""
     from prism import pool
     from prism.tune import Space
     from prism.tune.rank import rank
