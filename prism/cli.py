@@ -256,7 +256,8 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
 
     with _bars(args) as bars, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "prism: no GPU", RuntimeWarning)  # the summary states it instead
-        opt = superoptimize(prog.graph, search_result=result, budget=args.budget, workers=args.workers,
+        opt = superoptimize(prog.graph, search_result=result, budget=args.budget, time_budget=args.time_budget,
+                            workers=args.workers,
                             cache=not args.no_cache, search_options=_search_options(args), progress=bars,
                             **_backend(args))
     searched = result is None and opt.search_result is not None  # else given, or the cache answered
@@ -466,6 +467,9 @@ def _parser() -> argparse.ArgumentParser:
     def tuning(c: argparse.ArgumentParser) -> None:
         c.add_argument("--budget", type=_positive(int), default=16,
                        help="candidates compiled (and timed on a GPU)")
+        c.add_argument("--time-budget", type=_positive(float), default=None, metavar="SECONDS",
+                       help="seconds of tuning after which no more candidates are refined (default: no limit; "
+                       "the first batch is always tried whole)")
         c.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
         c.add_argument("--out", help="output folder (default prism-out/NAME, see below)")
 

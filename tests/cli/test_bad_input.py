@@ -43,6 +43,7 @@ def here(tmp_path, monkeypatch):
     (["search", "rmsnorm", "--workers", "0"], "argument --workers: expected a positive whole number, got '0'"),
     (["optimize", "rmsnorm", "--budget", "0"], "argument --budget: expected a positive whole number, got '0'"),
     (["tune", "r.json", "--workers", "-1"], "argument --workers: expected a positive whole number"),
+    (["tune", "r.json", "--time-budget", "0"], "argument --time-budget: expected a positive number, got '0'"),
     (["search", "rmsnorm", "--modes", "XYZ"], "argument --modes: expected three letters S (symbolic) or C"),
 ])
 def test_nonsense_limits_and_modes_are_usage_errors(capsys, here, argv, message):

@@ -5,6 +5,7 @@ wrong exit code would show."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,8 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
     assert "@triton.jit" in (out / "kernel.py").read_text()
     assert "chosen" in text and "check      chosen kernel vs the workload's torch reference" in text
     assert "(ok," in text and "picture    " in text
+    assert "space      " in text and "points" in text                    # the space's size
+    assert re.search(r"tuning     [0-9.]+ s \(space [0-9.]+, workers [0-9.]+, rank [0-9.]+, compile", text)
     assert "search: verify" in err  # a progress bar on stderr
     (out / "search.json").unlink()
     code, again, err = run(capsys, *argv)  # the result cache answers: no search, the same choice
@@ -112,9 +115,10 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
 
 def test_tune_a_saved_result_at_another_config(capsys, searched_swiglu, tmp_path):
     code, doc = run_json(capsys, "tune", str(searched_swiglu), "swiglu", "--config", "n=8,d=128", "--workers", "1",
-                         "--budget", "2", "--no-cache", "--out", str(tmp_path / "t"))
+                         "--budget", "2", "--time-budget", "600", "--no-cache", "--out", str(tmp_path / "t"))
     assert code == EXIT_OK
     assert doc["check"]["ok"] and doc["config"] == {"n": 8, "d": 128}
+    assert {"space", "rank", "compile", "total"} <= set(doc["report"]["seconds"])
     assert doc["report"]["chosen"] is not None and Path(doc["files"]["kernel"]).is_file()
 
 
