@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+
 import torch
 
 from prism.codegen.emit import emit_kernel

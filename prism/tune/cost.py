@@ -363,15 +363,15 @@ def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | Non
     if aot is not None:
         launched = [w for w in works if not w.tail]   # a tail runs in the compiled kernel before it
         if len(aot) == len(launched):
-            compiled_as, k = [], -1
-            for w in works:
-                k += not w.tail
-                compiled_as.append(aot[k])
             # A kernel with a tail: its warps, shared memory and registers are the compiled kernel's; a spill is
             # charged to the tail, whose whole-row tiles make it (the first kernel's live values are its own).
-            works = [_with(w, warps=a.num_warps, smem=a.shared, registers=a.registers or w.registers,
-                           spills=a.spills if w.tail or not (n + 1 < len(works) and works[n + 1].tail) else w.spills)
-                     for n, (w, a) in enumerate(zip(works, compiled_as))]
+            has_tail = [n + 1 < len(works) and works[n + 1].tail for n in range(len(works))]
+            compiled_as = iter(aot)
+            a = None
+            for n, w in enumerate(works):
+                a = a if w.tail else next(compiled_as)
+                works[n] = _with(w, warps=a.num_warps, smem=a.shared, registers=a.registers or w.registers,
+                                 spills=w.spills if has_tail[n] else a.spills)
             compiled = True
         else:
             notes.append(f"{len(aot)} compiled kernel(s) for {len(launched)} launch(es): compiler figures ignored")

@@ -143,6 +143,15 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+def _uneven(extent: int, f: int) -> str | None:
+    """Why a dim of `extent` split `f` ways breaks the tile rules (equal tiles, a power of two), or None."""
+    if extent % f:
+        return f"a dim of extent {extent} does not split into {f} tiles"
+    if f > 1 and not _pow2(extent // f):
+        return f"a dim of extent {extent} split {f} ways gives tiles of {extent // f}, not a power of two"
+    return None
+
+
 class GraphSpace:
     """The valid (grid, loop) points of one verified sGraph at concrete input shapes."""
 
@@ -325,11 +334,9 @@ class GraphSpace:
             if not var.classes and v != 1:
                 out.append(f"{var.name} splits no dim, so it must be 1 (got {v})")
         for e, p, looped in self._splits:
-            f = (grid[p] if p is not None else 1) * (loop if looped else 1)
-            if e % f:
-                out.append(f"a dim of extent {e} does not split into {f} tiles")
-            elif f > 1 and not _pow2(e // f):
-                out.append(f"a dim of extent {e} split {f} ways gives tiles of {e // f}, not a power of two")
+            why = _uneven(e, (grid[p] if p is not None else 1) * (loop if looped else 1))
+            if why:
+                out.append(why)
         if out:
             return out
         fp = self.footprint(grid, loop, stages or min(STAGE_VALUES))
@@ -377,12 +384,7 @@ class GraphSpace:
     def _splits_evenly(self, p: int | None, value: int, loop: int) -> bool:
         """Whether grid dim p at `value` (p None: no grid dim, the loop alone) and the loop at `loop` split every
         class that grid dim p splits into equal tiles of a power of two."""
-        for e, q, looped in self._splits:
-            if q == p:
-                f = value * (loop if looped else 1)
-                if e % f or (f > 1 and not _pow2(e // f)):
-                    return False
-        return True
+        return not any(_uneven(e, value * (loop if looped else 1)) for e, q, looped in self._splits if q == p)
 
     def points(self) -> list[Candidate]:
         """Every valid candidate of this sGraph: each valid (grid, loop) at each of its launches."""
