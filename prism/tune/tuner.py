@@ -10,9 +10,9 @@ steps (compilation, profiling) on:
 1. the model's best distinct kernels, one per launch shape first (`_take`);
 2. a uniform random draw (`explore`) over the ranked points the model puts within `EXPLORE_BAND` times
    its best, which keeps the search honest where the model is wrong and gives the rank correlation between
-   model and measurement its spread. Not over all points: most of a space is hopeless (an estimate 25x
-   the best), and such points can take minutes to compile (a QK-Attention point with one warp over
-   4096-element tiles took 113 s for sm_90, the rest of its batch 1 s each);
+   model and measurement its spread. Not over all points: most of a space is hopeless (estimates many
+   times the best), and such points can take minutes to compile (QK-Attention's first batch compiled for
+   275.6 s with draws over all points, 8.3 s with draws in the band: benchmarks/results/tune_compare.md);
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, for up to
    `REFINE_ROUNDS` rounds while they improve on it.
@@ -58,7 +58,8 @@ sample of this many. At 1024, attention's sample (of 8112 tilings) missed every 
 H100 (2026-11-23: the unfused program won at 108 µs where 4096 points had found 15 µs)."""
 EXPLORE_BAND = 4.0
 """The random share is drawn from the ranked points estimated within this factor of the model's best (the
-calibrated model's held-out log error is about 0.6, a factor of 2 either way: a point at 4x can still win)."""
+calibrated model's mean squared log error on held-out points is 0.58, BENCHMARKS.md: about a factor of 2
+either way, so a point at 4x can still win)."""
 EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2

@@ -52,6 +52,22 @@ def test_the_plan_runs_both_kernels_in_one_launch_with_a_counter_per_row(online)
     assert "tl.program_id" not in tail                               # the caller's program ids
 
 
+def test_the_compiled_kernel_orders_its_stores_the_count_and_the_tails_loads():
+    """In the sm_90 PTX: a CTA barrier, then the acq_rel atomic add at gpu scope on one thread, its result
+    broadcast behind a second barrier, and only then the tail's loads, past L1 (CUTLASS's semaphore order)."""
+    from prism.codegen import compile_graph
+
+    (k,) = compile_graph(ATT.fused(REAL, online=True, splits=16, loop=8, partials=True, tail=True)).aot()
+    lines = [line.strip() for line in k.ptx.splitlines()]
+    (atom,) = [i for i, line in enumerate(lines) if "atom." in line]
+    assert "atom.global.gpu.acq_rel.add" in lines[atom] and lines[atom].startswith("@%p")   # one thread
+    assert any(line.startswith("bar.sync") for line in lines[atom - 12:atom])               # stores all issued
+    after = [i for i, line in enumerate(lines) if line.startswith("bar.sync") and i > atom]
+    loads = [i for i, line in enumerate(lines) if "ld.global.cg" in line]
+    assert loads and after and after[0] < min(loads)     # the count reaches every thread before any tail load
+    assert not any("ld.global.cg" in line for line in lines[:atom])
+
+
 def test_rows_pair_grid_dims_that_split_the_same_data_dim_alike():
     g = ATT.fused(REAL, online=True, splits=16, loop=8, partials=True, tail=True)
     a, b = _blocks(g)
