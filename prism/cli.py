@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -37,6 +38,9 @@ output: results go to prism-out/NAME (a workload at its first config, or a progr
 prism-out/NAME-K1V1-K2V2 at another config (rmsnorm --config 1: prism-out/rmsnorm-n8-d1024); --out
 chooses. Files are written whole and together once the work is done: a command stopped by Ctrl-C or
 an error leaves none, and no empty folder.
+
+cache: tuned kernels and search results are kept and reused (`prism cache` says where and how big,
+`prism cache clear` empties it; --no-cache ignores it).
 
 exit codes: 0 done; 1 the work ran but its result failed (a numeric mismatch, no verified graph);
 2 bad invocation or input; 3 an internal error (a bug: please report it); 130 interrupted.
@@ -102,18 +106,21 @@ def _graph_from_file(path: Path, kernel_graph: type) -> Any:
         raise InputError(f"{path}: building the program failed: {e}") from None
     except SyntaxError as e:
         raise InputError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
-    except Exception as e:
-        line = traceback.extract_tb(e.__traceback__)[-1]
-        where = f":{line.lineno}" if line.filename == str(path) else ""
-        raise InputError(f"{path}{where}: running it raised {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:  # a file's sys.exit(n) must not end prism silently with n
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        where = f":{lines[-1]}" if lines else ""
+        what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else f"raised {type(e).__name__}: {e}"
+        raise InputError(f"{path}{where}: running it {what}") from None
     graphs = {k: v for k, v in scope.items() if isinstance(v, kernel_graph) and not k.startswith("_")}
-    if "program" in graphs:
-        return graphs["program"]
-    if len(graphs) != 1:
+    if len(graphs) != 1 and "program" not in graphs:
         found = ", ".join(sorted(graphs)) or "none"
         raise InputError(f"{path}: define one module-level prism.KernelGraph (or one named `program`); "
                          f"found {found}")
-    return next(iter(graphs.values()))
+    name, graph = ("program", graphs["program"]) if "program" in graphs else next(iter(graphs.items()))
+    try:
+        return graph.check()
+    except PrismError as e:
+        raise InputError(f"{path}: {name}: {e}") from None
 
 
 # -- output helpers -----------------------------------------------------------------------------
@@ -136,10 +143,14 @@ def _bars(args: argparse.Namespace):
 
 
 def _out_dir(args: argparse.Namespace, prog: Program) -> Path:
-    """The output folder; made only when the results are written (`prism.outputs`), never empty."""
+    """The output folder, checked to be writable before any work; made only when the results are written
+    (`prism.outputs`), never empty."""
+    from prism.outputs import check_writable
+
     out = Path(args.out) if args.out else Path("prism-out") / prog.folder
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
+    check_writable(out)
     return out
 
 
@@ -223,12 +234,14 @@ def _search_lines(result: Any) -> list[str]:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from prism.outputs import check_writable
     from prism.search import search
 
     prog = load_program(args.program, args.config)
     out = Path(args.out) if args.out else Path("prism-out") / prog.folder / "search.json"
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory; give a file name such as {out / 'search.json'}")
+    check_writable(out.parent)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
     with _bars(args) as bars:
         result = search(prog.graph, progress=bars, **_search_options(args))
@@ -249,30 +262,21 @@ def _search(args: argparse.Namespace) -> int:
 
 # -- optimize and tune ---------------------------------------------------------------------------
 
-def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: Any = None) -> int:
-    """superoptimize (with `result`, or searching unless the result cache holds the answer), check the
-    chosen kernel numerically, write its files and the summary."""
+def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, given: Any = None) -> int:
+    """superoptimize (tuning `given`, the search result `prism tune` read, or searching unless the result
+    cache holds the answer), check the chosen kernel numerically, write its files and the summary."""
     from prism.runtime import superoptimize
 
     with _bars(args) as bars, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "prism: no GPU", RuntimeWarning)  # the summary states it instead
-        opt = superoptimize(prog.graph, search_result=result, budget=args.budget, time_budget=args.time_budget,
+        opt = superoptimize(prog.graph, search_result=given, budget=args.budget, time_budget=args.time_budget,
                             workers=args.workers,
                             cache=not args.no_cache, search_options=_search_options(args), progress=bars,
                             **_backend(args))
-    searched = result is None and opt.search_result is not None  # else given, or the cache answered
-    parts = opt.report.search.get("parts")
-    if result is None and parts is not None:  # several outputs, each searched (or cached) on its own
-        _say(args, "search     per output: " + "; ".join(
-            f"output {k}: {p.get('graphs', '?')} verified sGraphs ({p.get('source', 'result cache')})"
-            for k, p in enumerate(parts)))
-    elif result is None:
-        result = opt.search_result
-        for line in _search_lines(result) if result is not None else [
-                "search     skipped: the tuned result came from the result cache (--no-cache searches again)"]:
-            _say(args, line)
+        result = given if given is not None else _searched(args, prog, opt, bars)
     check = opt.check(prog.reference)
-    files = _write_outputs(out, prog, opt, result if searched else None)
+    read_here = given is not None and (out / "search.json").resolve() == Path(args.result).resolve()
+    files = _write_outputs(out, prog, opt, None if given is not None else result, keep_search=read_here)
     rep = opt.report
     best, base = rep.best, next((e for e in rep.entries if e.origin == "baseline"), None)
     if not args.json:
@@ -303,9 +307,14 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, result: 
     return EXIT_OK if check["ok"] else EXIT_FAILED
 
 
-def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None) -> dict[str, Path]:
-    """The chosen kernel's files (and the search result this command made, if any), all at once."""
+def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None,
+                   keep_search: bool = False) -> dict[str, Path]:
+    """The chosen kernel's files and `searched`, the search result it was tuned from, all at once; that result
+    is saved with this program (its graphs hold at every size), so that `prism tune OUT/search.json` tunes it
+    again. An older search.json in `out` goes, unless `keep_search` (it is the one `prism tune` read): it did
+    not make this kernel."""
     from prism.outputs import write_files
+    from prism.search import SearchResult
     from prism.viz import draw_kernel_graph
 
     title = f"{prog.name}: {opt.report.best.label if opt.report.best else 'chosen'}"
@@ -316,11 +325,36 @@ def _write_outputs(out: Path, prog: Program, opt: Any, searched: Any = None) -> 
         "graph.png": lambda p: draw_kernel_graph(opt.graph, p, title=title),
     }
     if searched is not None:
-        writers["search.json"] = lambda p: p.write_text(json.dumps(searched.to_json(), indent=1))
-    paths = write_files(out, writers)
+        mine = SearchResult(prog.graph, searched.graphs, searched.stats, searched.build)
+        writers["search.json"] = lambda p: p.write_text(json.dumps(mine.to_json(), indent=1))
+    paths = write_files(out, writers, remove=[] if searched is not None or keep_search else ["search.json"])
     return {key: paths[name] for key, name in (("kernel", "kernel.py"), ("graph", "graph.json"),
                                                ("report", "report.json"), ("picture", "graph.png"),
                                                ("search", "search.json")) if name in paths}
+
+
+def _searched(args: argparse.Namespace, prog: Program, opt: Any, bars: Any) -> Any:
+    """The search result `prism optimize` tuned, for its search.json (None for a program with several
+    outputs: each was searched on its own), after the summary's lines on where it came from. A tuned
+    result from the result cache comes without one: then it is read from that cache, or searched again."""
+    from prism.runtime.pipeline import cached_search
+
+    parts = opt.report.search.get("parts")
+    if parts is not None:
+        _say(args, "search     per output: " + "; ".join(
+            f"output {k}: {p.get('graphs', '?')} verified sGraphs ({p.get('source', 'result cache')})"
+            for k, p in enumerate(parts)))
+        return None
+    result = opt.search_result
+    if result is None:
+        result = cached_search(prog.graph, _search_options(args), progress=bars)
+        if result.stats.get("source") == "search cache":
+            _say(args, f"search     skipped: the tuned result came from the result cache, its {len(result)} verified "
+                 "sGraphs too (--no-cache searches again)")
+            return result
+    for line in _search_lines(result):
+        _say(args, line)
+    return result
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -336,11 +370,19 @@ def _tune(args: argparse.Namespace) -> int:
 
     result = _load_json_file(args.result, SearchResult.from_json)
     prog = load_program(args.program, args.config) if args.program else Program(
-        Path(args.result).stem, result.program)
+        _result_name(Path(args.result)), result.program)
     check_search_result(result, prog.graph, args.result)
     out = _out_dir(args, prog)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}; {len(result)} sGraphs from {args.result}")
     return _tune_and_write(args, prog, out, result)
+
+
+def _result_name(path: Path) -> str:
+    """The name of a saved search result's program, for its results' folder: the file's, or for the
+    search.json of `prism optimize` or `prism search` its folder's (prism-out/rmsnorm/search.json: rmsnorm)."""
+    if path.stem != "search":
+        return path.stem
+    return path.resolve().parent.name or path.stem
 
 
 def _load_json_file(path: str, loader: Callable[[Any], Any]) -> Any:
@@ -401,6 +443,9 @@ def _show(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from prism import bench
+    from prism.outputs import check_writable
+
+    check_writable(args.out)
 
     if args.report_only:
         files = bench.write_report(bench.load_results(Path(args.out) / "results.json"), args.out)
@@ -425,6 +470,28 @@ def _bench_run(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
                      generality=not args.no_generality, gpu=args.gpu,
                      workers=args.workers, command=" ".join(["prism", *args.argv]),
                      progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+
+
+# -- cache -----------------------------------------------------------------------------------------
+
+def _cache(args: argparse.Namespace) -> int:
+    """Where the result cache is and how big; `clear` empties it. Reading it never creates it."""
+    from prism.codegen.load import cache_dir
+    from prism.runtime.cache import ResultCache
+
+    store = ResultCache()
+    cleared = store.clear() if args.action == "clear" and store.path.exists() else 0
+    entries = len(store) if store.path.exists() else 0
+    size = sum(p.stat().st_size for p in store.files())
+    if args.action == "clear":
+        _say(args, f"cleared    {cleared} entries")
+    _say(args, f"results    {store.path}: {entries} entries (tuned kernels and search results), {size / 1e6:.1f} MB")
+    _say(args, f"modules    {cache_dir()}: the generated Triton modules, named by a hash of their source, so "
+         "never stale (delete them to free the space)")
+    _say(args, "           $PRISM_CACHE_DIR moves both; `prism optimize --no-cache` ignores the results")
+    _emit_json(args, {"command": "cache", "path": str(store.path), "entries": entries, "bytes": size,
+                      "cleared": cleared, "modules": str(cache_dir())})
+    return EXIT_OK
 
 
 # -- the parser --------------------------------------------------------------------------------------
@@ -529,6 +596,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="kernel-time benchmark (default: when torch sees a GPU)")
     c.add_argument("--workers", type=_positive(int), default=None, help="worker processes (default: all cores)")
     c.set_defaults(run=_bench)
+
+    c = command("cache", "say where Prism's result cache is (tuned kernels and search results, reused by "
+                "optimize and tune) and how big it is, or clear it")
+    c.add_argument("action", nargs="?", choices=("info", "clear"), default="info",
+                   help="info: where and how big (the default); clear: delete every entry")
+    c.set_defaults(run=_cache)
     p.commands = list(sub.choices)
     return p
 
@@ -569,10 +642,13 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. With no command (or a workload name first) it
-    runs `check`, the main job. Ctrl-C at any point, imports included, ends it with one line."""
+    runs `check`, the main job. Ctrl-C at any point, imports included, ends it with one line; once it has,
+    further Ctrl-C are ignored (this is the process's entry point), so that one pressed while the process
+    exits (it waits for the worker pool's thread) prints no "Exception ignored" traceback."""
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("prism: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 

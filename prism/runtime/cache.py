@@ -10,7 +10,8 @@ recomputed, never returned. A file that is not a SQLite database at all is moved
 share the file.
 
 Location: the `path` argument, else `$PRISM_CACHE_DIR/results.sqlite`, else
-`$XDG_CACHE_HOME/prism/results.sqlite` (default `~/.cache/prism/results.sqlite`).
+`$XDG_CACHE_HOME/prism/results.sqlite` (default `~/.cache/prism/results.sqlite`). `prism cache` says
+where and how big, `prism cache clear` empties it.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class ResultCache:
         return value
 
     def put(self, key: str, payload: Any, fields: dict[str, Any] | None = None) -> None:
-        text = json.dumps(payload, sort_keys=True, allow_nan=False)
+        text = json.dumps(payload, allow_nan=False)  # keys in their order: a report's phases stay in theirs
         self._run(lambda con: con.execute(
             "INSERT OR REPLACE INTO results (key, fields, payload, length, checksum, created) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -160,8 +161,19 @@ class ResultCache:
     def keys(self) -> list[str]:
         return [r[0] for r in self._run(lambda con: con.execute("SELECT key FROM results").fetchall())]
 
-    def clear(self) -> None:
-        self._run(lambda con: con.execute("DELETE FROM results"))
+    def clear(self) -> int:
+        """Delete every entry, give their space back, and delete the corrupt files set aside beside the
+        database; returns how many entries there were."""
+        count = self._run(lambda con: con.execute("DELETE FROM results").rowcount)
+        self._run(lambda con: con.execute("VACUUM"))
+        for p in self.path.parent.glob(f"{self.path.name}.corrupt-*"):
+            p.unlink(missing_ok=True)
+        return count
+
+    def files(self) -> list[Path]:
+        """The cache's files on disk: the database, its journals, and corrupt ones set aside."""
+        own = [Path(f"{self.path}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
+        return [p for p in own if p.is_file()] + sorted(self.path.parent.glob(f"{self.path.name}.corrupt-*"))
 
     def __len__(self) -> int:
         return self._run(lambda con: con.execute("SELECT COUNT(*) FROM results").fetchone()[0])

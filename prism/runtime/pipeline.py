@@ -27,7 +27,7 @@ from prism.tune.target import get_target
 from prism.tune.cost import estimate
 from prism.tune.tuner import tune, tuning_target
 
-__all__ = ["check_search_result", "superoptimize", "resolve_device", "target_key"]
+__all__ = ["cached_search", "check_search_result", "superoptimize", "resolve_device", "target_key"]
 
 PAYLOAD = "prism.optimized"
 
@@ -168,7 +168,8 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
     gpu = dev.type == "cuda"
     given = None if search_result is None else check_search_result(_load_result(search_result), graph)
     store = _open_cache(cache)
-    notes: list[str] = []
+    notes: list[str] = []  # about the result: stored with it
+    run: list[str] = []    # about this run's use of the cache: never stored, or every later hit would repeat them
     if given is not None and given.stale:
         notes.append(f"the given search result was made by Prism {given.build}, not this build ({build_id()}): "
                      "its graphs are verified, but graphs this build finds may be missing (search again)")
@@ -180,18 +181,16 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
         except Exception as e:  # an unreadable cache never stops the optimizer
-            notes.append(f"result cache {store.path} unusable ({type(e).__name__}: {e}); not cached")
+            run.append(f"result cache {store.path} unusable ({type(e).__name__}: {e}); not cached")
             hit, store = None, None
-        if store is not None:
-            notes += store.events
-            store.events.clear()
         if hit is not None:
             chosen, report = hit
             report.cached = True
-            report.notes.append(f"loaded from the result cache {store.path} in {time.time() - start:.3f} s")
+            report.notes = _events(store, run) + report.notes + [
+                f"loaded from the result cache {store.path} in {time.time() - start:.3f} s"]
             return chosen, report, None
 
-    result = given if given is not None else _cached_search(graph, search_options, log, progress, store, notes)
+    result = given if given is not None else _cached_search(graph, search_options, log, progress, store, run)
     cluster = RayWorkers(workers, ray_address) if backend == "ray" and compile else None
     tuned = tune(result, graph, budget=budget, time_budget=time_budget, seed=seed, gpu=gpu,
                  device=dev if gpu else None, target=target, workers=workers, compile=compile, log=log,
@@ -205,8 +204,17 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
         try:
             store.put(key, {"format": PAYLOAD, "graph": tuned.graph.to_json(), "report": report.to_json()}, fields)
         except Exception as e:
-            report.notes.append(f"could not write the result cache {store.path} ({type(e).__name__}: {e})")
+            run.append(f"could not write the result cache {store.path} ({type(e).__name__}: {e})")
+    report.notes = _events(store, run) + report.notes
     return tuned.graph, report, result
+
+
+def _events(store: ResultCache | None, run: list[str]) -> list[str]:
+    """This run's notes about the cache, what it discarded or set aside included (taken off `store`)."""
+    if store is None:
+        return run
+    events, store.events = store.events, []
+    return events + run
 
 
 def check_search_result(result: Any, graph: KernelGraph, who: str = "superoptimize") -> Any:
@@ -235,6 +243,13 @@ def _size_free(graph: KernelGraph) -> str:
             return [strip(x) for x in v]
         return v
     return KernelGraph.from_json(strip(graph.to_json())).structural_hash(shapes=False)
+
+
+def cached_search(graph: KernelGraph, search_options: dict[str, Any] | None = None, cache: Any = True,
+                  progress: Progress | None = None) -> Any:
+    """The search result `superoptimize` tunes for `graph` when given none: from the result cache, else
+    searched now (and stored there). A tuned result from the cache comes without it; this fetches it."""
+    return _cached_search(graph, search_options, None, progress, _open_cache(cache), [])
 
 
 def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,

@@ -7,12 +7,14 @@ from typing import Any, Sequence
 
 from prism.tune.space import Candidate
 
-__all__ = ["COST_MODEL", "GPU_PROFILE", "Entry", "Report", "UNFUSED"]
+__all__ = ["COST_MODEL", "GPU_PROFILE", "PER_OUTPUT", "Entry", "Report", "UNFUSED"]
 
 COST_MODEL = "cost-model"
 GPU_PROFILE = "gpu-profile"
 UNFUSED = -1
 """Candidate.graph of the baseline: the program itself, one generated kernel per op."""
+PER_OUTPUT = "per output"
+"""Entry.origin of a program's choice when its outputs were tuned one at a time: their choices together."""
 
 
 @dataclass
@@ -94,7 +96,7 @@ class Report:
             values = [getattr(e, key) for e in picks]
             return None if any(v is None for v in values) else sum(values)
 
-        chosen = Entry(picks[0].candidate, "per output", total("estimate_us"), total("measured_us"),  # type: ignore
+        chosen = Entry(picks[0].candidate, PER_OUTPUT, total("estimate_us"), total("measured_us"),  # type: ignore
                        [k for e in picks for k in e.kernels], "chosen", next((e.risk for e in picks if e.risk), None),
                        text=" + ".join(e.label for e in picks))  # type: ignore
         base = Entry(Candidate(UNFUSED, (), 1), "baseline", baseline_us, status="ok",
@@ -133,7 +135,8 @@ class Report:
 
     def table(self) -> str:
         """One row per candidate, best first as the tuner chose: safe ones first (prism.tune.safety), then by
-        the number that decided (time, else estimate)."""
+        the number that decided (time, else estimate). Where outputs were tuned one at a time, each output's
+        rows follow the whole program's, and the choice of all of them is named by its rows', not spelled out."""
         head = ["", "candidate", "origin", "est us", "meas us", "regs", "smem B", "safe", "status"]
         rows = []
         order = sorted(range(len(self.entries)), key=self._sort_key)
@@ -141,7 +144,8 @@ class Report:
             e = self.entries[i]
             regs = "/".join("?" if k.get("registers") is None else str(k["registers"]) for k in e.kernels) or "-"
             smem = "/".join(str(k.get("shared", k.get("smem", "?"))) for k in e.kernels) or "-"
-            rows.append(["*" if i == self.chosen else "", e.label, e.origin,
+            label = "the outputs' chosen rows below, together" if e.origin == PER_OUTPUT else e.label
+            rows.append(["*" if i == self.chosen else "", label, e.origin,
                          "-" if e.estimate_us is None else f"{e.estimate_us:.2f}",
                          "-" if e.measured_us is None else f"{e.measured_us:.2f}", regs, smem,
                          "no" if e.risk else "yes", e.status])
@@ -154,7 +158,8 @@ class Report:
     def _sort_key(self, i: int) -> tuple:
         e = self.entries[i]
         key = e.measured_us if self.method == GPU_PROFILE else e.estimate_us
-        return (not e.ok, e.risk is not None, key if key is not None else float("inf"), i)
+        return (e.output is not None, e.output or 0, not e.ok, e.risk is not None, key if key is not None else
+                float("inf"), i)
 
     def summary(self) -> str:
         lines = [f"method: {self.method_text}",

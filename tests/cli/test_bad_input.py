@@ -5,6 +5,8 @@ program, and a failed command leaves no output folder behind."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +135,34 @@ def test_a_failed_command_leaves_no_output_folder(capsys, here, monkeypatch):
     assert main(["optimize", "rmsnorm", "--config", SMALL, "--out", "deep/er/out"]) == EXIT_USAGE
     assert capsys.readouterr().err == "prism: error: refused\n"
     assert list(here.iterdir()) == []
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder this process cannot write in: one made read-only, or sysfs for root (who writes anywhere)."""
+    if os.geteuid() == 0:
+        yield Path("/sys")
+        return
+    folder = tmp_path / "read-only"
+    folder.mkdir(mode=0o555)
+    yield folder
+    folder.chmod(0o755)
+
+
+def test_an_unwritable_out_is_refused_before_any_work(capsys, here, monkeypatch, unwritable):
+    import prism.runtime
+
+    def never(*args, **kwargs):
+        raise AssertionError("searched or tuned for a folder it cannot write")
+
+    monkeypatch.setattr(prism.runtime, "superoptimize", never)
+    out = unwritable / "out"
+    line = _fails(capsys, "optimize", "rmsnorm", "--config", SMALL, "--out", str(out))
+    assert line.startswith(f"prism: error: {out}: cannot write there ({unwritable}: ") and ".partial" not in line
+    line = _fails(capsys, "search", "rmsnorm", "--config", SMALL, "--out", str(out / "s.json"))
+    assert line.startswith(f"prism: error: {out}: cannot write there (")
+    (here / "a-file").write_text("")
+    line = _fails(capsys, "optimize", "rmsnorm", "--config", SMALL, "--out", "a-file/out")
+    assert line == "prism: error: a-file/out: cannot write there (a-file: Not a directory)"
+    with pytest.raises(InputError, match=f"{out}: cannot write there"):
+        prism.SearchResult(prism.KernelGraph(), [], {}).save(out / "r.json")

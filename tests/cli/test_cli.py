@@ -53,10 +53,10 @@ def test_help_explains_every_command(capsys):
         main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    for command in ("check", "optimize", "search", "tune", "show", "bench"):
+    for command in ("check", "optimize", "search", "tune", "show", "bench", "cache"):
         assert f"    {command}  " in text or f"    {command} " in text
     assert "exit codes" in text
-    for command in ("optimize", "search", "tune", "show", "bench"):
+    for command in ("optimize", "search", "tune", "show", "bench", "cache"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "usage: prism " + command in capsys.readouterr().out
@@ -105,10 +105,11 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
     assert re.search(r"tuning     [0-9.]+ s \(space [0-9.]+, workers [0-9.]+, rank [0-9.]+, compile", text)
     assert "search: verify" in err  # a progress bar on stderr
     (out / "search.json").unlink()
-    code, again, err = run(capsys, *argv)  # the result cache answers: no search, the same choice
+    code, again, err = run(capsys, *argv)  # the result cache answers: no search, the same choice and files
     assert code == EXIT_OK, err
     assert "search     skipped: the tuned result came from the result cache" in again
-    assert "(from the result cache)" in again and not (out / "search.json").exists()
+    assert "(from the result cache)" in again and (out / "search.json").is_file()
+    assert re.search(r"tuning     [0-9.]+ s \(space [0-9.]+, workers [0-9.]+, rank [0-9.]+, compile", again)
     chosen = [line for line in text.splitlines() if line.startswith("chosen")]
     assert chosen == [line for line in again.splitlines() if line.startswith("chosen")]
 
@@ -172,6 +173,8 @@ BAD = [
     (["search", "empty.py"], "define one module-level prism.KernelGraph"),
     (["tune", "empty.py"], "empty.py: not JSON"),
     (["search", "raises.py"], "raises.py:2: running it raised ZeroDivisionError"),
+    (["optimize", "no_output.py"], "no_output.py: g: the kernel graph has no output: call g.output(tensor)"),
+    (["optimize", "exits.py"], "exits.py:2: running it called sys.exit(4)"),
 ]
 
 
@@ -179,6 +182,8 @@ def _bad_files(where: Path) -> None:
     (where / "broken.py").write_text("import prism\ng = prism.KernelGraph(\n")
     (where / "empty.py").write_text("x = 1\n")
     (where / "raises.py").write_text("import prism\nx = 1 / 0\n")
+    (where / "no_output.py").write_text("import prism\ng = prism.KernelGraph()\n")
+    (where / "exits.py").write_text("import sys\nsys.exit(4)\n")
 
 
 @pytest.mark.parametrize("argv, message", BAD)
@@ -196,9 +201,11 @@ def test_bad_invocations_end_with_one_line(capsys, tmp_path, monkeypatch, argv, 
     assert out == ""
 
 
-@pytest.mark.parametrize("argv, message", [BAD[0], BAD[4]])
+@pytest.mark.parametrize("argv, message", [BAD[0], BAD[4], BAD[-1]])
 def test_bad_invocations_in_a_subprocess(tmp_path, argv, message):
-    """As a user sees them: exit code 2 and one line on stderr, no traceback, nothing on stdout."""
+    """As a user sees them: exit code 2 and one line on stderr, no traceback, nothing on stdout (a program
+    file's own sys.exit included)."""
+    _bad_files(tmp_path)
     env = child_env(tmp_path)
     p = subprocess.run([sys.executable, "-m", "prism", *argv], cwd=tmp_path, capture_output=True, text=True,
                        env=env, timeout=120)

@@ -62,6 +62,8 @@ def test_a_second_call_is_a_hit_and_does_no_work(swiglu, tmp_path, counted):
     assert second.report.cached and "result cache" in str(second.report)
     assert second.graph.structural_hash() == first.graph.structural_hash()
     assert second.report.table() == first.report.table()
+    assert list(second.report.seconds) == list(first.report.seconds)  # phases in the order they ran, ...
+    assert list(second.report.space) == list(first.report.space)      # ... not sorted by name on the way
     assert _correct(second, swiglu)
 
 

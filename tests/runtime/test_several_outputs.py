@@ -64,6 +64,13 @@ def test_the_report_joins_the_parts(optimized):
     assert r.space["outputs"] == 2 and r.floor_us is None
     again = Report.from_json(r.to_json())
     assert [e.label for e in again.entries] == [e.label for e in r.entries] and again.best.label == best.label
+    rows = r.table().splitlines()[2:]  # the whole program's rows, then output 0's, then output 1's
+    assert rows[0].startswith("*  the outputs' chosen rows below, together") and "unfused program" in rows[1]
+    firsts = [next(i for i, row in enumerate(rows) if f"output {k}: " in row) for k in (0, 1)]
+    assert all(f"output {k}: " in row for k, start in enumerate(firsts) for row in rows[start:][:2])
+    assert firsts[0] == 2 and all("output 1: " in row for row in rows[firsts[1]:])
+    widest = max(len(e.label) for e in r.entries if e is not best)  # the joined label, all parts', is not shown
+    assert r.table().splitlines()[0].index("origin") == len("*  ") + widest + len("  ")
 
 
 def test_the_cache_answers_each_output(optimized):
