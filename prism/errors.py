@@ -50,7 +50,10 @@ class VerificationError(PrismError):
 
 
 class UnsupportedOp(PrismError):
-    """A torch program uses an op, or an op in a way, that Prism cannot express (prism.from_torch)."""
+    """A torch program uses an op, or an op in a way, that Prism cannot express (prism.from_torch). `node`: the
+    FX node it failed at, where known (the backend then keeps what comes after it)."""
+
+    node = None
 
 
 class IllFormedTerm(VerificationError):

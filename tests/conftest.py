@@ -3,6 +3,10 @@ that all five take a few seconds) and a private cache directory for generated mo
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 from hypothesis import settings
 
@@ -39,3 +43,12 @@ def _private_cache(tmp_path_factory):
     mp.setenv("PRISM_CACHE_DIR", str(tmp_path_factory.mktemp("prism-cache")))
     yield
     mp.undo()
+
+
+def example(name: str) -> ModuleType:
+    """The module examples/NAME.py (the examples folder is no package)."""
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from prism.capture.lower import Source, lower
+from prism.capture.layout import Source
+from prism.capture.lower import lower
 from prism.errors import InputError, UnsupportedOp
 from prism.ir import KernelGraph
 
@@ -40,6 +41,8 @@ class Capture:
     sources: list[Source]
     user_inputs: list[Any]                # the FX placeholders of the caller's arguments, in order
     constants: dict[Any, torch.Tensor]    # the FX placeholders of parameters, buffers, constants → values
+    output_shapes: list[tuple[int, ...]]  # each output's shape in torch; the graph's holds the same elements in
+                                          # row-major order, leading dims merged where the program's views did
 
     def arguments(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """The graph's input tensors for a call of the captured program with `inputs`."""
@@ -85,8 +88,8 @@ def capture(fn_or_module: Callable[..., Any], *example_inputs: Any) -> Capture:
         origin = f'in {code.co_name} defined at File "{code.co_filename}", line {code.co_firstlineno}'
         for n in nodes:
             n.meta["prism_origin"] = origin
-    graph, sources = lower(nodes, list(placeholders.values()), outputs, names)
-    return Capture(graph, sources, user, constants)
+    graph, sources, shapes = lower(nodes, list(placeholders.values()), outputs, names)
+    return Capture(graph, sources, user, constants, shapes)
 
 
 def _parameter_names(fn: Callable[..., Any], n: int) -> list[str]:

@@ -1,13 +1,17 @@
 """ATen graphs (torch.fx, as torch.export or make_fx trace them) → Prism kernel graphs, one table of ops.
 
 Each ATen op that Prism can express has one entry in `ATEN`: a function from the op's arguments (already
-lowered) to a Prism value. What Prism cannot do on intermediate tensors (transpose, reshape, broadcasting
-between ranks) it can often do on inputs: the kernels take strided inputs, so a view of a graph input
-(`permute`, or a `view` that adds size-1 dims) becomes an input of its own, recorded as a `Source` (the
-FX node and the views to apply to its value). Views that change nothing (same shape, no permutation) and
-dtype casts are identities: Prism computes in float32 whatever the storage dtype. Two ATen spellings
-are recognised as the Prism op they decompose: `x * rsqrt(y)` is `x / sqrt(y)`, `x * sigmoid(x)` is
-`silu(x)`. Anything else raises `UnsupportedOp`, naming the op and, where torch recorded it, the line.
+lowered) to a Prism value. Views are layout, never computed (prism.capture.layout): a view of a graph input
+(`permute`, `view`, `expand`) folds into the input, recorded as a `Source` (the FX node and the steps to apply
+to its value); a view of an intermediate keeps the Prism tensor and changes its logical shape, and the ops
+after it (broadcasts, reductions) work on whole groups of logical dims. A cone is lowered with its inputs
+as they come, and if that fails, once more with every input of rank 3 or more entering as rows ([batch·seq,
+hidden]: a norm computed on a 3-D activation before a `Linear`'s view to 2-D); the attempt that got further
+names the reason. Dtype casts are identities: Prism loads every input in its own dtype, computes in float32
+and rounds only where it stores, so an upcast (a norm computed in float32 in a float16 model) is exact and a
+downcast inside a cone is dropped. Two ATen spellings are recognised as the Prism op they decompose:
+`x * rsqrt(y)` is `x / sqrt(y)`, `x * sigmoid(x)` is `silu(x)`. Anything else raises `UnsupportedOp`,
+naming the op and, where torch recorded it, the line.
 """
 
 from __future__ import annotations
@@ -20,33 +24,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from prism.capture.layout import Pending, Source, Viewed, broadcast_form, groups, rows
 from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 
 __all__ = ["ATEN", "Lowering", "Source", "lower", "op_name"]
-
-
-@dataclass(frozen=True)
-class Source:
-    """A graph input: the value of FX node `node`, then each view step: ("permute", dims) or ("view", shape)."""
-
-    node: Any
-    steps: tuple[tuple[str, tuple[int, ...]], ...] = ()
-
-    def apply(self, value: torch.Tensor) -> torch.Tensor:
-        for kind, arg in self.steps:
-            value = value.permute(arg) if kind == "permute" else value.view(arg)
-        return value
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """An input not yet used by a Prism op (so views can still be folded into it)."""
-
-    source: Source
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
 
 @dataclass(frozen=True)
 class _Deferred:
@@ -55,6 +37,11 @@ class _Deferred:
     kind: str
     arg: Any
     node: Any
+
+
+Value = Any
+"""What a node lowers to: a Tensor, a Viewed tensor, a Pending input, a _Deferred factor, a Python scalar, or a
+tuple of these (an op with several results)."""
 
 
 def op_name(node: Any) -> str:
@@ -77,42 +64,98 @@ def _where(node: Any) -> str:
 
 @dataclass
 class Lowering:
-    """The kernel graph being built, the Prism value of each FX node, and the inputs made so far."""
+    """The kernel graph being built, the Prism value of each FX node, and the inputs made so far. With
+    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.layout.rows)."""
 
     graph: KernelGraph = field(default_factory=KernelGraph)
     values: dict[Any, Any] = field(default_factory=dict)
     sources: list[Source] = field(default_factory=list)
     names: dict[Any, str] = field(default_factory=dict)  # preferred input names by FX node
+    as_rows: bool = False
+    dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
     _made: dict[Source, Tensor] = field(default_factory=dict)
     node: Any = None  # the node being lowered, for messages
 
-    def fail(self, why: str) -> UnsupportedOp:
-        return UnsupportedOp(f"{op_name(self.node)}: {why}{_where(self.node)}")
+    def fail(self, why: str, operand: Value = None) -> UnsupportedOp:
+        """The error for the node being lowered; with `operand`, it names the node that made that value as the
+        place to cut (the backend leaves it, and what it depends on, to torch: prism.capture.backend)."""
+        e = UnsupportedOp(f"{op_name(self.node)}: {why}{_where(self.node)}")
+        e.node = next((n for n, v in self.values.items() if v is operand), None) if operand is not None else None
+        return e
 
-    def tensor(self, v: Any) -> Tensor:
-        """`v` as a Prism tensor, making a graph input of a pending one."""
+    def input(self, v: Pending) -> Tensor:
+        """The graph input for pending `v`, made on first use. Prism's ops take operands of one dtype: an input
+        of another float dtype is cast to the cone's by torch first (a float32 value in a float16 cone is
+        mostly an upcast of float16 data, cut from a norm, so the cast back is exact)."""
+        if self.dtype is not None and v.dtype != self.dtype and v.dtype.is_floating_point:
+            v = Pending(v.source.then("to", (str(self.dtype).removeprefix("torch."),)), v.shape, self.dtype)
+        if v.source not in self._made:
+            base = self.names.get(v.source.node) or getattr(v.source.node, "name", "in")
+            name = "".join(c if c.isalnum() else "_" for c in base).strip("_") or "in"
+            name = f"in_{name}" if not name[0].isalpha() else name
+            taken = {t.name for t in self.graph.inputs}
+            unique, k = name, 1
+            while unique in taken or unique[0] == "t" and unique[1:].isdigit():
+                k += 1
+                unique = f"{name}_{k}"
+            dtype = str(v.dtype).removeprefix("torch.")
+            self._made[v.source] = self.graph.input(v.shape, dtype, unique)
+            self.sources.append(v.source)
+        return self._made[v.source]
+
+    def tensor(self, v: Value) -> Tensor:
+        """`v` as a Prism tensor of its logical shape (an input made of a pending one)."""
         if isinstance(v, Tensor):
             return v
-        if isinstance(v, _Pending):
-            if v.source not in self._made:
-                base = self.names.get(v.source.node) or getattr(v.source.node, "name", "in")
-                name = "".join(c if c.isalnum() else "_" for c in base).strip("_") or "in"
-                name = f"in_{name}" if not name[0].isalpha() else name
-                taken = {t.name for t in self.graph.inputs}
-                unique, k = name, 1
-                while unique in taken or unique[0] == "t" and unique[1:].isdigit():
-                    k += 1
-                    unique = f"{name}_{k}"
-                dtype = str(v.dtype).removeprefix("torch.")
-                self._made[v.source] = self.graph.input(v.shape, dtype, unique)
-                self.sources.append(v.source)
-            return self._made[v.source]
+        if isinstance(v, Pending):
+            return self.input(v)
+        if isinstance(v, Viewed):
+            raise self.fail(f"a view of an intermediate to {list(v.shape)} ({v.t.name} is {list(v.t.shape)}), "
+                            "where this op needs its operand's own shape")
         if isinstance(v, _Deferred):
             raise self.fail(f"{v.kind} is supported only as a factor: x * {v.kind}(...)")
         raise self.fail(f"expected a tensor, got {type(v).__name__} {v!r}")
 
-    def shape(self, v: Any) -> tuple[int, ...]:
-        return v.shape if isinstance(v, (Tensor, _Pending)) else self.tensor(v).shape
+    def value(self, v: Value) -> Tensor | Viewed:
+        """`v` as a Prism tensor, possibly seen through views (an input enters as rows under `as_rows`)."""
+        if isinstance(v, Pending) and self.as_rows and rows(v.shape) != v.shape:
+            return wrap(self.input(_fold(v, ("view", rows(v.shape)), rows(v.shape))), v.shape)
+        return v if isinstance(v, Viewed) else self.tensor(v)
+
+    def grouped(self, v: Value) -> tuple[Tensor, tuple[int, ...], list[list[int]]]:
+        """`v`'s Prism tensor, its logical shape and the grouping of the one in the other."""
+        v = self.value(v)
+        t, shape = (v.t, v.shape) if isinstance(v, Viewed) else (v, v.shape)
+        found = groups(t.shape, shape)
+        if found is None:
+            raise self.fail(f"a view of an intermediate to {list(shape)} that splits a dim of {t.name} "
+                            f"{list(t.shape)}; Prism views intermediates only by merging or splitting whole dims")
+        return t, shape, found
+
+    def dim(self, v: Value, d: int) -> tuple[Tensor, tuple[int, ...], int | None]:
+        """`v`'s tensor, its logical shape, and the Prism dim that is logical dim `d` alone (None: `d` has size 1,
+        so an op over it changes nothing)."""
+        t, shape, found = self.grouped(v)
+        if shape[d] == 1:
+            return t, shape, None
+        (k,) = [k for k, g in enumerate(found) if d in g]
+        if found[k] != [d]:
+            raise self.fail(f"an op over dim {d} of {list(shape)}, which a view merged into dim {k} of {t.name} "
+                            f"{list(t.shape)}")
+        return t, shape, k
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        """The logical shape of `v`."""
+        return v.shape if isinstance(v, (Tensor, Pending, Viewed)) else self.tensor(v).shape
+
+
+def wrap(t: Tensor, shape: tuple[int, ...]) -> Tensor | Viewed:
+    """Tensor `t` seen with logical `shape` (the same elements in the same order)."""
+    return t if tuple(t.shape) == tuple(shape) else Viewed(t, tuple(shape))
+
+
+def _fold(v: Pending, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Pending:
+    return Pending(v.source.then(*step), tuple(shape), v.dtype)
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -121,7 +164,8 @@ Handler = Callable[..., Any]
 ATEN: dict[str, Handler] = {}
 
 
-def _op(*names: str) -> Callable[[Handler], Handler]:
+def aten_op(*names: str) -> Callable[[Handler], Handler]:
+    """Register a handler for the ATen ops `names` (how prism.capture.sdpa adds its own)."""
     def register(fn: Handler) -> Handler:
         for n in names:
             ATEN[n] = fn
@@ -129,22 +173,59 @@ def _op(*names: str) -> Callable[[Handler], Handler]:
     return register
 
 
+_op = aten_op
+
+
 def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _same_rank(lw: Lowering, a: Any, b: Any) -> tuple[Any, Any]:
-    """Broadcast between ranks as torch does (size-1 leading dims), on inputs only."""
-    ra, rb = len(lw.shape(a)), len(lw.shape(b))
-    if ra == rb:
-        return a, b
-    low, high = (a, b) if ra < rb else (b, a)
-    if not isinstance(low, _Pending):
-        raise lw.fail(f"broadcasts a rank-{min(ra, rb)} intermediate against rank {max(ra, rb)}; Prism "
+def _map(lw: Lowering, v: Value, fn: Callable[[Tensor], Tensor]) -> Tensor | Viewed:
+    """An element-wise op on `v`, whatever its views."""
+    v = lw.value(v)
+    return Viewed(fn(v.t), v.shape) if isinstance(v, Viewed) else fn(v)
+
+
+def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
+    """Binary table op `name` between two tensor values, broadcasting as torch does. The operand that has the
+    result's logical shape (an intermediate if both do) fixes the Prism dims; the other is read in its
+    grouping: a pending input viewed to fit, an intermediate only if it already does."""
+    sa, sb = lw.shape(a), lw.shape(b)
+    try:
+        full = tuple(torch.broadcast_shapes(sa, sb))
+    except RuntimeError:
+        raise lw.fail(f"cannot broadcast {list(sa)} with {list(sb)}") from None
+    hosts = [v for v in (a, b) if lw.shape(v) == full]
+    if not hosts:  # both broadcast (a column against a row): only between operands of one rank, viewed as is
+        if len(sa) != len(sb):
+            a, b = (_ranked(lw, a, len(sb)), b) if len(sa) < len(sb) else (a, _ranked(lw, b, len(sa)))
+        return getattr(lw.graph, name)(lw.tensor(a), lw.tensor(b))
+    host = next((v for v in hosts if not isinstance(v, Pending)), hosts[0])
+    other = b if host is a else a
+    t, _, grouping = lw.grouped(host)
+    want = broadcast_form(lw.shape(other), full, grouping)
+    if want is None:
+        raise lw.fail(f"broadcasts {list(lw.shape(other))} against {list(full)}, which {t.name} holds as "
+                      f"{list(t.shape)}: no Prism broadcast reads that")
+    if isinstance(other, Pending):
+        o = lw.input(_fold(other, ("view", want), want))
+    else:
+        o = lw.value(other)
+        o = o.t if isinstance(o, Viewed) else o
+        if tuple(o.shape) != want:
+            raise lw.fail(f"operands {list(t.shape)} and {list(o.shape)} hold {list(full)} and "
+                          f"{list(lw.shape(other))} in different Prism dims")
+    x, y = (t, o) if host is a else (o, t)
+    return wrap(getattr(lw.graph, name)(x, y), full)
+
+
+def _ranked(lw: Lowering, v: Value, rank: int) -> Value:
+    """Pending `v` with size-1 dims in front up to `rank` (torch's broadcast between ranks)."""
+    if not isinstance(v, Pending):
+        raise lw.fail(f"broadcasts a rank-{len(lw.shape(v))} intermediate against rank {rank}; Prism "
                       "broadcasts between equal ranks (inputs can be viewed, intermediates cannot)")
-    shape = (1,) * abs(ra - rb) + low.shape
-    low = _Pending(Source(low.source.node, low.source.steps + (("view", shape),)), shape, low.dtype)
-    return (low, high) if ra < rb else (high, low)
+    shape = (1,) * (rank - len(v.shape)) + v.shape
+    return _fold(v, ("view", shape), shape)
 
 
 def _binary(name: str, scalar: Callable[[KernelGraph, Tensor, float], Tensor] | None = None) -> Handler:
@@ -156,16 +237,15 @@ def _binary(name: str, scalar: Callable[[KernelGraph, Tensor, float], Tensor] | 
         if _scalar(b) or _scalar(a):
             if scalar is None:
                 raise lw.fail("a scalar operand here is not supported")
-            return scalar(lw.graph, lw.tensor(a if _scalar(b) else b), b if _scalar(b) else a, _scalar(a))
+            c = b if _scalar(b) else a
+            return _map(lw, a if _scalar(b) else b, lambda t: scalar(lw.graph, t, c, _scalar(a)))
         if name == "mul":
             for x, y in ((a, b), (b, a)):
                 if isinstance(y, _Deferred) and y.kind == "rsqrt":           # x * rsqrt(v) = x / sqrt(v)
-                    x, v = _same_rank(lw, x, y.arg)
-                    return lw.graph.div(lw.tensor(x), lw.graph.sqrt(lw.tensor(v)))
+                    return broadcast(lw, "div", x, _map(lw, y.arg, lw.graph.sqrt))
                 if isinstance(y, _Deferred) and y.kind == "sigmoid" and y.arg is x:  # x * sigmoid(x) = silu(x)
-                    return lw.graph.silu(lw.tensor(x))
-        a, b = _same_rank(lw, a, b)
-        return getattr(lw.graph, name)(lw.tensor(a), lw.tensor(b))
+                    return _map(lw, x, lw.graph.silu)
+        return broadcast(lw, name, a, b)
     return lower
 
 
@@ -199,22 +279,36 @@ def _rsub(lw: Lowering, a: Any, b: Any, alpha: Any = 1) -> Any:
     return _binary("sub", _sub_scalar)(lw, b, a, alpha)
 
 
-for _name in ("exp", "relu", "sqrt", "neg", "silu"):
-    def _unary(lw: Lowering, a: Any, _name: str = _name) -> Tensor:
-        return getattr(lw.graph, _name)(lw.tensor(a))
+for _name in ("exp", "relu", "sqrt", "neg", "silu", "square"):
+    def _unary(lw: Lowering, a: Any, _name: str = _name) -> Tensor | Viewed:
+        return _map(lw, a, getattr(lw.graph, _name))
     _op(f"aten.{_name}.default")(_unary)
 
 
-@_op("aten.square.default")
-def _square(lw: Lowering, a: Any) -> Tensor:
-    return lw.graph.square(lw.tensor(a))
+def _tanh(g: KernelGraph, t: Tensor) -> Tensor:
+    """tanh(x) = 2 sigmoid(2x) - 1"""
+    return g.add_scalar(g.mul_scalar(g.sigmoid(g.mul_scalar(t, 2.0)), 2.0), -1.0)
+
+
+@_op("aten.tanh.default")
+def _tanh_op(lw: Lowering, a: Any) -> Tensor | Viewed:
+    return _map(lw, a, lambda t: _tanh(lw.graph, t))
 
 
 @_op("aten.gelu.default")
-def _gelu(lw: Lowering, a: Any, approximate: str = "none") -> Tensor:
-    if approximate != "none":
-        raise lw.fail(f"gelu(approximate={approximate!r}); Prism's gelu is the exact (erf) form")
-    return lw.graph.gelu(lw.tensor(a))
+def _gelu(lw: Lowering, a: Any, approximate: str = "none") -> Tensor | Viewed:
+    """Both of torch's forms: the exact one is Prism's gelu; the tanh one is written out,
+    x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))."""
+    if approximate == "none":
+        return _map(lw, a, lw.graph.gelu)
+    if approximate != "tanh":
+        raise lw.fail(f"gelu(approximate={approximate!r})")
+    g = lw.graph
+
+    def tanh_form(x: Tensor) -> Tensor:
+        inner = g.mul_scalar(g.add(x, g.mul_scalar(g.mul(x, g.square(x)), 0.044715)), math.sqrt(2 / math.pi))
+        return g.mul(g.mul_scalar(x, 0.5), g.add_scalar(_tanh(g, inner), 1.0))
+    return _map(lw, a, tanh_form)
 
 
 @_op("aten.rsqrt.default")
@@ -229,15 +323,15 @@ def _sigmoid(lw: Lowering, a: Any) -> _Deferred:
 
 @_op("aten.pow.Tensor_Scalar")
 def _pow(lw: Lowering, a: Any, p: Any) -> Any:
-    if p == 2:
-        return lw.graph.square(lw.tensor(a))
-    if p == 0.5:
-        return lw.graph.sqrt(lw.tensor(a))
+    g = lw.graph
+    powers = {2: g.square, 0.5: g.sqrt, 3: lambda t: g.mul(t, g.square(t))}
+    if p in powers:
+        return _map(lw, a, powers[p])
     if p == -0.5:
         return _Deferred("rsqrt", a, lw.node)
     if p == 1:
         return a
-    raise lw.fail(f"x ** {p}: Prism has x ** 2 and square roots")
+    raise lw.fail(f"x ** {p}: Prism has x ** 2, x ** 3 and square roots")
 
 
 def _dims(lw: Lowering, a: Any, dims: Any) -> list[int]:
@@ -246,92 +340,178 @@ def _dims(lw: Lowering, a: Any, dims: Any) -> list[int]:
     return sorted({d % rank for d in dims})
 
 
+def _reduced(lw: Lowering, a: Any, dims: Any, keepdim: bool, op: Callable[[Tensor, int], Tensor]) -> Tensor | Viewed:
+    """Reduction `op` over logical `dims` of `a`; the dims stay as size 1 in the Prism tensor, and the logical
+    shape drops them unless `keepdim`."""
+    dims = _dims(lw, a, dims)
+    v = a
+    for d in dims:
+        t, shape, k = lw.dim(v, d)
+        out = list(shape)
+        out[d] = 1
+        v = wrap(t if k is None else op(t, k), tuple(out))
+    if keepdim:
+        return v
+    shape = tuple(n for d, n in enumerate(lw.shape(v)) if d not in dims)
+    v = lw.value(v)
+    return wrap(v.t if isinstance(v, Viewed) else v, shape)
+
+
 @_op("aten.sum.dim_IntList", "aten.mean.dim")
-def _reduce(lw: Lowering, a: Any, dims: Any, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    if not keepdim:
-        raise lw.fail("a reduction without keepdim=True changes the rank, which Prism cannot express")
-    t = lw.tensor(a)
-    n = 1
-    for d in _dims(lw, a, dims):
-        n *= t.shape[d]
-        t = lw.graph.sum(t, d)
-    return lw.graph.mul_scalar(t, 1.0 / n) if op_name(lw.node).startswith("aten.mean") else t
+def _reduce(lw: Lowering, a: Any, dims: Any, keepdim: bool = False, dtype: Any = None) -> Tensor | Viewed:
+    n = math.prod(lw.shape(a)[d] for d in _dims(lw, a, dims))
+    out = _reduced(lw, a, dims, keepdim, lw.graph.sum)
+    return _map(lw, out, lambda t: lw.graph.mul_scalar(t, 1.0 / n)) if op_name(lw.node).startswith("aten.mean") else out
 
 
 @_op("aten.amax.default")
-def _amax(lw: Lowering, a: Any, dims: Any = (), keepdim: bool = False) -> Tensor:
-    if not keepdim:
-        raise lw.fail("a reduction without keepdim=True changes the rank, which Prism cannot express")
-    t = lw.tensor(a)
-    for d in _dims(lw, a, dims):
-        t = lw.graph.max(t, d)
-    return t
+def _amax(lw: Lowering, a: Any, dims: Any = (), keepdim: bool = False) -> Tensor | Viewed:
+    return _reduced(lw, a, dims, keepdim, lw.graph.max)
 
 
 @_op("aten._softmax.default", "aten.softmax.int")
-def _softmax(lw: Lowering, a: Any, dim: int, half_to_float: Any = None) -> Tensor:
+def _softmax(lw: Lowering, a: Any, dim: int, half_to_float: Any = None) -> Tensor | Viewed:
     """torch's softmax, max subtracted first (exp never exceeds 1)."""
-    x = lw.tensor(a)
-    dim %= len(x.shape)
-    e = lw.graph.exp(lw.graph.sub(x, lw.graph.max(x, dim)))
-    return lw.graph.div(e, lw.graph.sum(e, dim))
+    t, shape, k = lw.dim(a, dim % len(lw.shape(a)))
+    if k is None:
+        raise lw.fail("softmax over a dim of size 1")
+    return wrap(softmax(lw.graph, t, k), shape)
+
+
+def softmax(g: KernelGraph, x: Tensor, dim: int) -> Tensor:
+    """exp(x - max x) / sum(exp(x - max x)) over `dim`."""
+    e = g.exp(g.sub(x, g.max(x, dim)))
+    return g.div(e, g.sum(e, dim))
 
 
 @_op("aten.rms_norm.default")
-def _rms_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, eps: Any = None) -> Tensor:
+def _rms_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, eps: Any = None) -> Tensor | Viewed:
     if len(shape) != 1:
         raise lw.fail(f"rms_norm over {len(shape)} dims; Prism normalises over the last dim")
-    x = lw.tensor(a)
-    out = lw.graph.rms_norm(x, float(eps) if eps is not None else torch.finfo(torch.float32).eps)
-    return out if weight is None else _binary("mul")(lw, out, weight)
+    t, logical, k = lw.dim(a, len(lw.shape(a)) - 1)
+    if k != len(t.shape) - 1:
+        raise lw.fail(f"rms_norm over a dim that is not the last of {t.name} {list(t.shape)}")
+    out = wrap(lw.graph.rms_norm(t, float(eps) if eps is not None else torch.finfo(torch.float32).eps), logical)
+    return out if weight is None else broadcast(lw, "mul", out, weight)
+
+
+@_op("aten.layer_norm.default")
+def _layer_norm_op(lw: Lowering, a: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
+                   cudnn_enable: Any = None) -> Tensor | Viewed:
+    return _layer_norm(lw, a, shape, weight, bias, eps)[0]
+
+
+@_op("aten.native_layer_norm.default")
+def _layer_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> tuple:
+    """(x - mean) / sqrt(var + eps) · weight + bias over the last dim, written with Prism's ops; its mean and
+    rstd results (for autograd) are not Prism's."""
+    if len(shape) != 1:
+        raise lw.fail(f"layer_norm over {len(shape)} dims; Prism normalises over the last dim")
+    last = len(lw.shape(a)) - 1
+    t, logical, k = lw.dim(a, last)
+    if k is None:
+        raise lw.fail("layer_norm over a dim of size 1")
+    g, n = lw.graph, t.shape[k]
+    centred = g.sub(t, g.mul_scalar(g.sum(t, k), 1.0 / n))
+    var = g.mul_scalar(g.sum(g.square(centred), k), 1.0 / n)
+    out = wrap(g.div(centred, g.sqrt(g.add_scalar(var, float(eps)))), logical)
+    if weight is not None:
+        out = broadcast(lw, "mul", out, weight)
+    if bias is not None:
+        out = broadcast(lw, "add", out, bias)
+    return out, _Unavailable("layer_norm's mean"), _Unavailable("layer_norm's rstd")
+
+
+@dataclass(frozen=True)
+class _Unavailable:
+    """A result of a multi-result op that Prism does not compute (read it and the cone stays with torch)."""
+
+    what: str
+
+
+@_op("getitem")
+def _getitem(lw: Lowering, a: Any, index: int) -> Any:
+    if not isinstance(a, tuple):
+        raise lw.fail(f"getitem of {type(a).__name__}")
+    out = a[index]
+    if isinstance(out, _Unavailable):
+        raise lw.fail(f"{out.what} is not computed by Prism")
+    return out
 
 
 @_op("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
-def _matmul(lw: Lowering, a: Any, b: Any) -> Tensor:
+def _matmul(lw: Lowering, a: Any, b: Any) -> Tensor | Viewed:
+    """A matmul of equal ranks, or of a [..., in] activation with an [in, out] weight, multiplied as rows."""
+    if len(lw.shape(a)) > 2 and len(lw.shape(b)) == 2:
+        return _rows_matmul(lw, a, b)
     if len(lw.shape(a)) != len(lw.shape(b)):
         raise lw.fail("a matmul between ranks; Prism multiplies tensors of equal rank")
     return lw.graph.matmul(lw.tensor(a), lw.tensor(b))
 
 
+def _rows_matmul(lw: Lowering, x: Any, w: Any) -> Tensor | Viewed:
+    """x [..., in] @ w [in, out] as [rows, in] @ [in, out], seen as [..., out]."""
+    shape = lw.shape(x)
+    flat = rows(shape)
+    v = lw.value(_view(lw, x, ("view", flat), flat))
+    if isinstance(v, Viewed):
+        raise lw.fail(f"a matmul of {list(shape)}, held as {list(v.t.shape)}, not as rows")
+    return wrap(lw.graph.matmul(v, lw.tensor(w)), shape[:-1] + (lw.shape(w)[1],))
+
+
 def _transposed(lw: Lowering, w: Any) -> Any:
-    if not isinstance(w, _Pending) or len(w.shape) != 2:
+    if not isinstance(w, Pending) or len(w.shape) != 2:
         raise lw.fail("a transposed weight must be a 2-D input (Prism cannot transpose an intermediate)")
     return _view(lw, w, ("permute", (1, 0)), (w.shape[1], w.shape[0]))
 
 
 @_op("aten.linear.default")
-def _linear(lw: Lowering, x: Any, w: Any, bias: Any = None) -> Tensor:
-    out = _matmul(lw, x, _transposed(lw, w))
-    return out if bias is None else _binary("add")(lw, out, bias)
+def _linear(lw: Lowering, x: Any, w: Any, bias: Any = None) -> Tensor | Viewed:
+    """x @ w.T (+ bias); an x of rank 3 or more is multiplied as rows ([batch·seq, in] @ [in, out])."""
+    out = _rows_matmul(lw, x, _transposed(lw, w))
+    return out if bias is None else broadcast(lw, "add", out, bias)
 
 
 @_op("aten.addmm.default")
-def _addmm(lw: Lowering, bias: Any, x: Any, w: Any, beta: Any = 1, alpha: Any = 1) -> Tensor:
+def _addmm(lw: Lowering, bias: Any, x: Any, w: Any, beta: Any = 1, alpha: Any = 1) -> Tensor | Viewed:
     if beta != 1 or alpha != 1:
         raise lw.fail("addmm with beta or alpha other than 1")
-    return _binary("add")(lw, _matmul(lw, x, w), bias)
+    return broadcast(lw, "add", _matmul(lw, x, w), bias)
 
 
 def _view(lw: Lowering, a: Any, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Any:
-    """A view: nothing if it changes nothing, folded into an input if `a` is one, else unsupported."""
-    if tuple(shape) == tuple(lw.shape(a)) and (step[0] != "permute" or list(step[1]) == sorted(step[1])):
+    """A view: nothing if it changes nothing, folded into an input if `a` is one, a new logical shape of an
+    intermediate if it keeps the row-major order (a reshape), else unsupported."""
+    shape = tuple(shape)
+    same = list(step[1]) == sorted(step[1]) if step[0] == "permute" else True
+    if shape == tuple(lw.shape(a)) and same:
         return a
-    if isinstance(a, _Pending):
-        return _Pending(Source(a.source.node, a.source.steps + (step,)), tuple(shape), a.dtype)
-    raise lw.fail(f"a view of an intermediate to {list(shape)}; Prism can view inputs only")
+    if isinstance(a, Pending):
+        return _fold(a, step, shape)
+    if step[0] == "view" and math.prod(shape) == math.prod(lw.shape(a)) and not isinstance(a, (_Deferred, tuple)):
+        v = lw.value(a)
+        return wrap(v.t if isinstance(v, Viewed) else v, shape)
+    raise lw.fail(f"a {step[0]} of an intermediate to {list(shape)}; Prism can view inputs only")
 
 
 def _out_shape(lw: Lowering) -> tuple[int, ...]:
     return tuple(lw.node.meta["val"].shape)
 
 
-@_op("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.expand.default",
-     "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims")
+@_op("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default",
+     "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims")
 def _reshape(lw: Lowering, a: Any, *args: Any) -> Any:
+    return _view(lw, a, ("view", _out_shape(lw)), _out_shape(lw))
+
+
+@_op("aten.expand.default")
+def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     shape = _out_shape(lw)
-    if op_name(lw.node) == "aten.expand.default" and shape != tuple(lw.shape(a)):
-        raise lw.fail(f"expand to {list(shape)} (a broadcast Prism does implicitly between equal ranks only)")
-    return _view(lw, a, ("view", shape), shape)
+    if shape != tuple(lw.shape(a)) and isinstance(a, Pending):
+        if len(shape) != len(a.shape):
+            a = _ranked(lw, a, len(shape))
+        return _fold(a, ("expand", shape), shape)
+    return _view(lw, a, ("expand", shape), shape)
 
 
 @_op("aten.permute.default", "aten.t.default", "aten.transpose.int")
@@ -345,13 +525,16 @@ def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
         dims = list(range(rank))
         dims[i], dims[j] = dims[j], dims[i]
         dims = tuple(dims)
+    moved = [d for k, d in enumerate(dims) if d != k and lw.shape(a)[d] != 1]
+    if not moved and not isinstance(a, Pending):  # only size-1 dims move: the order of elements stays
+        return _view(lw, a, ("view", _out_shape(lw)), _out_shape(lw))
     return _view(lw, a, ("permute", dims), _out_shape(lw))
 
 
 @_op("aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.contiguous.default",
      "aten.to.dtype", "aten._to_copy.default", "aten.type_as.default", "aten.lift_fresh_copy.default")
 def _identity(lw: Lowering, a: Any, *args: Any, **kwargs: Any) -> Any:
-    return a  # a copy or a cast: Prism computes in float32 and stores in the graph's dtype
+    return a  # a copy or a cast: Prism computes in float32 and stores in the graph's dtype (module docstring)
 
 
 IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
@@ -362,49 +545,79 @@ IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"
 # ---- lowering a graph ----------------------------------------------------------------------------
 
 def lower(nodes: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any],
-          names: dict[Any, str] | None = None) -> tuple[KernelGraph, list[Source]]:
+          names: dict[Any, str] | None = None) -> tuple[KernelGraph, list[Source], list[tuple[int, ...]]]:
     """The kernel graph computing `outputs` from `inputs` (FX nodes whose values the caller provides) through
-    `nodes` (in topological order), and each graph input's Source; UnsupportedOp if an op is not Prism's.
-    `names`: preferred graph-input names by input node (default: the nodes' names)."""
-    lw = Lowering(names=dict(names or {}))
+    `nodes` (in topological order), each graph input's Source, and each output's logical shape (the graph's
+    output holds it in the same row-major order, maybe with dims merged); UnsupportedOp if an op is not
+    Prism's. `names`: preferred graph-input names by input node (default: the nodes' names). Inputs are tried
+    as they are, then as rows (the module docstring); if both fail, the error names the earlier failing node
+    (the backend cuts the cone there, and an earlier cut keeps more of it)."""
+    failures = []
+    order = {n: i for i, n in enumerate(nodes)}
+    val = outputs[0].meta.get("val") if outputs else None
+    dtype = val.dtype if isinstance(val, torch.Tensor) and val.dtype.is_floating_point else None
+    for as_rows in (False, True):
+        lw = Lowering(names=dict(names or {}), as_rows=as_rows, dtype=dtype)
+        try:
+            return _lower(lw, nodes, inputs, outputs)
+        except UnsupportedOp as e:
+            failures.append((order.get(e.node, len(order)), -len(lw.values), e))
+    raise min(failures, key=lambda f: f[:2])[2]
+
+
+def _lower(lw: Lowering, nodes: Sequence[Any], inputs: Sequence[Any],
+           outputs: Sequence[Any]) -> tuple[KernelGraph, list[Source], list[tuple[int, ...]]]:
     for node in inputs:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise UnsupportedOp(f"input {node.name} is not a tensor{_where(node)}")
-        lw.values[node] = _Pending(Source(node), tuple(val.shape), val.dtype)
+        if not all(isinstance(n, int) for n in val.shape):
+            raise UnsupportedOp(f"input {node.name} has symbolic sizes {list(val.shape)} (dynamic shapes); Prism's "
+                                f"kernels serve one shape each{_where(node)}")
+        lw.values[node] = Pending(Source(node), tuple(val.shape), val.dtype)
     for node in nodes:
         if node in lw.values:
             continue
         lw.node = node
-        name = op_name(node)
-        if name in IGNORED:
-            continue
-        handler = ATEN.get(name)
-        if node.op != "call_function" or handler is None:
-            raise UnsupportedOp(f"{name} is not a Prism op{_where(node)}")
-        args = [_arg(lw, a) for a in node.args]
-        kwargs = {k: _arg(lw, v) for k, v in node.kwargs.items() if k not in ("dtype", "memory_format", "layout",
-                                                                                "device", "pin_memory", "non_blocking")}
         try:
-            lw.values[node] = handler(lw, *args, **kwargs)
-        except GraphError as e:  # Prism's builder refused (shapes, dtypes): the op as used here is not Prism's
-            raise lw.fail(str(e)) from None
+            _lower_node(lw, node)
         except UnsupportedOp as e:
-            raise e if _where(node) in str(e) or not _where(node) else UnsupportedOp(f"{e}{_where(node)}") from None
-    outs = []
+            e.node = e.node or node
+            raise
+    outs, shapes = [], []
     for node in outputs:
         lw.node = node
         v = lw.values.get(node)
         if v is None:
             raise UnsupportedOp(f"output {node.name} is not computed by Prism ops")
-        outs.append(lw.tensor(v) if not isinstance(v, _Pending) else _copy(lw, v))
+        shapes.append(lw.shape(v))
+        v = _copy(lw, v) if isinstance(v, Pending) else lw.value(v)
+        outs.append(v.t if isinstance(v, Viewed) else v)
     if not any(n.op == "call_function" for n in nodes if lw.values.get(n) is not None):
         raise UnsupportedOp("nothing to compute")
     lw.graph.output(*outs)
-    return lw.graph, lw.sources
+    return lw.graph, lw.sources, shapes
 
 
-def _copy(lw: Lowering, v: _Pending) -> Tensor:
+def _lower_node(lw: Lowering, node: Any) -> None:
+    name = op_name(node)
+    if name in IGNORED:
+        return
+    handler = ATEN.get(name)
+    if node.op != "call_function" or handler is None:
+        raise UnsupportedOp(f"{name} is not a Prism op{_where(node)}")
+    args = [_arg(lw, a) for a in node.args]
+    kwargs = {k: _arg(lw, v) for k, v in node.kwargs.items() if k not in ("dtype", "memory_format", "layout",
+                                                                            "device", "pin_memory", "non_blocking")}
+    try:
+        lw.values[node] = handler(lw, *args, **kwargs)
+    except GraphError as e:  # Prism's builder refused (shapes, dtypes): the op as used here is not Prism's
+        raise lw.fail(str(e)) from None
+    except UnsupportedOp as e:
+        raise e if _where(node) in str(e) or not _where(node) else UnsupportedOp(f"{e}{_where(node)}") from None
+
+
+def _copy(lw: Lowering, v: Pending) -> Tensor:
     """An output that is an input, unchanged: Prism outputs are computed tensors, so x * 1."""
     return lw.graph.mul_scalar(lw.tensor(v), 1.0)
 
@@ -419,3 +632,6 @@ def _arg(lw: Lowering, a: Any) -> Any:
     if isinstance(a, float) and not math.isfinite(a):
         raise lw.fail(f"constant {a}")
     return a
+
+
+from prism.capture import sdpa as _sdpa  # noqa: E402,F401  (registers the attention ops; it imports this module)

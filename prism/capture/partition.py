@@ -5,7 +5,8 @@ producers Prism has:
   - a producer whose users are all in the cone joins it (its value never leaves);
   - a producer with users elsewhere joins too if it is cheap to compute twice (no matmul in what it
     computes): a norm feeding three projections is recomputed inside each projection's kernel;
-  - inside a matmul's operand, a node that depends on a matmul (not through an exp) does not join: the
+  - inside a matmul's operand, a node that depends on a matmul (not through an exp) does not join, unless it
+    is a view (layout: it folds into the cone's input, e.g. attention's output viewed for the projection): the
     down projection of an MLP does not swallow the SwiGLU product that feeds it, which is a cone of its
     own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
     side (SwiGLU's gate and up) join freely;
@@ -22,10 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from prism.capture.lower import ATEN, IGNORED, op_name
+from prism.capture.sdpa import ATTENTION_OPS
 
 __all__ = ["Cone", "cones", "MATMULS", "VIEWS"]
 
-MATMULS = {"aten.mm.default", "aten.bmm.default", "aten.matmul.default", "aten.linear.default", "aten.addmm.default"}
+MATMULS = {"aten.mm.default": 1, "aten.bmm.default": 1, "aten.matmul.default": 1, "aten.linear.default": 1,
+           "aten.addmm.default": 1} | dict.fromkeys(ATTENTION_OPS, 2)
+"""The ops that contract, each with the matmuls it counts as (attention: Q Kᵀ and the product with V)."""
 EXPS = {"aten.exp.default", "aten._softmax.default", "aten.softmax.int"}
 VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.expand.default",
          "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims",
@@ -43,7 +47,7 @@ class Cone:
 
     @property
     def matmuls(self) -> int:
-        return sum(op_name(n) in MATMULS for n in self.nodes)
+        return sum(MATMULS.get(op_name(n), 0) for n in self.nodes)
 
     def live(self) -> list[Any]:
         """The cone's nodes its root still depends on (an earlier cone's replacement can cut some off)."""
@@ -65,7 +69,9 @@ class Cone:
 
 
 def _prism(node: Any) -> bool:
-    return node.op == "call_function" and (op_name(node) in ATEN or op_name(node) in IGNORED)
+    if node.op != "call_function" or not (op_name(node) in ATEN or op_name(node) in IGNORED):
+        return False
+    return op_name(node) != "getitem" or _prism(node.args[0])  # a result of a Prism op (attention's output)
 
 
 def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:
@@ -87,7 +93,7 @@ def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:
 def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
     """The cone of `root` (see the module docstring), breadth first so the nearest producers come first."""
     members = {root}
-    matmuls = op_name(root) in MATMULS
+    matmuls = MATMULS.get(op_name(root), 0)
     queue = deque([(root, matmuls, False, False)])  # (node, under a matmul's operand, passed an exp since,
     after_mm: dict[Any, bool] = {}                   # computed twice: its value is also used outside)
     while queue:
@@ -96,13 +102,14 @@ def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
             if p in members or not _prism(p) or len(members) >= max_ops:
                 continue
             is_mm = op_name(p) in MATMULS
-            if under_mm and not saw_exp and op_name(p) not in EXPS and (is_mm or _after_matmul(p, after_mm)):
+            if (under_mm and not saw_exp and op_name(p) not in EXPS | VIEWS
+                    and (is_mm or _after_matmul(p, after_mm))):
                 continue
             shared = twice or any(u not in members for u in p.users)
-            if is_mm and (matmuls >= max_matmuls or shared):  # a matmul is never computed twice
+            if is_mm and (matmuls + MATMULS[op_name(p)] > max_matmuls or shared):  # never computed twice
                 continue
             members.add(p)
-            matmuls += is_mm
+            matmuls += MATMULS.get(op_name(p), 0)
             queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared))
     return members
 

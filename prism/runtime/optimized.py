@@ -114,6 +114,19 @@ class OptimizedGraph:
             return [o.to(TORCH_DTYPES[t.dtype]) for o, t in zip(outs, self.graph.output_tensors)]
         return self.compiled.run_generic(tensors)
 
+    def run_op(self, tensors: Sequence[Any]) -> list[torch.Tensor]:
+        """What the custom op `self.op` runs: `run`, except where that is the reference executor. There the op
+        runs the program itself as torch ops, which the verifier proved equal to the chosen µGraph: the
+        block-by-block executor is the ground truth for tests, hundreds of times slower than the program, and
+        a compiled model without a GPU must not pay that on every call."""
+        if self.execution != REFERENCE:
+            return self.run(tensors)
+        from prism.interp import run
+
+        self.check_inputs(tensors)
+        outs = run(self.program, tensors)
+        return [o.to(TORCH_DTYPES[t.dtype]) for o, t in zip(outs, self.program.output_tensors)]
+
     def check(self, reference: Callable[..., Any] | None = None, seed: int = 1) -> dict[str, Any]:
         """This graph on random inputs (prism.tune.profile.random_inputs) against the program's meaning:
         `reference`, a torch function of the inputs (a workload's), or without one the reference executor on

@@ -8,6 +8,9 @@ OptimizedGraph call becomes one call of a `torch.library` op (`prism::g<hash>`, 
 structural hash, so OptimizedGraphs that run the same kernels share one op. Inference only: no autograd
 formula is registered, and OptimizedGraph refuses inputs that require grad before calling it.
 
+Without a GPU (and without Triton's interpreter) the op's CPU kernel runs the program, proved equal to the
+chosen µGraph, as torch ops (OptimizedGraph.run_op), not the block-by-block reference executor.
+
 The op is defined with `torch.library.Library` (schema, CPU and CUDA kernels, fake) rather than
 `torch.library.custom_op`: the latter's Python wrappers (autograd, then output checks) took the largest
 share of a compiled decoder layer's host time, seven calls per step (BENCHMARKS.md, decoder layer).
@@ -41,7 +44,7 @@ def torch_op(opt: OptimizedGraph) -> Callable[[list[torch.Tensor]], list[torch.T
 
         def run(xs: list[torch.Tensor]) -> list[torch.Tensor]:
             inputs = {id(x) for x in xs}  # an op's outputs may not alias its inputs
-            return [y.clone() if id(y) in inputs else y for y in _RUNNERS[name].run(xs)]
+            return [y.clone() if id(y) in inputs else y for y in _RUNNERS[name].run_op(xs)]
 
         def fake(xs: list[torch.Tensor]) -> list[torch.Tensor]:
             return [torch.empty(shape, dtype=dtype, device=xs[0].device) for shape, dtype in outs]

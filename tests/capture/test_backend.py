@@ -4,36 +4,16 @@ batch size) takes the result cache instead of searching again."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import prism.capture as pc
+from tests.conftest import example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "decoder_layer.py"
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("decoder_layer", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def options(monkeypatch):
-    """Fast settings: the rest runs eagerly, few candidates, small search limits."""
-    monkeypatch.setattr(pc.OPTIONS, "rest", "eager")
-    monkeypatch.setattr(pc.OPTIONS, "budget", 2)
-    # a limit no search here reaches (about 30 s each on 2 idle cores): a search cut short by a busy machine
-    # would find fewer graphs, and the test would depend on the load
-    monkeypatch.setattr(pc.OPTIONS, "search", {"time_limit": 900.0, "max_grid": 1})
-    return pc.OPTIONS
 
 
 def _compile(module, *inputs):
@@ -45,7 +25,7 @@ def _compile(module, *inputs):
 
 
 def test_the_decoder_layer_compiles_fuses_and_matches_eager(options):
-    layer, inputs = _example().example()
+    layer, inputs = example("decoder_layer").example()
     got, want, record = _compile(layer, *inputs)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
     fused = [r["ops"] for r in record["replaced"]]
@@ -63,7 +43,7 @@ def test_the_decoder_layer_compiles_fuses_and_matches_eager(options):
     assert len(again["replaced"]) == 7 and all(r["cached"] for r in again["replaced"])
 
     # another batch size: tuned afresh, the search results (size-free) from the cache
-    layer, inputs = _example().example(batch=2)
+    layer, inputs = example("decoder_layer").example(batch=2)
     got3, want3, third = _compile(layer, *inputs)
     assert torch.allclose(got3, want3, rtol=1e-4, atol=1e-4)
     assert all(r["search"]["source"] == "search cache" for r in third["replaced"])

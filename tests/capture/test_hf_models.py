@@ -1,0 +1,92 @@
+"""Hugging Face decoders through `torch.compile(backend="prism")` on the CPU: Llama (grouped-query attention),
+Qwen2 (biased projections) and GPT-2 (layer norm, GELU's tanh form, a fused QKV projection), small random
+configs built from config objects. A prefill and a 16-step greedy decode with a KV cache give eager's tokens
+and logits; each layer's regions are Prism's; Dynamo's switch to dynamic shapes never breaks the model."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+import prism.capture as pc
+from tests.conftest import example
+
+pytest.importorskip("transformers", reason="the model tests need transformers (the test extra installs it)")
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+
+MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default",
+           "aten._scaled_dot_product_flash_attention_for_cpu.default"}
+SWIGLU = [  # Llama's and Qwen2's regions per layer, most specific first: a label, the ATen ops that mark it, a count
+    ("attention", {"aten._scaled_dot_product_flash_attention_for_cpu.default"}, 1),
+    ("norm + gate, up, SwiGLU", {"aten.rsqrt.default", "aten.silu.default"}, 1),
+    ("output projection + residual", {"aten.transpose.int", "aten.add.Tensor"}, 1),
+    ("final norm + LM head", {"aten.alias.default", "aten.rsqrt.default"}, 0),
+    ("norm + Q, K, V projections", {"aten.rsqrt.default"}, 3),
+    ("down projection + residual", {"aten.add.Tensor"}, 1),
+]
+
+
+def _kinds(record, regions):
+    found = collections.Counter()
+    for r in record["replaced"]:
+        found[next((label for label, ops, _ in regions if ops <= set(r["ops"])), "other")] += 1
+    return found
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2"])
+def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, options):
+    hf = example("hf_decode")
+    layers, tokens = 2, 16
+    prompt = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    want, want_ids = hf.decode(hf.model(name, layers), prompt, tokens)
+    start = len(pc.history)
+    got, got_ids = hf.decode(hf.compiled(hf.model(name, layers)), prompt, tokens)
+    graphs = pc.history[start:]
+
+    assert torch.equal(got_ids, want_ids)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert len(graphs) <= 3, [r["left"][:1] for r in graphs]   # prefill, first decode step, then dynamic: 2 recompiles
+    for record in graphs[:2]:                                   # the prefill and the first decode step
+        left = {op for r in record["left"] for op in r.get("ops", [])}
+        assert not left & MATMULS, [r for r in record["left"] if set(r.get("ops", [])) & MATMULS]
+        if name != "gpt2":
+            want = {label: n * layers for label, _, n in SWIGLU if n} | {"final norm + LM head": 1}
+            assert _kinds(record, SWIGLU) == want, [r["ops"] for r in record["replaced"]]
+        attention = [r for r in record["replaced"] if MATMULS & set(r["ops"]) == {
+            "aten._scaled_dot_product_flash_attention_for_cpu.default"}]
+        assert len(attention) == layers
+    assert "symbolic" in graphs[-1]["left"][0]["why"]           # Dynamo's dynamic graph: left to torch, and why
+
+
+def test_float16_and_bfloat16_models_fuse_their_norms(options):
+    """HF's RMSNorm upcasts to float32 and back: Prism computes in float32 between loads and stores."""
+    hf = example("hf_decode")
+    prompt = torch.randint(0, 128, (1, 4), generator=torch.Generator().manual_seed(2))
+    for dtype in (torch.float16, torch.bfloat16):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            want = hf.model("llama", 1, dtype)(input_ids=prompt).logits
+            got = hf.compiled(hf.model("llama", 1, dtype))(input_ids=prompt).logits
+        record = pc.history[-1]
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        norms = [r for r in record["replaced"] if "aten.rsqrt.default" in r["ops"]]
+        assert len(norms) == 5, [l for l in record["left"] if "cut from" not in l["why"]]  # Q, K, V; gate, up; lm head
+
+
+def test_dynamic_shapes_never_break_a_model(options):
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 16))
+    torch._dynamo.reset()
+    f = torch.compile(lin, backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 9):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), lin(x))
+    assert "symbolic" in pc.history[-1]["left"][0]["why"]

@@ -1,0 +1,109 @@
+"""What real models emit, lowered: views of intermediates kept as shapes (prism.capture.layout), rows for 3-D
+activations, torch's attention ops, layer norm, GELU's tanh form. Each captured program runs in the reference
+executor against torch; what cannot be lowered names its reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import prism
+from prism.capture import capture
+from prism.capture.layout import broadcast_form, groups
+from prism.errors import UnsupportedOp
+
+
+def _run(fn, *inputs):
+    """`fn` captured, run by the reference executor, viewed back to torch's output shape; and torch's output."""
+    cap = capture(fn, *inputs)
+    (got,) = prism.interp.run(cap.graph, [t.float() for t in cap.arguments(*inputs)])
+    (shape,) = cap.output_shapes
+    return got.reshape(shape), fn(*inputs), cap
+
+
+def test_groups_find_which_logical_dims_each_prism_dim_merges():
+    assert groups((16, 64), (2, 8, 64)) == [[0, 1], [2]]
+    assert groups((2, 8, 64), (16, 64)) is None            # a split of a Prism dim: no grouping
+    assert groups((16, 1), (2, 8, 1)) == [[0, 1], []]      # size-1 dims belong nowhere
+    assert groups((4, 2, 16, 16), (4, 4, 8, 16)) is None   # GQA's grouped rows split the head dim
+    assert broadcast_form((64,), (2, 8, 64), [[0, 1], [2]]) == (1, 64)
+    assert broadcast_form((2, 8, 1), (2, 8, 64), [[0, 1], [2]]) == (16, 1)
+    assert broadcast_form((1, 8, 64), (2, 8, 64), [[0, 1], [2]]) is None  # half a group: no Prism broadcast
+
+
+def test_a_linear_on_a_3d_activation_is_multiplied_as_rows():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(2, 3, 16)
+    got, want, cap = _run(lin, x)
+    assert cap.graph.output_tensors[0].shape == (6, 8) and cap.output_shapes == [(2, 3, 8)]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_norm_on_a_3d_activation_before_a_view_to_rows():
+    """HF's RMSNorm then `Linear`: the norm runs on [batch·seq, hidden] rows, the view is layout."""
+    torch.manual_seed(0)
+    x, w, wq = torch.randn(2, 5, 16), torch.rand(16) + 0.5, torch.randn(8, 16)
+
+    def norm_linear(x, w, wq):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (w * h).view(10, 16) @ wq.t()
+
+    got, want, _ = _run(norm_linear, x, w, wq)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_that_splits_a_reduced_dim_is_refused_by_name():
+    def split_then_sum(x, w):
+        return (x @ w).view(4, 2, 4).sum(-1, keepdim=True)
+
+    with pytest.raises(UnsupportedOp, match="merged into dim"):
+        capture(split_then_sum, torch.randn(4, 8), torch.randn(8, 8))
+
+
+@pytest.mark.parametrize("heads,kv_heads,s,t,causal", [(4, 4, 5, 5, True), (4, 2, 5, 5, True), (4, 1, 1, 9, False),
+                                                       (4, 2, 3, 7, True)])
+def test_scaled_dot_product_attention_with_gqa_and_a_causal_mask(heads, kv_heads, s, t, causal):
+    """torch's is_causal is top-left aligned (query i sees keys j <= i, also when s < t): a mask aligned at the
+    bottom right, as a KV cache would suggest, fails the case s=3, t=7."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, heads, s, 8), torch.randn(2, kv_heads, t, 8), torch.randn(2, kv_heads, t, 8)
+
+    def attn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != heads)
+
+    got, want, cap = _run(attn, q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert len(cap.graph.inputs) == 3 + causal
+
+
+def test_an_additive_attention_mask_is_expanded_over_a_group_of_query_heads():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    mask = torch.randn(1, 1, 3, 6)
+
+    def attn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
+
+    got, want, _ = _run(attn, q, k, v, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_boolean_attention_mask_is_refused():
+    q = torch.randn(1, 2, 3, 8)
+    with pytest.raises(UnsupportedOp, match="torch.bool attention mask"):
+        capture(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m), q, torch.ones(3, 3, dtype=bool))
+
+
+def test_layer_norm_with_bias_and_gelu_tanh():
+    """GPT-2's MLP input: layer_norm (weight and bias), a projection, GELU's tanh form with x ** 3."""
+    torch.manual_seed(0)
+    x, w, b, wf = torch.randn(2, 4, 16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16, 32) / 4
+
+    def mlp_in(x, w, b, wf):
+        return F.gelu(F.layer_norm(x, (16,), w, b) @ wf, approximate="tanh")
+
+    got, want, _ = _run(mlp_in, x, w, b, wf)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
