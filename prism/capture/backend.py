@@ -153,8 +153,10 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
             if tuple(held.shape) != tuple(val.shape):
                 out = call(torch.ops.aten.view.default, out, list(val.shape))
                 out.meta["val"] = torch.empty(val.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
-        if out.meta["val"].dtype != val.dtype:
-            out = call(torch.ops.aten._to_copy.default, out, dtype=val.dtype)
+        if out.meta["val"].dtype != val.dtype or not val.is_contiguous():  # torch's ops after it (a view of
+            like = call(torch.ops.aten.empty_strided.default, list(val.shape), list(val.stride()),  # attention's
+                        dtype=val.dtype, device=val.device)                # transposed output) see its strides
+            out = call(torch.ops.aten.copy.default, like, out)
             out.meta["val"] = val
     for node in made:
         node.meta["prism"] = True  # the call and its input views, not ops left to torch

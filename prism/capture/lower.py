@@ -173,8 +173,6 @@ def aten_op(*names: str) -> Callable[[Handler], Handler]:
     return register
 
 
-_op = aten_op
-
 
 def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -267,14 +265,14 @@ def _div_scalar(g: KernelGraph, t: Tensor, c: float, scalar_first: bool) -> Tens
     return g.mul_scalar(t, 1.0 / c)
 
 
-_op("aten.add.Tensor", "aten.add.Scalar")(_binary("add", _add_scalar))
-_op("aten.sub.Tensor", "aten.sub.Scalar")(_binary("sub", _sub_scalar))
-_op("aten.mul.Tensor", "aten.mul.Scalar")(_binary("mul", _mul_scalar))
-_op("aten.div.Tensor", "aten.div.Scalar")(_binary("div", _div_scalar))
-_op("aten.maximum.default")(_binary("maximum"))
+aten_op("aten.add.Tensor", "aten.add.Scalar")(_binary("add", _add_scalar))
+aten_op("aten.sub.Tensor", "aten.sub.Scalar")(_binary("sub", _sub_scalar))
+aten_op("aten.mul.Tensor", "aten.mul.Scalar")(_binary("mul", _mul_scalar))
+aten_op("aten.div.Tensor", "aten.div.Scalar")(_binary("div", _div_scalar))
+aten_op("aten.maximum.default")(_binary("maximum"))
 
 
-@_op("aten.rsub.Scalar", "aten.rsub.Tensor")
+@aten_op("aten.rsub.Scalar", "aten.rsub.Tensor")
 def _rsub(lw: Lowering, a: Any, b: Any, alpha: Any = 1) -> Any:
     return _binary("sub", _sub_scalar)(lw, b, a, alpha)
 
@@ -282,7 +280,7 @@ def _rsub(lw: Lowering, a: Any, b: Any, alpha: Any = 1) -> Any:
 for _name in ("exp", "relu", "sqrt", "neg", "silu", "square"):
     def _unary(lw: Lowering, a: Any, _name: str = _name) -> Tensor | Viewed:
         return _map(lw, a, getattr(lw.graph, _name))
-    _op(f"aten.{_name}.default")(_unary)
+    aten_op(f"aten.{_name}.default")(_unary)
 
 
 def _tanh(g: KernelGraph, t: Tensor) -> Tensor:
@@ -290,12 +288,12 @@ def _tanh(g: KernelGraph, t: Tensor) -> Tensor:
     return g.add_scalar(g.mul_scalar(g.sigmoid(g.mul_scalar(t, 2.0)), 2.0), -1.0)
 
 
-@_op("aten.tanh.default")
+@aten_op("aten.tanh.default")
 def _tanh_op(lw: Lowering, a: Any) -> Tensor | Viewed:
     return _map(lw, a, lambda t: _tanh(lw.graph, t))
 
 
-@_op("aten.gelu.default")
+@aten_op("aten.gelu.default")
 def _gelu(lw: Lowering, a: Any, approximate: str = "none") -> Tensor | Viewed:
     """Both of torch's forms: the exact one is Prism's gelu; the tanh one is written out,
     x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))."""
@@ -311,17 +309,17 @@ def _gelu(lw: Lowering, a: Any, approximate: str = "none") -> Tensor | Viewed:
     return _map(lw, a, tanh_form)
 
 
-@_op("aten.rsqrt.default")
+@aten_op("aten.rsqrt.default")
 def _rsqrt(lw: Lowering, a: Any) -> _Deferred:
     return _Deferred("rsqrt", a, lw.node)
 
 
-@_op("aten.sigmoid.default")
+@aten_op("aten.sigmoid.default")
 def _sigmoid(lw: Lowering, a: Any) -> _Deferred:
     return _Deferred("sigmoid", a, lw.node)
 
 
-@_op("aten.pow.Tensor_Scalar")
+@aten_op("aten.pow.Tensor_Scalar")
 def _pow(lw: Lowering, a: Any, p: Any) -> Any:
     g = lw.graph
     powers = {2: g.square, 0.5: g.sqrt, 3: lambda t: g.mul(t, g.square(t))}
@@ -357,19 +355,19 @@ def _reduced(lw: Lowering, a: Any, dims: Any, keepdim: bool, op: Callable[[Tenso
     return wrap(v.t if isinstance(v, Viewed) else v, shape)
 
 
-@_op("aten.sum.dim_IntList", "aten.mean.dim")
+@aten_op("aten.sum.dim_IntList", "aten.mean.dim")
 def _reduce(lw: Lowering, a: Any, dims: Any, keepdim: bool = False, dtype: Any = None) -> Tensor | Viewed:
     n = math.prod(lw.shape(a)[d] for d in _dims(lw, a, dims))
     out = _reduced(lw, a, dims, keepdim, lw.graph.sum)
     return _map(lw, out, lambda t: lw.graph.mul_scalar(t, 1.0 / n)) if op_name(lw.node).startswith("aten.mean") else out
 
 
-@_op("aten.amax.default")
+@aten_op("aten.amax.default")
 def _amax(lw: Lowering, a: Any, dims: Any = (), keepdim: bool = False) -> Tensor | Viewed:
     return _reduced(lw, a, dims, keepdim, lw.graph.max)
 
 
-@_op("aten._softmax.default", "aten.softmax.int")
+@aten_op("aten._softmax.default", "aten.softmax.int")
 def _softmax(lw: Lowering, a: Any, dim: int, half_to_float: Any = None) -> Tensor | Viewed:
     """torch's softmax, max subtracted first (exp never exceeds 1)."""
     t, shape, k = lw.dim(a, dim % len(lw.shape(a)))
@@ -384,7 +382,7 @@ def softmax(g: KernelGraph, x: Tensor, dim: int) -> Tensor:
     return g.div(e, g.sum(e, dim))
 
 
-@_op("aten.rms_norm.default")
+@aten_op("aten.rms_norm.default")
 def _rms_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, eps: Any = None) -> Tensor | Viewed:
     if len(shape) != 1:
         raise lw.fail(f"rms_norm over {len(shape)} dims; Prism normalises over the last dim")
@@ -395,13 +393,13 @@ def _rms_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, eps: Any = N
     return out if weight is None else broadcast(lw, "mul", out, weight)
 
 
-@_op("aten.layer_norm.default")
+@aten_op("aten.layer_norm.default")
 def _layer_norm_op(lw: Lowering, a: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
                    cudnn_enable: Any = None) -> Tensor | Viewed:
     return _layer_norm(lw, a, shape, weight, bias, eps)[0]
 
 
-@_op("aten.native_layer_norm.default")
+@aten_op("aten.native_layer_norm.default")
 def _layer_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> tuple:
     """(x - mean) / sqrt(var + eps) · weight + bias over the last dim, written with Prism's ops; its mean and
     rstd results (for autograd) are not Prism's."""
@@ -429,7 +427,7 @@ class _Unavailable:
     what: str
 
 
-@_op("getitem")
+@aten_op("getitem")
 def _getitem(lw: Lowering, a: Any, index: int) -> Any:
     if not isinstance(a, tuple):
         raise lw.fail(f"getitem of {type(a).__name__}")
@@ -439,7 +437,7 @@ def _getitem(lw: Lowering, a: Any, index: int) -> Any:
     return out
 
 
-@_op("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+@aten_op("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def _matmul(lw: Lowering, a: Any, b: Any) -> Tensor | Viewed:
     """A matmul of equal ranks, or of a [..., in] activation with an [in, out] weight, multiplied as rows."""
     if len(lw.shape(a)) > 2 and len(lw.shape(b)) == 2:
@@ -465,14 +463,14 @@ def _transposed(lw: Lowering, w: Any) -> Any:
     return _view(lw, w, ("permute", (1, 0)), (w.shape[1], w.shape[0]))
 
 
-@_op("aten.linear.default")
+@aten_op("aten.linear.default")
 def _linear(lw: Lowering, x: Any, w: Any, bias: Any = None) -> Tensor | Viewed:
     """x @ w.T (+ bias); an x of rank 3 or more is multiplied as rows ([batch·seq, in] @ [in, out])."""
     out = _rows_matmul(lw, x, _transposed(lw, w))
     return out if bias is None else broadcast(lw, "add", out, bias)
 
 
-@_op("aten.addmm.default")
+@aten_op("aten.addmm.default")
 def _addmm(lw: Lowering, bias: Any, x: Any, w: Any, beta: Any = 1, alpha: Any = 1) -> Tensor | Viewed:
     if beta != 1 or alpha != 1:
         raise lw.fail("addmm with beta or alpha other than 1")
@@ -498,13 +496,13 @@ def _out_shape(lw: Lowering) -> tuple[int, ...]:
     return tuple(lw.node.meta["val"].shape)
 
 
-@_op("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default",
+@aten_op("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default",
      "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims")
 def _reshape(lw: Lowering, a: Any, *args: Any) -> Any:
     return _view(lw, a, ("view", _out_shape(lw)), _out_shape(lw))
 
 
-@_op("aten.expand.default")
+@aten_op("aten.expand.default")
 def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     shape = _out_shape(lw)
     if shape != tuple(lw.shape(a)) and isinstance(a, Pending):
@@ -514,7 +512,7 @@ def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     return _view(lw, a, ("expand", shape), shape)
 
 
-@_op("aten.permute.default", "aten.t.default", "aten.transpose.int")
+@aten_op("aten.permute.default", "aten.t.default", "aten.transpose.int")
 def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
     rank = len(lw.shape(a))
     name = op_name(lw.node)
@@ -531,7 +529,7 @@ def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
     return _view(lw, a, ("permute", dims), _out_shape(lw))
 
 
-@_op("aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.contiguous.default",
+@aten_op("aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.contiguous.default",
      "aten.to.dtype", "aten._to_copy.default", "aten.type_as.default", "aten.lift_fresh_copy.default")
 def _identity(lw: Lowering, a: Any, *args: Any, **kwargs: Any) -> Any:
     return a  # a copy or a cast: Prism computes in float32 and stores in the graph's dtype (module docstring)
