@@ -1,11 +1,19 @@
 """One decode step of a Hugging Face decoder: eager, Inductor and `backend="prism"`, side by side in one run.
 
-Small random configs (examples/hf_decode.py). For each backend: the first compile's seconds (the prefill's
-graph and the first decode step's, cache as it is: run twice for a warm one) and the median time of one
-decode step at a fixed KV length, called as a user calls it (a copy of the same cache each time, so every
-call sees the same shapes). On a CPU Prism's regions run their programs as torch ops; on a GPU, its kernels.
+Two shapes:
+  --model llama|qwen2|gpt2 (default): the small random configs of examples/hf_decode.py, float32, a KV cache
+      of 8 prompt tokens (transformers' DynamicCache, a copy of it per call so that every call sees the same
+      sizes). For each backend: the first compile's seconds (the prefill's graph and the first decode
+      step's, result cache as it is: run twice for a warm one) and the median µs of one decode step as
+      called. On a CPU Prism's regions run their programs as torch ops; on a GPU, its kernels.
+  --llama2048 (a GPU): a Llama-shaped float16 model (hidden 2048, 16 heads, 4 KV heads, MLP 5632, --layers
+      layers, random weights), a StaticCache holding 1024 prompt tokens, batch 1 and 8; eager, Inductor,
+      Inductor's reduce-overhead mode (a CUDA graph per step) and Prism, each as called and, except
+      reduce-overhead (already a replay), as the replay of one step captured in a CUDA graph. Each step
+      first sets the cache's length back to the prompt's (one small fill per layer, timed alike for all).
 
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20
+    python benchmarks/hf_decode.py --llama2048 --layers 4 --repeat 50        # needs a CUDA GPU
 """
 
 from __future__ import annotations
@@ -14,16 +22,38 @@ import argparse
 import copy
 import runpy
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hf_decode.py"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "hf_decode.py"
+if str(ROOT) not in sys.path:  # a checkout that is not installed
+    sys.path.insert(0, str(ROOT))
+
+BACKENDS = (("eager", None, None), ("inductor", "inductor", None), ("prism", "prism", None))
+GPU_BACKENDS = BACKENDS[:2] + (("inductor reduce-overhead", "inductor", "reduce-overhead"),) + BACKENDS[2:]
 
 
-def measure(hf, name: str, layers: int, backend: str | None, repeat: int, device: str) -> tuple[float, float]:
-    """(seconds of the first compile: prefill and one decode step; median µs of one decode step)."""
+def median_us(step: Callable[[], Any], repeat: int, cuda: bool) -> float:
+    """Median µs of `step()` over `repeat` calls (synchronized around each on a GPU)."""
+    times = []
+    for _ in range(repeat):
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def small(hf: Any, name: str, layers: int, backend: str | None, repeat: int, device: str) -> dict[str, float]:
+    """A small random config with a DynamicCache: first-compile seconds and one decode step's median µs."""
     from transformers import DynamicCache
 
     torch._dynamo.reset()
@@ -35,41 +65,97 @@ def measure(hf, name: str, layers: int, backend: str | None, repeat: int, device
     with torch.no_grad():
         start = time.perf_counter()
         nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        step_cache = copy.deepcopy(cache)
-        m(input_ids=nxt, past_key_values=copy.deepcopy(step_cache), use_cache=True)
+        m(input_ids=nxt, past_key_values=copy.deepcopy(cache), use_cache=True)
         compile_s = time.perf_counter() - start
-        times = []
-        for _ in range(repeat):
-            c = copy.deepcopy(step_cache)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            m(input_ids=nxt, past_key_values=c, use_cache=True)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-    return compile_s, statistics.median(times) * 1e6
+        copies = [copy.deepcopy(cache) for _ in range(repeat)]
+        us = median_us(lambda: m(input_ids=nxt, past_key_values=copies.pop(), use_cache=True), repeat,
+                       device == "cuda")
+    return {"compile_s": compile_s, "called_us": us}
+
+
+def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str | None,
+              repeat: int) -> dict[str, Any]:
+    """The Llama-shaped float16 step on the GPU: first-compile seconds, µs as called and in a CUDA graph."""
+    import transformers as tf
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=layers,
+                            num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=kv + 64)
+    m = tf.LlamaForCausalLM(config).to("cuda", torch.float16).eval()
+    cache = tf.StaticCache(config=config, max_cache_len=kv + 1)
+    prompt = torch.randint(0, 32000, (batch, kv), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    row: dict[str, Any] = {}
+    with torch.no_grad():
+        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        position = torch.tensor([kv], device="cuda")
+        forward = m.forward if backend is None else torch.compile(m.forward, backend=backend, mode=mode)
+
+        def step() -> Any:  # the cache back at the prompt's length: every step writes the same slot
+            for layer in cache.layers:
+                layer.cumulative_length.fill_(kv)
+            return forward(input_ids=nxt, past_key_values=cache, cache_position=position, use_cache=True)
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        row["compile_s"] = time.perf_counter() - start
+        row["called_us"] = median_us(step, repeat, True)
+        if mode != "reduce-overhead":
+            try:
+                row["graph_us"] = _graph_us(step, repeat)
+            except Exception as e:  # the row says why there is no figure
+                row["graph_failure"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return row
+
+
+def _graph_us(step: Callable[[], Any], repeat: int) -> float:
+    """Median µs of replaying one `step()` captured in a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return median_us(graph.replay, repeat, True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("llama", "qwen2", "gpt2"), default="llama")
+    ap.add_argument("--llama2048", action="store_true", help="the Llama-shaped float16 step (a CUDA GPU)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
     import prism.capture
 
+    cuda = torch.cuda.is_available()
+    if args.llama2048:
+        if not cuda:
+            sys.exit("hf_decode: --llama2048 needs a CUDA GPU; nothing measured")
+        print(f"Llama-shaped float16 decode step, {args.layers} layers, KV cache 1024, "
+              f"{torch.cuda.get_device_name()}: µs, median of {args.repeat}")
+        print("| batch | backend | first compile s | called µs | CUDA graph µs |")
+        print("|---|---|---|---|---|")
+        for batch in (1, 8):
+            for label, backend, mode in GPU_BACKENDS:
+                r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat)
+                graph = f"{r['graph_us']:.0f}" if "graph_us" in r else r.get("graph_failure", "(a replay as called)")
+                print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} |")
+        return
     hf = argparse.Namespace(**runpy.run_path(str(EXAMPLE)))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    rows = [(label, measure(hf, args.model, args.layers, backend, args.repeat, device))
-            for label, backend in (("eager", None), ("inductor", "inductor"), ("prism", "prism"))]
-    eager = rows[0][1][1]
-    fused = sum(len(r["replaced"]) for r in prism.capture.history)
+    device = "cuda" if cuda else "cpu"
+    start = len(prism.capture.history)
+    rows = [(label, small(hf, args.model, args.layers, backend, args.repeat, device)) for label, backend, _ in BACKENDS]
+    eager = rows[0][1]["called_us"]
+    fused = sum(len(r["replaced"]) for r in prism.capture.history[start:])
     print(f"{args.model}, {args.layers} layers, {device}: one decode step at KV length 8, median of {args.repeat}")
     print("| backend | first compile s | step µs | step / eager |")
     print("|---|---|---|---|")
-    for label, (compile_s, us) in rows:
-        print(f"| {label} | {compile_s:.1f} | {us:.0f} | {us / eager:.2f} |")
+    for label, r in rows:
+        print(f"| {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {r['called_us'] / eager:.2f} |")
     print(f"prism replaced {fused} region(s) in the prefill's and the decode step's graphs")
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import operator
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
@@ -54,19 +56,29 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         record["left"].append({"what": "the whole graph", "why": "it needs gradients; Prism is inference-only"})
         log.info("prism: the graph needs gradients (Prism is inference-only): all of it goes to %s", OPTIONS.rest)
         return _rest(gm, example_inputs)
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     symbolic = _symbolic(gm, example_inputs)
     if symbolic:
-        why = (f"its sizes are symbolic ({symbolic}: dynamic shapes, or Dynamo's automatic dynamic shapes after a "
-               "size changed); Prism's kernels serve one shape each, so every op stays with torch")
-        record["left"].append({"what": "the whole graph", "why": why})
-        log.info("prism: %s: all of it goes to %s", why, OPTIONS.rest)
-        return _rest(gm, example_inputs)
+        def fuse(aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            with unset_fake_temporarily():  # the tracer's fake mode is on: searches and tunings need real tensors
+                return _fuse(aten, device, record)
+        try:
+            return _traced(gm, example_inputs, fuse)
+        except Exception as e:  # AOTAutograd could not trace it (a data-dependent op): torch runs it as it is
+            why = f"its sizes are symbolic ({symbolic}) and tracing it to ATen failed ({type(e).__name__}: {e})"
+            record["left"].append({"what": "the whole graph", "why": why})
+            log.warning("prism: %s: all of it goes to %s", why, OPTIONS.rest)
+            return _rest(gm, example_inputs)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch._guards.tracing(None):  # outside Dynamo's context: its fake mode would make sizes symbolic
         aten = make_fx(gm, tracing_mode="fake")(*example_inputs)
+    return _rest(_fuse(aten, device, record), example_inputs)
+
+
+def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, Any]) -> torch.fx.GraphModule:
+    """`aten` with each cone Prism takes replaced by a call of its op; what is left is named in `record`."""
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     for cone in cones(aten.graph, max_ops=OPTIONS.max_ops):
         _take(aten, cone, device, record)
     aten.graph.eliminate_dead_code()
@@ -76,7 +88,21 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     for node in aten.graph.nodes:
         if node.op == "call_function" and node not in ours and node.name not in named:
             record["left"].append({"what": node.name, "ops": [op_name(node)], "why": "not in a cone Prism took"})
-    return _rest(aten, example_inputs)
+    return aten
+
+
+def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
+            fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule]) -> Callable[..., Any]:
+    """A graph with symbolic sizes, traced to ATen in Dynamo's own fake mode (so its sizes stay symbols) by
+    AOTAutograd, `fuse`d there, then run by the rest: Inductor's inner compiler, or the graph as it is."""
+    if OPTIONS.rest == "eager":
+        from functorch.compile import make_boxed_func
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: make_boxed_func(fuse(g)))
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    return compile_fx(gm, example_inputs, inner_compile=lambda g, inputs, **kw: compile_fx_inner(fuse(g), inputs, **kw))
 
 
 def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any]) -> None:
@@ -99,6 +125,10 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
                 return _leave(cone, UnsupportedOp("no matmul left after the cut"), record)
         except PrismError as e:  # Prism cannot take this cone: it stays with torch, and says why
             return _leave(cone, e, record)
+        except Exception as e:  # a bug of Prism's: the model still runs (the cone stays with torch), and it is said
+            log.warning("prism: internal error on the cone ending at %s (%s: %s); please report it",
+                        cone.root.name, type(e).__name__, e)
+            return _leave(cone, PrismError(f"internal error ({type(e).__name__}: {e})"), record)
 
 
 def _before(cone: Cone, node: Any) -> set[Any]:
@@ -119,58 +149,88 @@ def _leave(cone: Cone, e: PrismError, record: dict[str, Any]) -> None:
 
 
 def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: dict[str, Any]) -> None:
-    """Superoptimize `cone` and put a call of its custom op in place of its root."""
-    from prism.runtime import superoptimize
-
-    graph, sources, (shape,) = lower(cone.live(), cone.inputs(), [cone.root])
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU: reference executor" is in the record
-        opt = superoptimize(graph, device=device, budget=OPTIONS.budget, cache=OPTIONS.cache,
-                            search_options=dict(OPTIONS.search), compile=device.type == "cuda")
-    fx = gm.graph
+    """Superoptimize `cone` and put a call of its custom op in place of its root: an op for its sizes, or,
+    where they are symbolic, a Region's op for every size (prism.capture.dynamic)."""
+    nodes, inputs = cone.live(), cone.inputs()
+    sizes = [n for x in [*inputs, cone.root] for n in _shape(x.meta.get("val"))]
     made: list[Any] = []
 
     def call(target: Any, *args: Any, **kwargs: Any) -> Any:
-        made.append(fx.call_function(target, args, kwargs))
+        made.append(gm.graph.call_function(target, args, kwargs))
         return made[-1]
 
-    with fx.inserting_before(cone.root):
-        args = []
-        for s in sources:
-            value = s.node
-            for kind, arg in s.steps:
-                value = STEPS[kind](call, value, arg)
-            args.append(value)
-        outs = call(getattr(opt.op, "default"), args)
-        out = call(operator.getitem, outs, 0)
-        val = cone.root.meta["val"]  # a fake tensor: later cones read shapes and dtypes from it
-        held = graph.output_tensors[0]  # the same elements, dims merged where views merged them
-        with val.fake_mode:
-            out.meta["val"] = torch.empty(held.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
-            outs.meta["val"] = [out.meta["val"]]
-            if tuple(held.shape) != tuple(val.shape):
-                out = call(torch.ops.aten.view.default, out, list(val.shape))
-                out.meta["val"] = torch.empty(val.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
-        if out.meta["val"].dtype != val.dtype or not val.is_contiguous():  # torch's ops after it (a view of
-            like = call(torch.ops.aten.empty_strided.default, list(val.shape), list(val.stride()),  # attention's
-                        dtype=val.dtype, device=val.device)                # transposed output) see its strides
-            out = call(torch.ops.aten.copy.default, like, out)
-            out.meta["val"] = val
+    with warnings.catch_warnings(), gm.graph.inserting_before(cone.root):
+        warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU: reference executor" is in the record
+        if any(isinstance(n, torch.SymInt) for n in sizes):
+            out, done = _region(cone, nodes, inputs, device, call)
+        else:
+            out, done = _static(cone, nodes, inputs, device, call)
     for node in made:
         node.meta["prism"] = True  # the call and its input views, not ops left to torch
     cone.root.replace_all_uses_with(out)
+    record["replaced"].append({"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes]} | done)
+    log.info("prism: replaced %s (%d ops: %s) by %s, %s", cone.root.name, len(cone.nodes),
+             ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), done["op"], done["chosen"])
+
+
+def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
+            call: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+    """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the node standing for the
+    root's value, what the record says)."""
+    from prism.runtime import superoptimize
+
+    graph, sources, (shape,) = lower(nodes, inputs, [cone.root])
+    opt = superoptimize(graph, device=device, **_options(device))
+    args = []
+    for s in sources:
+        value = s.node
+        for kind, arg in s.steps:
+            value = STEPS[kind](call, value, arg)
+        args.append(value)
+    outs = call(getattr(opt.op, "default"), args)
+    out = call(operator.getitem, outs, 0)
+    val = cone.root.meta["val"]  # a fake tensor: later cones read shapes and dtypes from it
+    held = graph.output_tensors[0]  # the same elements, dims merged where views merged them
+    with val.fake_mode:
+        out.meta["val"] = torch.empty(held.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
+        outs.meta["val"] = [out.meta["val"]]
+        if tuple(held.shape) != tuple(val.shape):
+            out = call(torch.ops.aten.view.default, out, list(val.shape))
+            out.meta["val"] = torch.empty(val.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
+    if out.meta["val"].dtype != val.dtype or not val.is_contiguous():  # torch's ops after it (a view of
+        like = call(torch.ops.aten.empty_strided.default, list(val.shape), list(val.stride()),  # attention's
+                    dtype=val.dtype, device=val.device)                # transposed output) see its strides
+        out = call(torch.ops.aten.copy.default, like, out)
+        out.meta["val"] = val
     best = opt.report.best
-    record["replaced"].append({"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes], "program": str(graph),
-                               "op": str(opt.op), "chosen": best.label if best else None,
-                               "cached": opt.report.cached, "search": opt.report.search,
-                               "why": opt.report.reason,
-                               "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries
-                                           if e.status.startswith("dropped")]})
-    log.info("prism: replaced %s (%d ops: %s) by %s, %s%s", cone.root.name, len(cone.nodes),
-             ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), opt.op,
-             best.label if best else "?", " (cached)" if opt.report.cached else "")
+    return out, {"program": str(graph), "op": str(opt.op), "chosen": best.label if best else None,
+                 "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
+                 "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries if e.status.startswith("dropped")]}
+
+
+def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
+            call: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+    """The cone, whose sizes are symbolic, as a Region's op over its input tensors (it applies their steps
+    itself, at each call's sizes); tuned at the first call of each size bucket, not here."""
+    from prism.capture.dynamic import Region
+
+    region = Region(nodes, inputs, cone.root, device, _options(device))
+    out = call(region.op.default, [n for n in inputs if isinstance(n.meta.get("val"), torch.Tensor)])
+    out.meta["val"] = cone.root.meta["val"]
+    return out, {"program": str(region.program), "op": str(region.op), "chosen": "per size bucket, at run time",
+                 "cached": None, "search": None, "dropped": [],
+                 "why": f"symbolic sizes {region.symbols}: lowered again at each new size, tuned once per size "
+                        "bucket (prism.capture.dynamic)"}
+
+
+def _options(device: torch.device) -> dict[str, Any]:
+    """superoptimize's options for a cone."""
+    return dict(budget=OPTIONS.budget, cache=OPTIONS.cache, search_options=dict(OPTIONS.search),
+                compile=device.type == "cuda")
+
+
+def _shape(val: Any) -> list[Any]:
+    return list(val.shape) if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
 
 
 def _short(name: str) -> str:

@@ -9,7 +9,8 @@ as they come, and if that fails, once more with every input of rank 3 or more en
 hidden]: a norm computed on a 3-D activation before a `Linear`'s view to 2-D); the attempt that got further
 names the reason. Dtype casts are identities: Prism loads every input in its own dtype, computes in float32
 and rounds only where it stores, so an upcast (a norm computed in float32 in a float16 model) is exact and a
-downcast inside a cone is dropped. Two ATen spellings are recognised as the Prism op they decompose:
+downcast inside a cone is dropped, as Inductor drops it by default (`emulate_precision_casts` off: a value
+kept in float32 between two ops is closer to the exact result than eager's rounded one). Two ATen spellings are recognised as the Prism op they decompose:
 `x * rsqrt(y)` is `x / sqrt(y)`, `x * sigmoid(x)` is `silu(x)`. Anything else raises `UnsupportedOp`,
 naming the op and, where torch recorded it, the line.
 """
@@ -62,16 +63,29 @@ def _where(node: Any) -> str:
     return f" ({origin})" if origin else ""
 
 
+Size = Callable[[Any], int]
+"""A size as an int: an int as it is, a symbolic size (torch.SymInt) at the sizes being lowered for."""
+
+
+def static_size(n: Any) -> int:
+    """The sizes of a graph with static shapes: a symbolic one is refused (prism.capture.dynamic binds them)."""
+    if isinstance(n, int):
+        return n
+    raise UnsupportedOp(f"a symbolic size {n} (dynamic shapes) where static sizes were expected")
+
+
 @dataclass
 class Lowering:
     """The kernel graph being built, the Prism value of each FX node, and the inputs made so far. With
-    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.layout.rows)."""
+    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.layout.rows).
+    `size` turns the sizes in the FX graph's metadata into ints (symbolic ones at the sizes lowered for)."""
 
     graph: KernelGraph = field(default_factory=KernelGraph)
     values: dict[Any, Any] = field(default_factory=dict)
     sources: list[Source] = field(default_factory=list)
     names: dict[Any, str] = field(default_factory=dict)  # preferred input names by FX node
     as_rows: bool = False
+    size: Size = static_size
     dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
     _made: dict[Source, Tensor] = field(default_factory=dict)
     node: Any = None  # the node being lowered, for messages
@@ -143,6 +157,10 @@ class Lowering:
             raise self.fail(f"an op over dim {d} of {list(shape)}, which a view merged into dim {k} of {t.name} "
                             f"{list(t.shape)}")
         return t, shape, k
+
+    def sizes(self, shape: Sequence[Any]) -> tuple[int, ...]:
+        """A shape from the FX graph's metadata, as ints."""
+        return tuple(self.size(n) for n in shape)
 
     def shape(self, v: Value) -> tuple[int, ...]:
         """The logical shape of `v`."""
@@ -493,7 +511,7 @@ def _view(lw: Lowering, a: Any, step: tuple[str, tuple[int, ...]], shape: tuple[
 
 
 def _out_shape(lw: Lowering) -> tuple[int, ...]:
-    return tuple(lw.node.meta["val"].shape)
+    return lw.sizes(lw.node.meta["val"].shape)
 
 
 @aten_op("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default",
@@ -530,7 +548,8 @@ def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
 
 
 @aten_op("aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.contiguous.default",
-     "aten.to.dtype", "aten._to_copy.default", "aten.type_as.default", "aten.lift_fresh_copy.default")
+     "aten.to.dtype", "aten._to_copy.default", "aten.type_as.default", "aten.lift_fresh_copy.default",
+     "prims.convert_element_type.default")
 def _identity(lw: Lowering, a: Any, *args: Any, **kwargs: Any) -> Any:
     return a  # a copy or a cast: Prism computes in float32 and stores in the graph's dtype (module docstring)
 
@@ -542,20 +561,21 @@ IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"
 
 # ---- lowering a graph ----------------------------------------------------------------------------
 
-def lower(nodes: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any],
-          names: dict[Any, str] | None = None) -> tuple[KernelGraph, list[Source], list[tuple[int, ...]]]:
+def lower(nodes: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], names: dict[Any, str] | None = None,
+          size: Size = static_size) -> tuple[KernelGraph, list[Source], list[tuple[int, ...]]]:
     """The kernel graph computing `outputs` from `inputs` (FX nodes whose values the caller provides) through
     `nodes` (in topological order), each graph input's Source, and each output's logical shape (the graph's
     output holds it in the same row-major order, maybe with dims merged); UnsupportedOp if an op is not
     Prism's. `names`: preferred graph-input names by input node (default: the nodes' names). Inputs are tried
     as they are, then as rows (the module docstring); if both fail, the error names the earlier failing node
-    (the backend cuts the cone there, and an earlier cut keeps more of it)."""
+    (the backend cuts the cone there, and an earlier cut keeps more of it). `size`: how symbolic sizes are
+    read (default: refused); inputs that are sizes (SymInt values) lower to their ints."""
     failures = []
     order = {n: i for i, n in enumerate(nodes)}
     val = outputs[0].meta.get("val") if outputs else None
     dtype = val.dtype if isinstance(val, torch.Tensor) and val.dtype.is_floating_point else None
     for as_rows in (False, True):
-        lw = Lowering(names=dict(names or {}), as_rows=as_rows, dtype=dtype)
+        lw = Lowering(names=dict(names or {}), as_rows=as_rows, size=size, dtype=dtype)
         try:
             return _lower(lw, nodes, inputs, outputs)
         except UnsupportedOp as e:
@@ -567,12 +587,12 @@ def _lower(lw: Lowering, nodes: Sequence[Any], inputs: Sequence[Any],
            outputs: Sequence[Any]) -> tuple[KernelGraph, list[Source], list[tuple[int, ...]]]:
     for node in inputs:
         val = node.meta.get("val")
+        if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):  # a size the graph computes with
+            lw.values[node] = lw.size(val)
+            continue
         if not isinstance(val, torch.Tensor):
             raise UnsupportedOp(f"input {node.name} is not a tensor{_where(node)}")
-        if not all(isinstance(n, int) for n in val.shape):
-            raise UnsupportedOp(f"input {node.name} has symbolic sizes {list(val.shape)} (dynamic shapes); Prism's "
-                                f"kernels serve one shape each{_where(node)}")
-        lw.values[node] = Pending(Source(node), tuple(val.shape), val.dtype)
+        lw.values[node] = Pending(Source(node), lw.sizes(val.shape), val.dtype)
     for node in nodes:
         if node in lw.values:
             continue

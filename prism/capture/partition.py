@@ -35,7 +35,7 @@ VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default
          "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims",
          "aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.clone.default", "aten.alias.default",
          "aten.detach.default", "aten.contiguous.default", "aten.to.dtype", "aten._to_copy.default",
-         "aten.type_as.default"}
+         "aten.type_as.default", "prims.convert_element_type.default"}
 
 
 @dataclass

@@ -6,11 +6,14 @@ write-back. Each node kind writes its own lines (prism.ir.kinds: a loader's load
 init and update, a saver's store), where the schedule places it; ops render through the op table
 (prism.codegen.render: a template, or a composite op's decomposition as one expression); this module adds
 only what Triton needs around them: addresses, padding masks, dtype conversions, and matmul shapes.
+A ragged dim's mask compares each lane's global index with the dim's extent (prism.codegen.layout says why
+masked reductions and stores make such a kernel compute the program); for a dim the loop walks it is
+computed at the top of every iteration.
 
 Numerics: loads keep their storage dtype; every op computes in float32 (float64 for float64 graphs);
 `tl.dot` gets operands in the matmul's declared dtype (fp16 tensor cores for fp16 graphs; "ieee"
 precision for float32) and accumulates in float32. Padded lanes hold garbage after most ops (exp(0)
-is 1, 0/0 is NaN), so a reduction over a padded dim (sum, rms_norm, a matmul's K) first zeroes them.
+is 1, 0/0 is NaN), so a reduction over a masked dim (sum, rms_norm, a matmul's K) first zeroes them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from prism.codegen.layout import MIN_DOT, Layout, TileDim
 from prism.codegen.render import UNIT, Expr, literal, render
 from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
-from prism.ir.kinds import INSIDE, Accumulator, Loader, Saver, kind_of
+from prism.ir.kinds import INSIDE, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import MATMUL, OPS
 from prism.ir.printer import format_block
 
@@ -32,6 +35,8 @@ __all__ = ["Emitter", "default_warps", "emit_kernel", "indent", "launcher", "pha
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
+_CONSTEXPRS = ("BLOCK", "TILE", "EXTENT")
+"""A tile dim's constexprs, in parameter order: its block, its real lanes, a ragged dim's extent."""
 
 @dataclass
 class _Val:
@@ -94,15 +99,36 @@ class Emitter:
         return unique(want, self.idents)
 
     def lane_mask(self, t: TileDim) -> str:
-        """`mask_x0`: which lanes of a padded tile dim are real (defined once, at the top)."""
+        """`mask_x0`: which lanes of a masked tile dim are real (defined once: `mask_lines`)."""
         if t.name not in self.lane_masks:
             self.lane_masks[t.name] = self.fresh(f"mask_{t.name.lower()}")
         return self.lane_masks[t.name]
 
     def full_mask(self, dims: tuple[TileDim, ...]) -> str | None:
         rank = len(dims)
-        parts = [f"{self.lane_mask(t)}{_at(d, rank)}" for d, t in enumerate(dims) if t.padded]
+        parts = [f"{self.lane_mask(t)}{_at(d, rank)}" for d, t in enumerate(dims) if t.masked]
         return " & ".join(parts) if parts else None
+
+    def mask_lines(self) -> tuple[list[str], list[str]]:
+        """Every lane mask's definition: (those before the loop, those at the top of every iteration). A padded
+        dim's lanes are real below the tile; a ragged dim's where the global index is below its extent: lane j
+        of tile k (pid · LOOP + i, pid or i) has index k · TILE + j."""
+        top: list[str] = []
+        loop: list[str] = []
+        for name, mask in self.lane_masks.items():
+            t = self.layout.tile_dim(name)
+            lanes = f"tl.arange(0, {t.block_expr})"
+            conds = [f"{lanes} < TILE_{name}"] if t.padded else []
+            if t.ragged:
+                conds.append(f"{self.tile_index(t)} * {t.tile_expr} + {lanes} < EXTENT_{name}")
+            expr = " & ".join(f"({c})" for c in conds) if len(conds) > 1 else conds[0]
+            (loop if t.looped else top).append(f"{mask} = {expr}")
+        return top, loop
+
+    def tile_index(self, t: TileDim) -> str:
+        """Which tile of ragged dim `t` this block holds in this iteration: pid · LOOP + i, pid, or i."""
+        pid = self.pid(t.grid) if t.grid else None
+        return f"({pid} * LOOP + i)" if pid and t.looped else pid or "i"
 
     def pid(self, g: str) -> str:
         self.pids.add(g)
@@ -152,7 +178,7 @@ class Emitter:
     def operand(self, i: int, dtype: str, clean: bool = False) -> str:
         """Node i's value in `dtype`, with padded lanes zeroed if `clean`; helper lines go in its scope."""
         v = self.vals[i]
-        clean = clean and not v.clean and any(t.padded for t in self.layout.dims[i])
+        clean = clean and not v.clean and any(t.masked for t in self.layout.dims[i])
         if clean:
             key = (i, v.dtype, True)
             if key not in self.cache:
@@ -239,7 +265,8 @@ class Emitter:
         mask = self.full_mask(dims)
         if mask:
             name = self.fresh(f"mask_{base}")
-            lines.append(f"{name} = {mask}")
+            # a dim the loop walks raggedly: its lanes' mask changes every iteration
+            (self.s.loop if any(t.looped for t in dims) else lines).append(f"{name} = {mask}")
             mask = name
         return ptrs, mask, strides
 
@@ -250,7 +277,7 @@ class Emitter:
         a, b = (r[0] for r in node.inputs)
         dims, rank = self.layout.dims[i], len(node.outputs[0].shape)
         dtype = node.outputs[0].dtype
-        k_padded = self.layout.dims[a][rank - 1].padded
+        k_padded = self.layout.dims[a][rank - 1].masked
         av, bv = self.operand(a, dtype, clean=k_padded), self.operand(b, dtype, clean=k_padded)
         extra = f", {acc}" if acc else ""
         if dtype in ("float32", "float64"):
@@ -330,6 +357,11 @@ class Emitter:
             if math.prod(self.layout.shape(i)) > MAX_NUMEL:
                 raise CodegenError(f"{self.name}: tile of {b.label((i, 0))} is padded to "
                                    f"{list(self.layout.shape(i))}, more than Triton's {MAX_NUMEL} elements")
+            carried = isinstance(kind_of(node), Accumulator) or kind_of(node) is RUNNING_MAX
+            looped = [t.name for t in self.layout.dims[i] if t.looped]
+            if carried and looped:   # its lanes would be real in some iterations and not in the last
+                raise CodegenError(f"{self.name}: {b.label((i, 0))} is carried across the loop and keeps tile dim "
+                                   f"{looped[0]}, which the loop splits with a partial last tile; split it evenly")
         fused = {n.inputs[0][0] for i, n in b.topo()
                  if isinstance(kind_of(n), Accumulator) and kind_of(n).dot and self.fusable(i)}
         for i in sorted(range(len(b.nodes)), key=lambda i: isinstance(kind_of(b.nodes[i]), Saver)):
@@ -339,6 +371,7 @@ class Emitter:
     def body(self, program_ids: bool = True) -> list[str]:
         """The kernel's lines; without `program_ids` the pids are the caller's (a helper's parameters)."""
         s = self.s
+        masks, loop_masks = self.mask_lines()   # first: a ragged dim's mask may need a program id
         out: list[str] = []
         if program_ids:
             out = [phase("program ids")]
@@ -346,7 +379,6 @@ class Emitter:
                     if g in self.pids]
             if len(out) == 1:
                 out.append("# (one block: no program id needed)")
-        masks = [f"{m} = tl.arange(0, BLOCK_{n}) < TILE_{n}" for n, m in self.lane_masks.items()]
         out += [phase("pointers to each input's first tile, masks for padded lanes")]
         out += masks + s.top
         if self.looped:
@@ -354,7 +386,7 @@ class Emitter:
                 out += [phase("tiles that stay the same in every iteration")] + s.pre
             out += [phase(f"loop: {self.b.loop} iterations, accumulators in {SHORT_DTYPES[self.compute]}")]
             out += s.init
-            out += ["for i in range(0, LOOP):"] + indent(s.loop + s.advance)
+            out += ["for i in range(0, LOOP):"] + indent(loop_masks + s.loop + s.advance)
             if s.post:
                 out += [phase("after the loop")] + s.post
         else:
@@ -363,13 +395,13 @@ class Emitter:
         return out
 
     def constexprs(self, body: list[str]) -> dict[str, int]:
-        """LOOP, then BLOCK_/TILE_ of every tile dim the body mentions, in tile-dim order."""
+        """LOOP, then BLOCK_/TILE_/EXTENT_ of every tile dim the body mentions, in tile-dim order."""
         classes = {t.name: (k, t) for k, t in enumerate(self.layout.classes)}
         out = {"LOOP": self.b.loop} if self.looped else {}
-        names = set(re.findall(r"\b(?:BLOCK|TILE)_\w+\b", "\n".join(body)))
-        for n in sorted(names, key=lambda n: (classes[n.split("_", 1)[1]][0], n.startswith("TILE"))):
-            t = classes[n.split("_", 1)[1]][1]
-            out[n] = t.block if n.startswith("BLOCK") else t.tile
+        names = set(re.findall(r"\b(?:BLOCK|TILE|EXTENT)_\w+\b", "\n".join(body)))
+        for n in sorted(names, key=lambda n: (classes[n.split("_", 1)[1]][0], _CONSTEXPRS.index(n.split("_")[0]))):
+            kind, (_, t) = n.split("_")[0], classes[n.split("_", 1)[1]]
+            out[n] = {"BLOCK": t.block, "TILE": t.tile, "EXTENT": t.extent}[kind]
         return out
 
     def params(self, constexprs: dict[str, int]) -> list[Param]:
@@ -397,6 +429,7 @@ class Emitter:
         consts = []
         for n, v in constexprs.items():
             what = ("loop iterations" if n == "LOOP" else "real lanes" if n.startswith("TILE")
+                    else "elements in the whole dim, the last tile partial" if n.startswith("EXTENT")
                     else "lanes, a power of two")
             consts.append(Param("constexpr", [n], ["constexpr"], f"{v} {what}"))
         return ins + outs + strides + consts

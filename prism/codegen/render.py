@@ -2,8 +2,9 @@
 
 The emitter renders each compute node through `render`; a composite op (rms_norm, silu, gelu) becomes one
 expression over its operands, as `x / tl.sqrt(tl.sum(x * x, axis=1, keep_dims=True) * 0.015625 + 1e-06)`.
-A sum zeroes the padded lanes of the dim it reduces first, unless they are known to be zero (a value is
-clean when its operands are and its op is zero-preserving).
+A reduction sets the lanes of the dim it reduces that are not real (padded, or past a ragged dim's extent:
+prism.codegen.layout) to its identity first (0 for a sum, -inf for a max), unless they are known to be zero
+and the identity is 0 (a value is clean when its operands are and its op is zero-preserving).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
     rule = d.family.rule
     if rule not in _RESULT_DIMS:
         raise CodegenError(f"{op}: only element-wise ops, sums and group sums render as expressions")
-    if rule == "reduce" and args[0].dims[attrs["dim"]].padded and (not args[0].clean or d.pad != 0):
+    if rule == "reduce" and args[0].dims[attrs["dim"]].masked and (not args[0].clean or d.pad != 0):
         a = args[0]   # padded lanes take the reduction's identity (0 for a sum, -inf for a max)
         args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(d.pad)})", a.dims, d.pad == 0)]
     if rule == "group_scale" and args[1].dims[attrs["dim"]].tile == 1:   # one group: any size
@@ -79,7 +80,9 @@ def _groups(a: Expr, dim: int, size: int, pad: float, masks: Masks) -> tuple[lis
     t = a.dims[dim]
     if size & (size - 1):
         raise CodegenError(f"a group op inside a kernel needs a power-of-two group size, got {size}")
-    if t.padded and (not a.clean or pad != 0):
+    if t.ragged:   # its groups would be partial in one block and whole in another
+        raise CodegenError(f"a group op inside a kernel needs a dim split evenly; tile dim {t.name} is ragged")
+    if t.masked and (not a.clean or pad != 0):
         a = Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(pad)})", a.dims, pad == 0)
     return [a], _block_shape(a.dims, dim, [f"{t.block_expr} // {size}", str(size)])
 
@@ -105,6 +108,8 @@ class _Builder:
         return len(x.dims)
 
     def inv_extent(self, x: Expr, dim: int) -> float:
+        if x.dims[dim].ragged:   # the mean of a partial tile is over fewer elements in one block than another
+            raise CodegenError(f"a mean over tile dim {x.dims[dim].name}, whose last tile is partial")
         return 1.0 / x.dims[dim].tile
 
 

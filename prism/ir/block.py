@@ -4,6 +4,9 @@ Each block loads tiles of the kernel's inputs (`imap`: grid dim -> data dim it s
 dim the loop splits), runs block ops on them, sums tiles over the loop in accumulators, and after the
 loop writes tiles to the outputs (`omap`: grid dim -> data dim it concatenates along). A grid dim of
 size > 1 that an output leaves unmapped means the blocks along it are summed (a cross-block reduction).
+A dim split into parts it does not divide into has power-of-two tiles, the last one partial (`split`): a
+*ragged* split, which means the program on the dim padded with elements neutral to what consumes them
+(prism.codegen.layout says why that is the program itself, and how kernels keep it so).
 Every tensor is on one side of the loop: "loop" tensors change every iteration, "post" tensors exist
 once the accumulators are done; ops never mix the two, and outputs are always "post".
 """
@@ -22,11 +25,21 @@ from prism.ir.launch import Launch
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
 
-__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph", "Launch"]
+__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph", "Launch", "split"]
 
 GRID_DIMS = ("x", "y", "z")
 MAX_GRID_YZ = 65535
 """CUDA's limit on the blocks along grid dims y and z (x allows 2^31 - 1)."""
+
+
+def split(extent: int, parts: int) -> int | None:
+    """The tile of a dim of `extent` split `parts` ways: extent / parts when that divides (equal tiles), else
+    the power of two t giving exactly `parts` tiles, the last one partial (ceil(extent / t) == parts: every
+    tile but the last is whole, and the last holds at least one element); None when there is neither."""
+    if extent % parts == 0:
+        return extent // parts
+    t = 1 << (-(-extent // parts) - 1).bit_length()
+    return t if -(-extent // t) == parts else None
 
 
 class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
@@ -82,10 +95,12 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         for d, size in enumerate(full.shape):
             parts = math.prod(self.grid_size(g) for g, dd in imap.items() if dd == d)
             parts *= self.loop if fmap == d else 1
-            if size % parts:
+            t = split(size, parts)
+            if t is None:
                 raise MappingError(f"{where}: dim {d} of size {size} cannot be split into {parts} equal "
-                                   f"tiles (grid {self.grid}, loop {self.loop}, imap {imap}, fmap {fmap})")
-            tile.append(size // parts)
+                                   f"tiles, nor into {parts} tiles of a power of two with a partial last one "
+                                   f"(grid {self.grid}, loop {self.loop}, imap {imap}, fmap {fmap})")
+            tile.append(t)
         attrs = {"index": len(self.input_types), "imap": imap, "fmap": fmap}
         self.input_types.append(full)
         return self._append(Node(LOADER.name, (), attrs, (TType(tuple(tile), full.dtype),)))[0]
@@ -115,19 +130,26 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         self._scaled(RUNNING_MAX.name, {}, [t])
         return self._append(Node(RUNNING_MAX.name, (t.ref,), {}, (t.type,)))[0]
 
-    def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None) -> Tensor:
+    def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None,
+               shape: Sequence[int] | None = None) -> Tensor:
         """Write a tile to a kernel output; omap: {"x"|"y"|"z": data dim the blocks concatenate along}.
 
-        Grid dims not named in omap sum the tiles of their blocks. Returns the saver node's output
-        (the full output tensor, as seen from inside the block graph).
+        Grid dims not named in omap sum the tiles of their blocks. `shape` is the output's shape where a
+        ragged split makes it less than tile × blocks (each dim must split into its tiles as an input's
+        would: `split`); by default tile × blocks. Returns the saver node's output (the full output tensor,
+        as seen from inside the block graph).
         """
         t = self._own(tensor, "output")
         if self._phase[t.ref] not in (POST, INVARIANT):
             raise GraphError(f"output: {t.name} is computed inside the loop; outputs are saved after a "
                              "loop accumulator (b.accum)")
         omap = self._check_map(omap, len(t.shape), f"output {len(self.savers)} ({t!r})", "omap")
-        full = tuple(size * math.prod(self.grid_size(g) for g, d in omap.items() if d == dim)
-                     for dim, size in enumerate(t.shape))
+        parts = [math.prod(self.grid_size(g) for g, d in omap.items() if d == dim) for dim in range(len(t.shape))]
+        full = tuple(size * n for size, n in zip(t.shape, parts)) if shape is None else tuple(shape)
+        if len(full) != len(t.shape) or any(not _positive_int(e) or split(e, n) != size
+                                            for e, n, size in zip(full, parts, t.shape)):
+            raise MappingError(f"output {len(self.savers)} ({t!r}): shape {list(full)} does not split into its "
+                               f"tiles {list(t.shape)} over {parts} block(s) per dim (omap {omap})")
         node = Node(SAVER.name, (t.ref,), {"index": len(self.savers), "omap": omap}, (TType(full, t.dtype),))
         out = self._append(node)[0]
         self.savers.append(out.node)

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from prism.errors import GraphError
+from prism.errors import GraphError, MappingError
 from prism.ir.ops import OPS
 
 __all__ = [
@@ -195,12 +195,14 @@ class Accumulator(Kind):
         return b.accum(args[0], self.name)
 
     def start(self, ex: Any, i: int, node: Any) -> None:
-        """The executor, before the loop: the identity."""
-        ex.env[i] = torch.full(node.outputs[0].shape, self.identity, dtype=ex.dtype)
+        """The executor, before the loop: nothing yet (the first step starts from the identity, in the shape of
+        the block's first tile: short along a dim a ragged split leaves partial in this block)."""
+        ex.env[i] = None
 
     def step(self, ex: Any, i: int, node: Any) -> None:
         """The executor, at the end of every iteration: combine the iteration's tile into the value."""
-        ex.env[i] = OPS[self.combine].torch_fn(ex.env[i], ex.env[node.inputs[0][0]])
+        x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
+        ex.env[i] = OPS[self.combine].torch_fn(acc, x)
 
     def run(self, ex: Any, i: int, node: Any) -> None:
         """After the loop: the value is final as it is."""
@@ -245,8 +247,7 @@ class RunningMax(Kind):
         return b.running_max(args[0])
 
     def run(self, ex: Any, i: int, node: Any) -> None:
-        x = ex.env[node.inputs[0][0]]
-        before = ex.carry.get(i, torch.full_like(x, -math.inf))
+        x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], -math.inf)
         ex.carry[("before", i)] = before
         ex.env[i] = ex.carry[i] = torch.maximum(before, x)
 
@@ -339,7 +340,8 @@ class Online(Accumulator):
 
     def step(self, ex: Any, i: int, node: Any) -> None:
         r = node.inputs[1][0]
-        ex.env[i] = ex.env[i] * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + ex.env[node.inputs[0][0]]
+        x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
+        ex.env[i] = acc * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + x
 
     def emit(self, em: Any, i: int, node: Any) -> None:
         src, r = (ref[0] for ref in node.inputs)
@@ -365,14 +367,22 @@ class Saver(Kind):
         return SAVED
 
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
+        """The stored output shape where it still splits into the new tile (a ragged split's extent survives a
+        replay and other sizes), else tile × blocks (new maps: a mutant's)."""
+        if len(node.outputs) == 1:   # else the replay's comparison says what is wrong
+            try:
+                return b.output(args[0], omap=node.attrs["omap"], shape=node.outputs[0].shape)
+            except MappingError:
+                pass
         return b.output(args[0], omap=node.attrs["omap"])
 
     def show(self, node: Any, args: str) -> str:
         return f"save {args} omap={node.attrs['omap']}"
 
     def run(self, ex: Any, i: int, node: Any) -> None:
-        tile = ex.env[node.inputs[0][0]]
-        ex.outs[node.attrs["index"]][ex.tile(tile.shape, node.attrs["omap"], None)] += tile
+        tile = ex.env[node.inputs[0][0]]   # short where a ragged split leaves this block's tile partial
+        nominal = ex.block.nodes[node.inputs[0][0]].outputs[0].shape
+        ex.outs[node.attrs["index"]][ex.tile(nominal, node.attrs["omap"], None)] += tile
 
     def encode(self, en: Any, i: int, node: Any) -> None:
         """comb along each mapped dim, red over each grid dim that maps none."""
@@ -412,6 +422,16 @@ KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), RU
 def kind_of(node: Any) -> Kind:
     """The kind of a block-graph node."""
     return KINDS.get(node.op, COMPUTE)
+
+
+def _carried(value: Any, x: torch.Tensor, identity: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The executor's (tile, carried value) for combining loop tile `x` into a value carried across iterations
+    (None before the first: the identity, shaped like `x`). A tile cut short by a ragged split of a dim the
+    loop walks (its last tile) is padded with the identity, which the combine ignores."""
+    if value is None:
+        return x, torch.full_like(x, identity)
+    pad = [p for have, want in zip(reversed(x.shape), reversed(value.shape)) for p in (0, want - have)]
+    return (torch.nn.functional.pad(x, pad, value=identity) if any(pad) else x), value
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def default_path() -> Path:
 def cache_key(structural_hash: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[str], target: str,
               version: str, search: str | None = None) -> tuple[str, dict[str, Any]]:
     """(hex key, the fields it hashes) for one program, its input shapes and dtypes, target and version,
-    and the identity of the search result it was tuned from when one was given (`search`)."""
+    and the search it was tuned from (`search`: a given search result's identity, or the search's options)."""
     fields = {"program": structural_hash, "shapes": [list(s) for s in shapes], "dtypes": list(dtypes),
               "target": target, "version": version} | ({} if search is None else {"search": search})
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))

@@ -51,7 +51,7 @@ class OptimizedGraph:
     two threads): they share the row counters."""
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
-                 device: torch.device | str = "cpu", search_result: Any = None) -> None:
+                 device: torch.device | str = "cpu", search_result: Any = None, torch_op: bool = True) -> None:
         self.program = program
         self.graph = graph
         self.report = report
@@ -65,11 +65,12 @@ class OptimizedGraph:
                           RuntimeWarning, stacklevel=3)
         if self.execution == CUDA and any(b.launch.tail for b in graph.blocks):
             self.compiled.reserve(self.device)   # kept between calls: allocated now, outside any graph capture
-        from prism.runtime.torch_op import torch_op
+        from prism.runtime.torch_op import torch_op as make_op
 
-        self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] = torch_op(self)
+        self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = make_op(self) if torch_op else None
         """This graph as a torch custom op, `op(list_of_tensors) -> list_of_tensors` (prism.runtime.torch_op):
-        what torch.compile traces in its place. Made here, not on first use: tracing must not build it."""
+        what torch.compile traces in its place. Made here, not on first use: tracing must not build it. None
+        for the graphs a DynamicGraph serves one size with (prism.runtime.dynamic): its own op calls them."""
 
     @cached_property
     def compiled(self):

@@ -20,6 +20,7 @@ from prism.ir import KernelGraph
 from prism.progress import Progress
 from prism.provenance import build_id
 from prism.runtime.cache import ResultCache, cache_key
+from prism.runtime.dynamic import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
 from prism.tune.report import Report
@@ -90,9 +91,14 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
                   target: Any = None, workers: int | None = None,
                   search_options: dict[str, Any] | None = None, compile: bool = True,
                   log: Callable[[str], None] | None = None, progress: Progress | None = None,
-                  backend: str = "local", ray_address: str | None = None) -> OptimizedGraph:
+                  backend: str = "local", ray_address: str | None = None,
+                  dynamic: dict[str, Any] | None = None) -> OptimizedGraph | DynamicGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph. A program with several outputs
     is searched and tuned one output at a time (`_per_output`), its kernels joined into one graph.
+
+    dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the dims
+        under one name always have one size). Returns a DynamicGraph (prism.runtime.dynamic), callable at any
+        sizes of those dims: the search is done once, the tuning once per size bucket (powers of two).
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
         been searched at other sizes of the same program (another program is an InputError). It is part
@@ -128,6 +134,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     options = dict(budget=budget, time_budget=time_budget, cache=cache, seed=seed, target=target, workers=workers,
                    search_options=search_options, compile=compile, log=log, progress=progress, backend=backend,
                    ray_address=ray_address)
+    if dynamic is not None:
+        return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, options)
     if len(graph.outputs) > 1:
         if search_result is not None:
             raise InputError(f"superoptimize: the program has {len(graph.outputs)} outputs and is searched one output "
@@ -136,6 +144,26 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
         return OptimizedGraph(graph, chosen, report, dev)
     chosen, report, result = _optimize(graph, dev, search_result, **options)
     return OptimizedGraph(graph, chosen, report, dev, result)
+
+
+def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: torch.device, search_result: Any,
+             options: dict[str, Any]) -> DynamicGraph:
+    """superoptimize with dynamic dims: every size of them through one SizeBuckets (prism.runtime.dynamic)."""
+    if len(graph.outputs) > 1:
+        raise InputError(f"superoptimize: dynamic sizes need a program with one output (this one has "
+                         f"{len(graph.outputs)}); optimize each output on its own")
+    found = [None if search_result is None else check_search_result(_load_result(search_result), graph)]
+
+    def optimize(program: KernelGraph) -> OptimizedGraph:
+        """Tune `program` from the one search result (searched, or from the cache, at the first tuning): the
+        program is searched once, and a cached tuning is reused only if it was tuned from that result."""
+        if found[0] is None:
+            found[0] = cached_search(program, options["search_options"], options["cache"], options["progress"])
+        chosen, report, _ = _optimize(program, dev, found[0], **options)
+        return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False)
+
+    target = tuning_target(dev.type == "cuda", dev, options["target"])
+    return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target))
 
 
 def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) -> tuple[KernelGraph, Report]:
@@ -177,7 +205,7 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
     if store is not None:
         key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
                                 [t.dtype for t in graph.inputs], target_key(dev, target), build_id(),
-                                None if given is None else _identity(given))
+                                _options_text(search_options) if given is None else _identity(given))
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
         except Exception as e:  # an unreadable cache never stops the optimizer
@@ -260,8 +288,7 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
 
     if store is None:
         return _search(graph, options, log, progress)
-    opts = json.dumps({k: v for k, v in sorted((options or {}).items()) if k != "progress"}, default=str)
-    key, fields = cache_key("search:" + _size_free(graph), [], [], "any", build_id(), opts)
+    key, fields = cache_key("search:" + _size_free(graph), [], [], "any", build_id(), _options_text(options))
     try:
         hit = store.get(key, lambda payload: SearchResult.from_json(payload))
     except Exception as e:  # an unreadable cache never stops the optimizer
@@ -277,6 +304,12 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
     except Exception as e:
         notes.append(f"could not cache the search result ({type(e).__name__}: {e})")
     return result
+
+
+def _options_text(options: dict[str, Any] | None) -> str:
+    """The search options as part of a cache key: a search with other limits finds other graphs, and a tuning
+    chose among the graphs of its search."""
+    return json.dumps({k: v for k, v in sorted((options or {}).items()) if k != "progress"}, default=str)
 
 
 def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,

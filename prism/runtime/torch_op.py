@@ -18,7 +18,7 @@ share of a compiled decoder layer's host time, seven calls per step (BENCHMARKS.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -27,11 +27,11 @@ from prism.ir.ops import TORCH_DTYPES
 if TYPE_CHECKING:
     from prism.runtime.optimized import OptimizedGraph
 
-__all__ = ["torch_op", "NAMESPACE"]
+__all__ = ["define", "torch_op", "NAMESPACE"]
 
 NAMESPACE = "prism"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
-_OPS: dict[str, Callable[[list[torch.Tensor]], list[torch.Tensor]]] = {}
+_OPS: dict[str, Callable[..., Any]] = {}
 _RUNNERS: dict[str, OptimizedGraph] = {}
 
 
@@ -49,7 +49,15 @@ def torch_op(opt: OptimizedGraph) -> Callable[[list[torch.Tensor]], list[torch.T
         def fake(xs: list[torch.Tensor]) -> list[torch.Tensor]:
             return [torch.empty(shape, dtype=dtype, device=xs[0].device) for shape, dtype in outs]
 
-        _LIBRARY.define(f"{name}(Tensor[] xs) -> Tensor[]")
+        define(name, "Tensor[]", run, fake)
+    return _OPS[name]
+
+
+def define(name: str, returns: str, run: Callable[..., Any], fake: Callable[..., Any]) -> Callable[..., Any]:
+    """Op `prism::name(Tensor[] xs) -> returns` with kernel `run` on CPU and CUDA and fake implementation `fake`
+    (what tracing runs: outputs of the right shapes, symbolic ones included); defined once per name."""
+    if name not in _OPS:
+        _LIBRARY.define(f"{name}(Tensor[] xs) -> {returns}")
         for key in ("CPU", "CUDA"):
             _LIBRARY.impl(name, run, key)
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)

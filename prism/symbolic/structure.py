@@ -8,6 +8,7 @@ correct for all of them, so any grid/loop sizes that divide the tiles give the s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -77,8 +78,9 @@ def _resolve(attrs: tuple, opname: str, shapes: Sequence[Sequence[int]]) -> dict
     return dict(zip(OPS[opname].attrs, values))
 
 
-def check_shapes(st: Structure, shapes: Sequence[Sequence[int]]) -> None:
-    """Raise MappingError unless `shapes` keep the structure's ranks, UNIT dims and class equalities."""
+def check_shapes(st: Structure, shapes: Sequence[Sequence[int]]) -> dict[int, int]:
+    """Each class's extent at input `shapes`; MappingError unless they keep the structure's ranks, UNIT dims
+    and class equalities."""
     space = st.graph.space
     if len(shapes) != len(space.shapes) or any(len(a) != len(b) for a, b in zip(shapes, space.shapes)):
         raise MappingError(f"instantiate: input shapes {list(map(list, shapes))} do not have the ranks of "
@@ -96,6 +98,7 @@ def check_shapes(st: Structure, shapes: Sequence[Sequence[int]]) -> None:
             if extent.setdefault(c, size) != size:
                 raise MappingError(f"instantiate: dim {d} of input {i} must equal the dims it is matched with "
                                    f"({extent[c]}), got {size}")
+    return extent
 
 
 def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | None = None,
@@ -109,7 +112,7 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     """
     space = st.graph.space
     shapes = [tuple(s) for s in (space.shapes if shapes is None else shapes)]
-    check_shapes(st, shapes)
+    extent = check_shapes(st, shapes)
     if not m.loop and loop != 1:
         raise MappingError(f"instantiate: this graph has no loop (the loop splits no dim), so its range is 1, "
                            f"got {loop}")
@@ -140,10 +143,20 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
             ts.append(b.running_max(ts[op.inputs[0]]))
         else:
             ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
+    def save(t: int, omap: dict[str, int], fold: dict[str, int], kind: str | None = None) -> None:
+        """Save op t's value (`kind`: through an accumulator of that kind first), blocks along `fold` side by
+        side: a class dim has its extent (less than tile × blocks where a ragged split leaves the last tile
+        partial), a unit or folded dim its tile times the blocks along it."""
+        tile, omap = ts[t].shape, {**omap, **fold}
+        shape = [extent[st.graph.uf.find(a)] if a != UNIT and d not in fold.values() else
+                 tile[d] * math.prod(b.grid_size(p) for p, d2 in omap.items() if d2 == d)
+                 for d, a in enumerate(st.graph.dims[t])]
+        b.output(b.accum(ts[t], kind) if kind else ts[t], omap=omap, shape=shape)
+
     for k, o in enumerate(st.outputs):
-        b.output(ts[o], omap={**omaps[k], **folds[k]})
+        save(o, omaps[k], folds[k])
     for operand, omap in maxima.values():   # each split's maximum, beside the sums it scales
-        b.output(b.accum(ts[operand], MAX.name), omap=omap)
+        save(operand, omap, {}, MAX.name)
     values = list(g.custom(b, ins))
     groups = [{d: values[k].shape[d] // b.grid_size(p) for p, d in fold.items()} for k, fold in enumerate(folds)]
     if any(groups):

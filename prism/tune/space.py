@@ -7,10 +7,13 @@ of extent / (g·l): wide column tiles, split-K over a grid dim summed at the out
 range are all points of some sGraph), and how its kernels are compiled: warps per block and
 software-pipelining stages (prism.ir.Launch), which never change what is computed. Each parallel size
 splits the dims of one or more *classes* (atoms that dimension matching made equal), so a point
-(grid, loop) is valid when, for every class c split by grid dim p and/or the loop,
+(grid, loop) is valid when, for every class c split f = grid[p] · loop ways by grid dim p and/or the loop,
 
-    extent(c) % (grid[p] · loop) == 0                       divisibility: equal tiles, no remainder
-    tile(c) = extent(c) / (grid[p] · loop) is a power of two, or c is not split at all
+    tile(c) = prism.ir.block.split(extent(c), f) exists     f equal tiles, or f tiles of a power of two t
+                                                            with ceil(extent / t) = f, the last partial
+    tile(c) is a power of two, or c is not split at all
+    the tiles are equal if the loop splits c and a value carried across iterations (an accumulator, a
+    running max) keeps c: the kernel masks a partial tile only where it is consumed inside the loop
     ∏ grid ≤ target.max_blocks,  grid[y], grid[z] ≤ 65535  a cap on blocks; CUDA's limit on y and z
     every tile ≤ 2^20 elements (padded)                     Triton's largest block (a tail's too, below)
     smem(grid, loop, stages) ≤ target.smem_per_block        the estimate below (227 KiB on sm_90)
@@ -20,7 +23,8 @@ thread has a lane; one warp always qualifies), and stages ∈ STAGE_VALUES when 
 iteration (Triton pipelines loop loads; with one iteration stages change nothing, so only its default).
 
 Tiles are padded as code generation pads them: to the next power of two, and to at least 16 on the
-dims a `tl.dot` uses (so small tiles are allowed; the cost model charges for the waste). Shared
+dims a `tl.dot` uses (so small tiles are allowed; the cost model charges for the waste, and for a partial
+last tile's: it counts f whole tiles, ceil(extent / t) · t elements, as the kernel computes them). Shared
 memory is estimated as Triton spends it on sm_90: each `tl.dot` operand is staged through shared
 memory in the matmul's dtype, `staged_copies(stages)` deep when it is loaded anew every loop iteration
 (software pipelining), once otherwise. Against Triton 3.7's own figure for sm_90 this is within about 2x
@@ -49,10 +53,11 @@ import numpy as np
 
 from prism.codegen.layout import MIN_DOT
 from prism.ir import KernelGraph, Launch
-from prism.ir.block import GRID_DIMS
+from prism.ir.block import GRID_DIMS, split
+from prism.ir.kinds import ACCUMULATORS
 from prism.ir.ops import TORCH_DTYPES
 from prism.symbolic.dims import UNIT
-from prism.symbolic.sgraph import LOADER
+from prism.symbolic.sgraph import LOADER, RUNNING_MAX
 from prism.symbolic.structure import tail_rows
 from prism.tune.target import H100, Target
 
@@ -143,12 +148,22 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _uneven(extent: int, f: int) -> str | None:
-    """Why a dim of `extent` split `f` ways breaks the tile rules (equal tiles, a power of two), or None."""
-    if extent % f:
+def _counts(extent: int) -> set[int]:
+    """Every number of tiles a dim of `extent` splits into (`split`): its divisors, and ceil(extent / 2^k)."""
+    return set(_divisors(extent)) | {-(-extent // (1 << k)) for k in range(extent.bit_length())}
+
+
+def _uneven(extent: int, f: int, even: bool = False) -> str | None:
+    """Why a dim of `extent` split `f` ways breaks the tile rules (tiles of a power of two, the last one
+    partial unless `even`), or None."""
+    tile = split(extent, f)
+    if tile is None:
         return f"a dim of extent {extent} does not split into {f} tiles"
-    if f > 1 and not _pow2(extent // f):
-        return f"a dim of extent {extent} split {f} ways gives tiles of {extent // f}, not a power of two"
+    if f > 1 and not _pow2(tile):
+        return f"a dim of extent {extent} split {f} ways gives tiles of {tile}, not a power of two"
+    if even and extent % f:
+        return (f"a dim of extent {extent} split {f} ways leaves a partial last tile, but a value carried across "
+                "the loop keeps it")
     return None
 
 
@@ -189,7 +204,10 @@ class GraphSpace:
         # each class's extent and what splits it, and each tensor's dims as indices into `_padded_sizes`.
         self._classes = sorted(self.extent)
         slot = {c: i for i, c in enumerate(self._classes)}
-        self._splits = [(self.extent[c], m.grid_of(c), c in m.loop) for c in self._classes]
+        carried = {g.uf.find(a) for k, op in enumerate(g.ops) if op.op in ACCUMULATORS or op.op == RUNNING_MAX
+                   for a in g.dims[k] if a != UNIT}
+        self._splits = [(self.extent[c], m.grid_of(c), c in m.loop, c in m.loop and c in carried)
+                        for c in self._classes]
         n = len(self._classes)
 
         def index(k: int, d: int, a: int) -> int:
@@ -222,8 +240,11 @@ class GraphSpace:
         return out
 
     def _variable(self, name: str, classes: tuple[int, ...]) -> Variable:
+        """Its values: the sizes that divide some number of tiles every class it splits can have (with the loop's
+        share, a class split by a grid dim and the loop splits into grid · loop tiles)."""
         extents = tuple(self.extent[c] for c in classes)
-        values = _divisors(math.gcd(*extents)) if classes else (1,)
+        shares = [{v for f in _counts(e) for v in _divisors(f)} for e in extents]
+        values = tuple(sorted(set.intersection(*shares))) if classes else (1,)
         return Variable(name, classes, extents, values)
 
     @property
@@ -235,8 +256,9 @@ class GraphSpace:
     def _class_tiles(self, sizes: np.ndarray) -> np.ndarray:
         """Every class's tile extent (columns, in `_classes` order) at each row of `sizes`: [*grid, loop]."""
         out = np.empty((len(sizes), len(self._splits)), dtype=np.int64)
-        for j, (e, p, looped) in enumerate(self._splits):
-            out[:, j] = e // ((sizes[:, p] if p is not None else 1) * (sizes[:, -1] if looped else 1))
+        for j, (e, p, looped, _) in enumerate(self._splits):
+            f = (sizes[:, p] if p is not None else 1) * (sizes[:, -1] if looped else 1)
+            out[:, j] = np.where(e % f == 0, e // f, _next_pow2(-(-e // f)))   # prism.ir.block.split
         return out
 
     def _padded_sizes(self, sizes: np.ndarray) -> np.ndarray:
@@ -333,8 +355,8 @@ class GraphSpace:
         for var, v in zip(self.variables, (*grid, loop)):
             if not var.classes and v != 1:
                 out.append(f"{var.name} splits no dim, so it must be 1 (got {v})")
-        for e, p, looped in self._splits:
-            why = _uneven(e, (grid[p] if p is not None else 1) * (loop if looped else 1))
+        for e, p, looped, even in self._splits:
+            why = _uneven(e, (grid[p] if p is not None else 1) * (loop if looped else 1), even)
             if why:
                 out.append(why)
         if out:
@@ -363,7 +385,7 @@ class GraphSpace:
         if self._tilings is None:
             # The product of every variable's values can be large (QK-Attention: 250,000 per config over its
             # 1018 sGraphs), so the tile rules are applied per variable before the product: given the loop
-            # range, a grid value is kept when every class it splits gets equal power-of-two tiles. What
+            # range, a grid value is kept when every class it splits gets power-of-two tiles. What
             # is left needs only the rules of the whole point (`violations` states them all; a test holds
             # the two equal).
             t = self.target
@@ -383,8 +405,9 @@ class GraphSpace:
 
     def _splits_evenly(self, p: int | None, value: int, loop: int) -> bool:
         """Whether grid dim p at `value` (p None: no grid dim, the loop alone) and the loop at `loop` split every
-        class that grid dim p splits into equal tiles of a power of two."""
-        return not any(_uneven(e, value * (loop if looped else 1)) for e, q, looped in self._splits if q == p)
+        class that grid dim p splits into tiles the rules allow (`_uneven`)."""
+        return not any(_uneven(e, value * (loop if looped else 1), even) for e, q, looped, even in self._splits
+                       if q == p)
 
     def points(self) -> list[Candidate]:
         """Every valid candidate of this sGraph: each valid (grid, loop) at each of its launches."""

@@ -44,7 +44,7 @@ def _fused(cfg: Config, dtype: str, *, grid: int | None = None, loop: int | None
     bb = k.input(b, imap={"x": 1})                           # B tile [r, o/grid], the same every iteration
     xw = k.accum(k.matmul(bx, bw))                           # X @ W tile [n, o/grid]
     xa = k.accum(k.matmul(bx, ba))                           # X @ A [n, r]
-    k.output(k.add(xw, k.matmul(xa, bb)), omap={"x": 1})
+    k.output(k.add(xw, k.matmul(xa, bb)), omap={"x": 1}, shape=(cfg["n"], cfg["o"]))   # ragged grid: last tile partial
     (out,) = g.custom(k, [x, w, a, b])
     g.output(out)
     return g

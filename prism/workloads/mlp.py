@@ -59,7 +59,7 @@ def _fused(cfg: Config, dtype: str, *, weights: Sequence[str], norm: bool, combi
         ss = b.accum(b.sum(b.square(bx), 1))                          # sum(X²) [n, 1]
         r = b.sqrt(b.add_scalar(b.mul_scalar(ss, 1 / d), EPS))        # sqrt(mean(X²) + eps)
         outs = [b.div(o, r) for o in outs]
-    b.output(combine(b, outs), omap={"x": 1})
+    b.output(combine(b, outs), omap={"x": 1}, shape=(cfg["n"], o))     # a ragged grid's last tile is partial
     (o,) = g.custom(b, [x, *ws])
     g.output(o)
     return g

@@ -40,7 +40,7 @@ def _fused(cfg: Config, dtype: str, *, grid: int | None = None) -> KernelGraph:
     ins = _declare(g, cfg, dtype)
     b = BlockGraph(grid=(cfg["n"] if grid is None else grid,), loop=1)
     u = _update(b, *(b.input(t, imap={"x": 0}) for t in ins))         # [n/grid, d]
-    b.output(b.rms_norm(b.accum(u), EPS), omap={"x": 0})             # savers take post-loop tensors
+    b.output(b.rms_norm(b.accum(u), EPS), omap={"x": 0}, shape=(cfg["n"], cfg["d"]))  # savers take post-loop tensors
     (o,) = g.custom(b, list(ins))
     g.output(o)
     return g

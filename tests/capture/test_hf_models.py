@@ -52,7 +52,9 @@ def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, opti
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     assert len(graphs) <= 3, [r["left"][:1] for r in graphs]   # prefill, first decode step, then dynamic: 2 recompiles
-    for record in graphs[:2]:                                   # the prefill and the first decode step
+    assert any("per size bucket" in r["chosen"] for r in graphs[-1]["replaced"])  # the dynamic graph's regions
+    assert not [left for r in graphs for left in r["left"] if "internal error" in left["why"]]
+    for record in graphs:                     # the prefill, the first decode step, the decode steps of any KV length
         left = {op for r in record["left"] for op in r.get("ops", [])}
         assert not left & MATMULS, [r for r in record["left"] if set(r.get("ops", [])) & MATMULS]
         if name != "gpt2":
@@ -61,7 +63,6 @@ def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, opti
         attention = [r for r in record["replaced"] if MATMULS & set(r["ops"]) == {
             "aten._scaled_dot_product_flash_attention_for_cpu.default"}]
         assert len(attention) == layers
-    assert "symbolic" in graphs[-1]["left"][0]["why"]           # Dynamo's dynamic graph: left to torch, and why
 
 
 def test_float16_and_bfloat16_models_fuse_their_norms(options):
@@ -78,15 +79,3 @@ def test_float16_and_bfloat16_models_fuse_their_norms(options):
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
         norms = [r for r in record["replaced"] if "aten.rsqrt.default" in r["ops"]]
         assert len(norms) == 5, [l for l in record["left"] if "cut from" not in l["why"]]  # Q, K, V; gate, up; lm head
-
-
-def test_dynamic_shapes_never_break_a_model(options):
-    torch.manual_seed(0)
-    lin = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 16))
-    torch._dynamo.reset()
-    f = torch.compile(lin, backend="prism", dynamic=True)
-    with torch.no_grad():
-        for n in (3, 5, 9):
-            x = torch.randn(n, 16)
-            torch.testing.assert_close(f(x), lin(x))
-    assert "symbolic" in pc.history[-1]["left"][0]["why"]

@@ -31,6 +31,8 @@ class Case:
     # torch's function of the inputs: then the outputs must also be finite and match it (relative error
     # at most 1e-2 of its largest entry), which catches what the executor shares with the kernels (overflow)
     torch_reference: Callable[..., torch.Tensor] | None = None
+    # a mutant (tests/codegen/ragged_cases.py): an edit of the generated source, which must then fail
+    mutate: Callable[[str], str] | None = None
 
 
 def _rand(shape, dtype, seed, scale=1.0, positive=False):

@@ -16,11 +16,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 _RUN: dict = {}
+INTERPRETED = ("test_interpret.py", "test_ragged.py")
+"""The test files whose `case` parameters name interpreter cases (tests/codegen/cases.py, ragged_cases.py)."""
 
 
 def pytest_collection_modifyitems(session, config, items):
     names = [item.callspec.params["case"] for item in items
-             if item.path.name == "test_interpret.py" and hasattr(item, "callspec")]
+             if item.path.name in INTERPRETED and "case" in getattr(getattr(item, "callspec", None), "params", {})]
     if not names or _RUN:
         return
     folder = Path(tempfile.mkdtemp(prefix="prism-interp-"))

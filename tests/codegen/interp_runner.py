@@ -11,6 +11,7 @@ The case "fuzz" runs random kernel graphs from tests/strategies.py (derandomized
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -82,9 +83,14 @@ def _compare(got: torch.Tensor, want: torch.Tensor, rtol: float) -> float:
     return (got - want)[finite].abs().max().item() / max(scale, 1e-30) if finite.any() else 0.0
 
 
-def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_reference=None) -> dict:
+def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_reference=None, mutate=None) -> dict:
     alloc = Guarded(reversed_layout)
     cg = codegen.compile_graph(graph, allocate=alloc)
+    if mutate is not None:   # a mutant of the generated source (tests/codegen/ragged_cases.py)
+        source = mutate(cg.plan.source)
+        if source == cg.plan.source:
+            raise ValueError("the mutation changed nothing in the generated source")
+        cg.plan = dataclasses.replace(cg.plan, source=source)
     views = views or {}
     args = [alloc.copy(views[k](t) if k in views else t) for k, t in enumerate(inputs)]
     before = [a.clone() for a in args]
@@ -123,9 +129,10 @@ def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_refe
 
 def run_case(name: str) -> dict:
     from tests.codegen.cases import CASES
+    from tests.codegen.ragged_cases import MUTANTS, RAGGED
 
-    c = CASES[name]()
-    return run_graph(c.graph, c.inputs, c.rtol, c.views, c.out_layout == "reversed", c.torch_reference)
+    c = {**CASES, **RAGGED, **MUTANTS}[name]()
+    return run_graph(c.graph, c.inputs, c.rtol, c.views, c.out_layout == "reversed", c.torch_reference, c.mutate)
 
 
 def fuzz() -> dict:

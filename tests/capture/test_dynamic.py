@@ -1,0 +1,112 @@
+"""`torch.compile(backend="prism")` on graphs whose sizes are symbolic: one op per cone for every size, lowered
+again at each new size and tuned once per size bucket (prism.capture.dynamic)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import prism.capture as pc
+import prism.runtime.pipeline as pipeline
+from prism.capture import dynamic
+from tests.conftest import example
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture
+def searches(monkeypatch):
+    """Every search the optimizer runs (result-cache hits are not searches)."""
+    done: list[int] = []
+    real = pipeline._search
+    monkeypatch.setattr(pipeline, "_search", lambda *a: done.append(1) or real(*a))
+    return done
+
+
+def test_dynamic_batch_sizes_run_through_one_compiled_graph(options):
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 16))
+    torch._dynamo.reset()
+    start = len(pc.history)
+    f = torch.compile(lin, backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 9, 17, 33, 40):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), lin(x))
+    (record,) = pc.history[start:]
+    assert len(record["replaced"]) == 2 and all("per size bucket" in r["chosen"] for r in record["replaced"])
+
+
+def test_a_decode_loop_with_a_growing_kv_cache_compiles_twice_and_searches_each_region_once(options, searches,
+                                                                                            tmp_path, monkeypatch):
+    """64 steps, the KV cache one longer each step: Dynamo compiles the first step's sizes, then once more with the
+    length symbolic; every region kind is searched once (the dynamic graph's from the result cache) and tuned
+    once per size bucket of the lengths it sees."""
+    monkeypatch.setattr(options, "cache", tmp_path / "results")   # a cache of its own: the first compile searches
+    dl = example("decoder_layer")
+    layer, (x, k, v) = dl.example(batch=2, length=4)
+    torch._dynamo.reset()
+    dynamic._BUCKETS.clear()
+    start = len(pc.history)
+    f = torch.compile(layer, backend="prism")
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for step in range(64):
+            torch.testing.assert_close(f(x, k, v), layer(x, k, v), rtol=1e-5, atol=1e-5)
+            if step == 0:
+                first = len(searches)
+            k = torch.cat([k, torch.randn(k.shape[0], 1, k.shape[2], generator=gen) / 4], dim=1)
+            v = torch.cat([v, torch.randn(v.shape[0], 1, v.shape[2], generator=gen)], dim=1)
+    graphs = pc.history[start:]
+    assert len(graphs) == 2
+    assert len(searches) == first > 0                      # the dynamic graph searched nothing
+    kinds = {r["program"] for r in graphs[0]["replaced"]}
+    assert len(graphs[1]["replaced"]) == len(graphs[0]["replaced"]) and len(kinds) >= 3
+    tunings = [n for b in dynamic._BUCKETS.values() for n in b.tunings.values()]
+    assert tunings and set(tunings) == {1}                   # one tuning per region kind and size bucket
+
+
+def test_a_constant_that_depends_on_a_dynamic_size_leaves_the_cone_to_torch(options):
+    """mean over the dynamic rows is sum · 1/n: right at one n only, so that cone stays with torch, and says why."""
+    torch.manual_seed(0)
+    w = torch.randn(16, 8)
+
+    def f(x):
+        return (x @ w).mean(0)
+    torch._dynamo.reset()
+    start = len(pc.history)
+    g = torch.compile(f, backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 6, 11):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(g(x), f(x))
+    (record,) = pc.history[start:]
+    assert not record["replaced"]
+    assert any("depends on a dynamic size" in left["why"] for left in record["left"])
+
+
+def test_a_static_cone_of_a_dynamic_graph_is_searched_outside_the_tracers_fake_mode(options, tmp_path, monkeypatch):
+    """A dynamic graph is fused while AOTAutograd's fake mode is on; a cone of static sizes in it is searched and
+    tuned there with real tensors all the same (a cache of its own: nothing is found there)."""
+    monkeypatch.setattr(options, "cache", tmp_path / "results")
+    torch.manual_seed(0)
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Parameter(torch.randn(16, 8)), torch.nn.Parameter(torch.randn(8, 16))
+
+        def forward(self, x):
+            return x @ torch.relu(self.a @ self.b)     # relu(a @ b): static sizes; x @ ...: dynamic rows
+
+    layer = Layer()
+    torch._dynamo.reset()
+    start = len(pc.history)
+    f = torch.compile(layer, backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 7):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), layer(x))
+    (record,) = pc.history[start:]
+    assert not [left for left in record["left"] if "internal error" in left["why"]]
+    assert len(record["replaced"]) == 2

@@ -1,0 +1,119 @@
+"""Masked tail tiles: a dim of extent E split into ceil(E / t) tiles of a power of two t, the last partial.
+
+Under the interpreter (tests/codegen/ragged_cases.py, run by conftest.py's runner beside test_interpret.py's
+cases): every workload at odd sizes against the reference executor and torch (attention at kv = 1, 37, 513,
+1000, head dim 96, float16 logits of standard deviation 30), and mutants of the masking rules that must
+fail. In this process: the split rule, the tuner's space at odd sizes, the cost model's padded work, what
+code generation refuses, and the sm_90 compile of ragged kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import prism
+from prism import codegen, interp
+from prism.codegen import CodegenError
+from prism.codegen.layout import Layout
+from prism.errors import MappingError
+from prism.ir import BlockGraph, KernelGraph
+from prism.ir.block import split
+from prism.tune.cost import kernels_of
+from prism.tune.space import Space
+from tests.codegen.ragged_cases import MUTANTS, RAGGED
+
+
+@pytest.mark.parametrize("extent, parts, tile", [
+    (1000, 1, 1000), (1000, 8, 125), (1000, 16, 64), (513, 9, 57), (513, 5, 128), (37, 3, 16), (5, 2, 4),
+    (8, 3, None), (64, 5, None), (64, 128, None)])
+def test_a_split_is_equal_tiles_or_power_of_two_tiles_with_a_partial_last(extent, parts, tile):
+    assert split(extent, parts) == tile
+
+
+def test_a_ragged_output_states_its_shape():
+    g = KernelGraph()
+    x = g.input((5, 1000), "float16", "X")
+    b = BlockGraph(grid=(16,))
+    t = b.accum(b.input(x, imap={"x": 1}))                    # tiles [5, 64], the last holds 40 columns
+    with pytest.raises(MappingError, match="does not split into its tiles"):
+        b.output(t, omap={"x": 1}, shape=(5, 900))           # 16 tiles of 64 hold 961 to 1024 elements
+    assert b.output(t, omap={"x": 1}, shape=(5, 1000)).shape == (5, 1000)
+
+
+@pytest.mark.parametrize("case", [c for c in RAGGED if c != "ragged_attention_kv1"])   # kv = 1: one tile of one
+def test_each_case_is_ragged(case):
+    assert any(_ragged(b) for b in RAGGED[case]().graph.blocks), f"{case}: every split is even"
+
+
+@pytest.mark.parametrize("case", list(RAGGED))
+def test_ragged_kernels_match_the_executor_and_torch(case, interp_results):
+    result = interp_results.get(case)
+    assert result is not None, f"the runner did not report {case}"
+    assert result["ok"], f"{case} failed under the interpreter:\n{result['error']}"
+
+
+@pytest.mark.parametrize("case", list(MUTANTS))
+def test_mutants_of_the_masking_rules_are_caught(case, interp_results):
+    """A 0 pad before a max, a store without its mask, a mask of the lane instead of the global index: each
+    gives wrong numbers or writes out of bounds (not an error of the mutation itself)."""
+    result = interp_results.get(case)
+    assert result is not None, f"the runner did not report {case}"
+    assert not result["ok"], f"{case} was not caught"
+    assert "AssertionError" in result["error"], result["error"]
+
+
+def _ragged(block: BlockGraph) -> bool:
+    return any(size % tile for i in block.loaders
+               for tile, size in zip(block.nodes[i].outputs[0].shape, block.input_types[block.nodes[i].attrs["index"]].shape))
+
+
+@pytest.mark.parametrize("name, cfg", [("rmsnorm", {"n": 5, "d": 1000}),
+                                       ("attention", {"b": 2, "g": 4, "h": 1000, "d": 64})])
+def test_the_space_admits_ragged_tilings_that_compute_the_program(searched, name, cfg):
+    """At odd sizes the space has points whose last tile is partial; they instantiate, code generation lays
+    them out as the space pads them and generates them (a loop dim kept across iterations is split evenly),
+    and the executor computes the program on them."""
+    w, _, result = searched(name)
+    space = Space(result, w.build(cfg))
+    ragged = [c for c in space.sample(60, seed=1) if _ragged(space.instantiate(c).blocks[0])]
+    assert ragged, "no ragged point at odd sizes"
+    xs = w.inputs(cfg, 0, torch.float32)
+    want = w.reference(*[x.double() for x in xs])
+    for c in ragged[:6]:
+        g = space.instantiate(c)
+        block, gs = g.blocks[0], space.graphs[c.graph]
+        layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
+        assert all(layout.shape(k) == gs.padded(k, c.grid, c.loop) for k in range(len(gs.ops))), c
+        assert codegen.compile_graph(g).source
+        (got,) = interp.run(g, xs)
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+def test_the_cost_model_charges_the_padded_work():
+    """d = 1000 in 16 tiles of 64 costs what d = 1024 does: the kernel computes on every lane of the last tile."""
+    w = prism.workloads.get("rmsnorm")
+    odd, even = (kernels_of(w.fused({"n": 5, "d": d}, grid=16, loop=16)) for d in (1000, 1024))
+    assert odd == even
+
+
+def test_a_ragged_loop_dim_kept_across_iterations_is_refused():
+    """Accumulating X's loop tiles and summing them after the loop is the row sum, and the executor says so
+    even when the last tile is partial; but the kernel's accumulator would mix the last tile's padded lanes
+    into lanes that are real in the other iterations, so code generation refuses it (and the space never
+    offers it: its classes kept across the loop split evenly)."""
+    g = KernelGraph()
+    x = g.input((4, 40), "float32", "X")
+    b = BlockGraph(loop=3)                                    # tiles of 16: 16 + 16 + 8
+    b.output(b.sum(b.accum(b.input(x, fmap=1)), 1))
+    g.output(*g.custom(b, [x]))
+    xs = torch.rand(4, 40)
+    torch.testing.assert_close(interp.run(g, [xs])[0], xs.sum(1, keepdim=True))
+    with pytest.raises(CodegenError, match="carried across the loop.*partial last tile"):
+        codegen.compile_graph(g)
+
+
+@pytest.mark.parametrize("case", ["ragged_rmsnorm", "ragged_attention_kv1000", "ragged_attention_split_kv1000",
+                                  "ragged_moe"])
+def test_ragged_kernels_compile_for_sm90(case):
+    results = codegen.compile_graph(RAGGED[case]().graph).aot()
+    assert results and all(".target sm_90" in r.ptx for r in results)
