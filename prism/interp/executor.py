@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -20,7 +20,7 @@ from prism.ir.graph import KernelGraph
 from prism.ir.kinds import AFTER, BEFORE, INSIDE, Accumulator, kind_of
 from prism.ir.ops import OPS, TORCH_DTYPES
 
-__all__ = ["run", "run_block"]
+__all__ = ["program_fn", "run", "run_block"]
 
 _PRECISIONS = (torch.float32, torch.float64)
 _WIDER = {"float16": _PRECISIONS, "bfloat16": _PRECISIONS, "float32": (torch.float64,), "float64": ()}
@@ -44,6 +44,29 @@ def run(graph: KernelGraph, inputs: Sequence[torch.Tensor], dtype: torch.dtype =
         elif node.op != "input":
             values[(i, 0)] = OPS[node.op].torch_fn(*(values[r] for r in node.inputs), **node.attrs)
     return [values[r] for r in graph.outputs]
+
+
+def program_fn(graph: KernelGraph) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
+    """`graph`, a program of kernel-level ops (no fused kernels), as one straight-line function of CPU tensors of
+    its input shapes: computed in float32, outputs in their declared dtypes, as `run` computes them but without
+    its checks. What a compiled model's custom op calls on every step (OptimizedGraph.run_op), where the
+    traced graph has fixed the inputs and a check per call would cost more than the ops."""
+    graph.check()
+    steps = []
+    for i, node in graph.topo():
+        if node.op == "custom":
+            raise InputError("program_fn: the graph has fused kernels; it takes a program of kernel-level ops")
+        if node.op != "input":
+            steps.append((i, OPS[node.op].torch_fn, list(node.inputs), dict(node.attrs)))
+    inputs, outputs = graph.input_refs, graph.outputs
+    dtypes = [TORCH_DTYPES[t.dtype] for t in graph.output_tensors]
+
+    def fn(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        values = {r: t.float() for r, t in zip(inputs, tensors)}
+        for i, torch_fn, args, attrs in steps:
+            values[(i, 0)] = torch_fn(*(values[r] for r in args), **attrs)
+        return [values[r].to(d) for r, d in zip(outputs, dtypes)]
+    return fn
 
 
 def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,5 +1,6 @@
 """The reference executor's block-by-block semantics, checked against hand-derived torch expressions."""
 
+import pytest
 import torch
 
 import prism
@@ -101,3 +102,20 @@ def test_float16_inputs_are_computed_in_the_requested_precision():
     (got,) = interp.run(g, [v])
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, v.float() * 3)
+
+
+def test_program_fn_computes_what_run_computes_without_its_checks():
+    """The straight-line form a compiled model's custom op calls: float32 inside, outputs in their dtypes."""
+    g = prism.workloads.get("rmsnorm").build({"n": 4, "d": 64})           # float16 inputs and output
+    x, w = (t.half() for t in (_rand(4, 64), _rand(64, 64, seed=1) / 8))
+    (got,) = interp.program_fn(g)([x, w])
+    (want,) = interp.run(g, [x, w])
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got, want.half())
+
+
+def test_program_fn_takes_programs_only():
+    b = prism.BlockGraph(grid=(2,))
+    b.output(b.accum(b.input(_tt(4, 16), imap={"x": 1})), omap={"x": 1})
+    with pytest.raises(prism.errors.InputError, match="kernel-level ops"):
+        interp.program_fn(_kernel(b, (4, 16)))
