@@ -13,7 +13,8 @@ broadcasts against. Where no grouping exists the lowering says so (UnsupportedOp
 torch.
 
 Inputs are views of FX values: a `Source` names the node and the steps torch takes to make the input
-(reshape, permute, expand, a cast to the cone's dtype, a causal mask built from the query's shape); `STEPS` is the one table of what
+(reshape, permute, expand, a cast to the cone's dtype, a causal mask built from the query's shape, a boolean
+mask made additive); `STEPS` is the one table of what
 each step is in ATen, used both to run the steps on tensors and to put them into the FX graph.
 """
 
@@ -50,6 +51,7 @@ STEPS: dict[str, Callable[[Callable[..., Any], Any, tuple[Any, ...]], Any]] = {
     "expand": lambda call, x, arg: call(aten.expand.default, x, list(arg)),
     "causal": _causal,
     "to": lambda call, x, arg: call(aten._to_copy.default, x, dtype=getattr(torch, arg[0])),
+    "additive": lambda call, x, arg: call(aten.where.Scalar, x, 0.0, -math.inf),   # a boolean attention mask
 }
 """Each kind of input step as ATen calls through `call(op, *args, **kwargs)`: the op applied to tensors, or a
 node appended to an FX graph (prism.capture.backend); `x` is a tensor, or an FX node."""

@@ -7,8 +7,9 @@ results (log-sum-exp, seeds); all are read through their schema by argument name
 workload is: Q [b, hq, s, e] viewed as [b, hk, g·s, e], the g = hq / hk query heads of each KV head as rows,
 so K and V are read once per KV head and never repeated. `is_causal` becomes an additive mask input built by
 torch from the shapes (prism.capture.layout, step "causal"), with torch's top-left alignment; a float
-`attn_mask` is added to the logits (expanded over the query heads of a group when hq > hk). A boolean mask,
-dropout, or a result other than the output leaves the cone with torch.
+`attn_mask` is added to the logits (expanded over the query heads of a group when hq > hk), and a boolean one
+(True: attend) first becomes that float mask, 0 where it is True and -inf where not (step "additive"). Dropout,
+or a result other than the output, leaves the cone with torch.
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def _grouped_mask(lw: Lowering, mask: Any, full: tuple[int, ...], g: int) -> Any
     it: as it is without groups (g = 1), else expanded over the query heads and viewed into the groups."""
     if not isinstance(mask, Pending):
         raise lw.fail("an attention mask computed in the cone", mask)
-    if mask.dtype == torch.bool or not mask.dtype.is_floating_point:
-        raise lw.fail(f"a {mask.dtype} attention mask; Prism adds float masks")
+    if mask.dtype == torch.bool:   # True: attend; as the additive mask 0 / -inf, made by torch at the input
+        mask = Pending(mask.source.then("additive", ()), mask.shape, torch.float32)
+    if not mask.dtype.is_floating_point:
+        raise lw.fail(f"a {mask.dtype} attention mask; Prism adds float masks and reads boolean ones")
     if g == 1:
         return mask
     shape = (1,) * (len(full) - len(mask.shape)) + mask.shape

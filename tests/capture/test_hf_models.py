@@ -79,3 +79,21 @@ def test_float16_and_bfloat16_models_fuse_their_norms(options):
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
         norms = [r for r in record["replaced"] if "aten.rsqrt.default" in r["ops"]]
         assert len(norms) == 5, [l for l in record["left"] if "cut from" not in l["why"]]  # Q, K, V; gate, up; lm head
+
+
+def test_a_padded_batch_fuses_attention_with_its_mask(options):
+    """Left padding: the padding mask (float here: transformers builds it with torch.where; boolean SDPA masks are
+    tests/capture/test_layout.py's) is an input of the attention region, added to the logits."""
+    hf = example("hf_decode")
+    ids = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    padding = torch.ones(2, 6, dtype=torch.long)
+    padding[0, :2] = 0
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = hf.model("llama", 1)(input_ids=ids, attention_mask=padding).logits
+        got = hf.compiled(hf.model("llama", 1))(input_ids=ids, attention_mask=padding).logits
+    torch.testing.assert_close(got[padding.bool()], want[padding.bool()], rtol=1e-4, atol=1e-4)
+    attention = [r for r in pc.history[-1]["replaced"] if MATMULS & set(r["ops"]) == {
+        "aten._scaled_dot_product_flash_attention_for_cpu.default"}]
+    assert len(attention) == 1
+    assert "float32[2, 1, 6, 6] = input" in attention[0]["program"]     # the mask, one per sequence

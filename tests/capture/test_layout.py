@@ -91,10 +91,20 @@ def test_an_additive_attention_mask_is_expanded_over_a_group_of_query_heads():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_boolean_attention_mask_is_refused():
-    q = torch.randn(1, 2, 3, 8)
-    with pytest.raises(UnsupportedOp, match="torch.bool attention mask"):
-        capture(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m), q, torch.ones(3, 3, dtype=bool))
+def test_a_boolean_attention_mask_is_read_as_zero_where_true_and_minus_infinity_where_not():
+    """A padded batch's mask (True: attend), over a group of query heads: the same as torch's."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    mask = torch.ones(2, 1, 3, 6, dtype=torch.bool)
+    mask[0, :, :, :2] = False                    # the first sequence's two padding positions
+    mask[1, :, 0, 3:] = False
+
+    def attn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    got, want, cap = _run(attn, q, k, v, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert len(cap.graph.inputs) == 4
 
 
 def test_layer_norm_with_bias_and_gelu_tanh():
