@@ -5,8 +5,10 @@ single-output cones around matmuls (prism.capture.partition), and each cone is l
 (prism.capture.lower) and superoptimized through the result cache, so a second compile of the same model
 searches and tunes nothing, and a new batch size re-tunes without re-searching (search results are
 size-free). Each cone is replaced by a call of its OptimizedGraph's custom op; what is left goes to
-Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"). Inference only: a graph
-that needs gradients is left to Inductor whole. Every decision is logged (logger "prism.compile") and kept
+Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"). A graph whose sizes Dynamo
+made symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with
+symbolic sizes becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph
+that needs gradients is left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger "prism.compile") and kept
 in `history`: what each cone became, or why it stayed with torch.
 """
 
