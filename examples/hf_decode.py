@@ -1,7 +1,8 @@
 """Hugging Face decoders through `torch.compile(backend="prism")`: a prefill and a greedy decode with a KV cache.
 
-Small random configs (no weights are downloaded): Llama (grouped-query attention), Qwen2 (Q/K/V biases) and
-GPT-2 (layer norm with bias, GELU's tanh form, a fused QKV projection). Each step's logits are compared
+Small random configs (no weights are downloaded): Llama (grouped-query attention), Qwen2 (Q/K/V biases), Phi3
+(fused QKV and gate-up projections, split in torch) and GPT-2 (layer norm with bias, GELU's tanh form, a fused
+QKV projection). Each step's logits are compared
 with the same model run eagerly, and what Prism fused is printed, per kind of region:
 
     python examples/hf_decode.py                     # llama, 16 new tokens
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-MODELS = ("llama", "qwen2", "gpt2")
+MODELS = ("llama", "qwen2", "phi3", "gpt2")
 
 
 def model(name: str, layers: int = 2, dtype: torch.dtype = torch.float32) -> Any:
@@ -32,6 +33,8 @@ def model(name: str, layers: int = 2, dtype: torch.dtype = torch.float32) -> Any
     configs = {
         "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**small, num_key_value_heads=2)),
         "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**small, num_key_value_heads=2)),
+        "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**small, num_key_value_heads=2, pad_token_id=0,
+                                                         bos_token_id=1, eos_token_id=2)),
         "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=128, n_embd=64, n_layer=layers, n_head=4,
                                                          n_positions=256)),
     }

@@ -13,7 +13,7 @@ broadcasts against. Where no grouping exists the lowering says so (UnsupportedOp
 torch.
 
 Inputs are views of FX values: a `Source` names the node and the steps torch takes to make the input
-(reshape, permute, expand, a cast to the cone's dtype, a causal mask built from the query's shape, a boolean
+(reshape, permute, expand, a slice, a cast to the cone's dtype, a causal mask built from the query's shape, a boolean
 mask made additive); `STEPS` is the one table of what
 each step is in ATen, used both to run the steps on tensors and to put them into the FX graph.
 """
@@ -52,6 +52,7 @@ STEPS: dict[str, Callable[[Callable[..., Any], Any, tuple[Any, ...]], Any]] = {
     "causal": _causal,
     "to": lambda call, x, arg: call(aten._to_copy.default, x, dtype=getattr(torch, arg[0])),
     "additive": lambda call, x, arg: call(aten.where.Scalar, x, 0.0, -math.inf),   # a boolean attention mask
+    "slice": lambda call, x, arg: call(aten.slice.Tensor, x, *arg),                 # (dim, start, end)
 }
 """Each kind of input step as ATen calls through `call(op, *args, **kwargs)`: the op applied to tensors, or a
 node appended to an FX graph (prism.capture.backend); `x` is a tensor, or an FX node."""

@@ -7,7 +7,8 @@ to its value); a view of an intermediate keeps the Prism tensor and changes its 
 after it (broadcasts, reductions) work on whole groups of logical dims. A cone is lowered with its inputs
 as they come, and if that fails, once more with every input of rank 3 or more entering as rows ([batch·seq,
 hidden]: a norm computed on a 3-D activation before a `Linear`'s view to 2-D); the attempt that got further
-names the reason. Dtype casts are identities: Prism loads every input in its own dtype, computes in float32
+names the reason. A slice (`slice`, `split`, `chunk`) of a computed value is pushed back to the inputs, where it is
+one more view: a slice of a matmul's columns is the matmul with a slice of its weight (`_slice`). Dtype casts are identities: Prism loads every input in its own dtype, computes in float32
 and rounds only where it stores, so an upcast (a norm computed in float32 in a float16 model) is exact and a
 downcast inside a cone is dropped, as Inductor drops it by default (`emulate_precision_casts` off: a value
 kept in float32 between two ops is closer to the exact result than eager's rounded one). Two ATen spellings are recognised as the Prism op they decompose:
@@ -17,6 +18,7 @@ naming the op and, where torch recorded it, the line.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ import torch
 from prism.capture.layout import Pending, Source, Viewed, broadcast_form, groups, rows
 from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
+from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
 
 __all__ = ["ATEN", "Lowering", "Source", "lower", "op_name"]
 
@@ -88,6 +91,7 @@ class Lowering:
     size: Size = static_size
     dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
     _made: dict[Source, Tensor] = field(default_factory=dict)
+    _sliced: dict[tuple, Tensor] = field(default_factory=dict)  # prism.capture.lower._slice's, by (ref, dim, range)
     node: Any = None  # the node being lowered, for messages
 
     def fail(self, why: str, operand: Value = None) -> UnsupportedOp:
@@ -554,6 +558,93 @@ def _identity(lw: Lowering, a: Any, *args: Any, **kwargs: Any) -> Any:
     return a  # a copy or a cast: Prism computes in float32 and stores in the graph's dtype (module docstring)
 
 
+# ---- slices: what a slice of a computed value reads --------------------------------------------------
+
+def _narrow(lw: Lowering, a: Any, dim: int, start: Any, end: Any, step: Any = 1) -> Any:
+    """`a[start:end]` along logical `dim` (torch's bounds: None, negative, past the end)."""
+    shape = lw.shape(a)
+    dim %= len(shape)
+    n = shape[dim]
+    start, end = (0 if start is None else lw.size(start)), (n if end is None else lw.size(end))
+    start, end = (min(max(i + n if i < 0 else i, 0), n) for i in (start, end))
+    if step != 1:
+        raise lw.fail(f"a slice with step {step}")
+    if (start, end) == (0, n):
+        return a
+    if end <= start:
+        raise lw.fail(f"an empty slice [{start}:{end}] of dim {dim} of {list(shape)}")
+    out = list(shape)
+    out[dim] = end - start
+    if isinstance(a, Pending):
+        return _fold(a, ("slice", (dim, start, end)), tuple(out))
+    t, _, k = lw.dim(a, dim)
+    return wrap(_slice(lw, t, k, start, end), tuple(out))
+
+
+def _slice(lw: Lowering, t: Tensor, k: int, start: int, end: int) -> Tensor:
+    """`t[start:end]` along Prism dim `k`, computed from slices of what `t` reads. Prism has no slice op, but a
+    slice commutes with element-wise ops, with reductions and row-wise ops over other dims, and with a matmul
+    (a slice of its columns is the product with a slice of B's columns; of its rows, of A's rows), down to
+    the inputs, where it is one more view (a `Source` step). So a fused projection split in torch (Phi3's
+    gate_up_proj, GPT-2's c_attn) becomes the projections it fuses, each a matmul with a slice of the
+    weight; the unsliced value is left dead (`lower` prunes it)."""
+    key = (t.ref, k, start, end)
+    if key in lw._sliced:
+        return lw._sliced[key]
+    g, node = lw.graph, lw.graph.nodes[t.node]
+    operands = [g.tensor(r) for r in node.inputs]
+
+    def cut(x: Tensor, d: int = k) -> Tensor:
+        return x if x.shape[d] == 1 else _slice(lw, x, d, start, end)
+
+    if node.op == "input":
+        source = next(s for s, made in lw._made.items() if made is t)
+        shape = list(t.shape)
+        shape[k] = end - start
+        out = lw.input(Pending(source.then("slice", (k, start, end)), tuple(shape), TORCH_DTYPES[t.dtype]))
+    elif not _slices_through(op(node.op).family, k, len(t.shape)):
+        raise lw.fail(f"a slice of dim {k} of {t.name} {list(t.shape)}, computed by {node.op}, which a slice "
+                      "does not commute with")
+    elif op(node.op).family is MATMUL:
+        a, b = operands
+        rank = len(t.shape)
+        out = g.matmul(a if k == rank - 1 else cut(a), b if k == rank - 2 else cut(b))
+    else:
+        out = g.apply(node.op, [cut(x) for x in operands], node.attrs)
+    lw._sliced[key] = out
+    return out
+
+
+def _slices_through(family: Any, k: int, rank: int) -> bool:
+    """Does a slice of dim `k` of the result commute with an op of `family` (the slice of its operands)?"""
+    if family.elementwise or family in (MATMUL, REDUCE, MAX_REDUCE):  # a reduction's own dim has size 1: not sliced
+        return True
+    return family is ROWWISE and k != rank - 1   # a norm over the last dim
+
+
+@aten_op("aten.slice.Tensor")
+def _slice_op(lw: Lowering, a: Any, dim: int = 0, start: Any = None, end: Any = None, step: Any = 1) -> Any:
+    return _narrow(lw, a, dim, start, end, step)
+
+
+@aten_op("aten.split.Tensor", "aten.split_with_sizes.default")
+def _split(lw: Lowering, a: Any, sizes: Any, dim: int = 0) -> tuple:
+    """torch's split (and chunk, which decomposes to it): pieces of `sizes` each, or of one size, the last
+    one shorter."""
+    n = lw.shape(a)[dim % len(lw.shape(a))]
+    if not isinstance(sizes, (list, tuple)):
+        step = lw.size(sizes)
+        sizes = [min(step, n - i) for i in range(0, n, step)]
+    bounds = list(itertools.accumulate([0] + [lw.size(m) for m in sizes]))
+    return tuple(_narrow(lw, a, dim, i, j) for i, j in zip(bounds, bounds[1:]))
+
+
+@aten_op("aten.chunk.default")
+def _chunk(lw: Lowering, a: Any, chunks: int, dim: int = 0) -> tuple:
+    """torch's chunk: pieces of ceil(n / chunks), the last one shorter."""
+    return _split(lw, a, -(-lw.shape(a)[dim % len(lw.shape(a))] // chunks), dim)
+
+
 IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
            "aten.sym_constrain_range_for_size.default"}
 """Ops that check, not compute: skipped."""
@@ -614,7 +705,8 @@ def _lower(lw: Lowering, nodes: Sequence[Any], inputs: Sequence[Any],
     if not any(n.op == "call_function" for n in nodes if lw.values.get(n) is not None):
         raise UnsupportedOp("nothing to compute")
     lw.graph.output(*outs)
-    return lw.graph, lw.sources, shapes
+    graph, kept = lw.graph.pruned()   # a sliced value's unsliced computation (_slice) is dead
+    return graph, [lw.sources[j] for j in kept], shapes
 
 
 def _lower_node(lw: Lowering, node: Any) -> None:

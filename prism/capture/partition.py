@@ -31,11 +31,16 @@ MATMULS = {"aten.mm.default": 1, "aten.bmm.default": 1, "aten.matmul.default": 1
            "aten.addmm.default": 1} | dict.fromkeys(ATTENTION_OPS, 2)
 """The ops that contract, each with the matmuls it counts as (attention: Q Kᵀ and the product with V)."""
 EXPS = {"aten.exp.default", "aten._softmax.default", "aten.softmax.int"}
+SPLITS = {"aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default"}
+"""Ops whose users take one piece each (getitem): all of them together use the value once."""
 VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.expand.default",
          "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims",
          "aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.clone.default", "aten.alias.default",
          "aten.detach.default", "aten.contiguous.default", "aten.to.dtype", "aten._to_copy.default",
-         "aten.type_as.default", "prims.convert_element_type.default"}
+         "aten.type_as.default", "prims.convert_element_type.default",
+         "aten.slice.Tensor", *SPLITS}
+"""Layout ops: never a cone's root, and joining a matmul's operand cone like the inputs they fold into (a slice
+of a fused projection is the projection of a sliced weight, prism.capture.lower)."""
 
 
 @dataclass
@@ -105,7 +110,7 @@ def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
             if (under_mm and not saw_exp and op_name(p) not in EXPS | VIEWS
                     and (is_mm or _after_matmul(p, after_mm))):
                 continue
-            shared = twice or any(u not in members for u in p.users)
+            shared = twice or _used_outside(p, members)
             if is_mm and (matmuls + MATMULS[op_name(p)] > max_matmuls or shared):  # never computed twice
                 continue
             members.add(p)
@@ -114,11 +119,18 @@ def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
     return members
 
 
+def _used_outside(node: Any, members: set[Any]) -> bool:
+    """Is `node`'s value read outside the cone? A split's pieces (getitems) are read where their users are."""
+    return any(u not in members and not (op_name(node) in SPLITS and all(v in members for v in u.users))
+               for u in node.users)
+
+
 def _after_matmul(node: Any, memo: dict[Any, bool]) -> bool:
     """Does `node` depend on a matmul through a chain of Prism ops that are used once each (a value used
     several times is materialized anyway, so reading it is reading an input), not through an exp?"""
     if node not in memo:
         memo[node] = False  # shared work
         memo[node] = any(_prism(p) and op_name(p) not in EXPS and (
-            op_name(p) in MATMULS or (len(p.users) == 1 and _after_matmul(p, memo))) for p in node.all_input_nodes)
+            op_name(p) in MATMULS or ((len(p.users) == 1 or op_name(p) in SPLITS) and _after_matmul(p, memo)))
+            for p in node.all_input_nodes)
     return memo[node]

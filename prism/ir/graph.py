@@ -103,13 +103,32 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
         is searched and tuned by, one output at a time."""
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(self.outputs):
             raise GraphError(f"output_cone: output {k!r} does not exist; the graph has {len(self.outputs)}")
+        return self._cone([self.outputs[k]])
+
+    def pruned(self) -> tuple[KernelGraph, list[int]]:
+        """This graph without the ops and inputs no output depends on, with the indices of the inputs it
+        keeps (itself if nothing is dead). A front end that rewrites a value (prism.capture.lower: a slice of a
+        matmul as a matmul of a slice) leaves the old one dead."""
+        if not self.outputs:
+            raise GraphError("pruned: the kernel graph has no output")
+        if len(self._needed(self.outputs)) == len(self.nodes):
+            return self, list(range(len(self.input_refs)))
+        return self._cone(self.outputs)
+
+    def _needed(self, outputs: list[Ref]) -> set[int]:
+        """The nodes `outputs` depend on, themselves included."""
         need: set[int] = set()
-        stack = [self.outputs[k][0]]
+        stack = [r[0] for r in outputs]
         while stack:
             i = stack.pop()
             if i not in need:
                 need.add(i)
                 stack.extend(r[0] for r in self.nodes[i].inputs)
+        return need
+
+    def _cone(self, outputs: list[Ref]) -> tuple[KernelGraph, list[int]]:
+        """The ops `outputs` depend on, as a graph of their own, and the indices of the inputs it reads."""
+        need = self._needed(outputs)
         sub = KernelGraph()
         used = [j for j, r in enumerate(self.input_refs) if r[0] in need]
         refs = {}
@@ -117,7 +136,7 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
             t = self.inputs[j]
             refs[t.ref] = sub.input(t.shape, t.dtype, t.name).ref
         self._copy_ops(sub, refs, keep=need)
-        sub.output(sub.tensor(refs[self.outputs[k]]))
+        sub.output(*(sub.tensor(refs[r]) for r in outputs))
         return sub, used
 
     def _copy_ops(self, into: KernelGraph, refs: dict[Ref, Ref], keep: set[int] | None = None,

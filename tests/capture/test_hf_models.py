@@ -1,5 +1,6 @@
 """Hugging Face decoders through `torch.compile(backend="prism")` on the CPU: Llama (grouped-query attention),
-Qwen2 (biased projections) and GPT-2 (layer norm, GELU's tanh form, a fused QKV projection), small random
+Qwen2 (biased projections), Phi3 (fused QKV and gate-up projections, chunked in torch) and GPT-2 (layer norm,
+GELU's tanh form, a fused QKV projection), small random
 configs built from config objects. A prefill and a 16-step greedy decode with a KV cache give eager's tokens
 and logits; each layer's regions are Prism's; Dynamo's switch to dynamic shapes never breaks the model."""
 
@@ -20,12 +21,13 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default",
            "aten._scaled_dot_product_flash_attention_for_cpu.default"}
-SWIGLU = [  # Llama's and Qwen2's regions per layer, most specific first: a label, the ATen ops that mark it, a count
+SWIGLU = [  # the regions per layer of Llama, Qwen2 and Phi3, most specific first: a label, the ATen ops that mark
+    # it, a count (Phi3's Q, K and V come from one projection: one region)
     ("attention", {"aten._scaled_dot_product_flash_attention_for_cpu.default"}, 1),
     ("norm + gate, up, SwiGLU", {"aten.rsqrt.default", "aten.silu.default"}, 1),
     ("output projection + residual", {"aten.transpose.int", "aten.add.Tensor"}, 1),
     ("final norm + LM head", {"aten.alias.default", "aten.rsqrt.default"}, 0),
-    ("norm + Q, K, V projections", {"aten.rsqrt.default"}, 3),
+    ("norm + Q, K, V projections", {"aten.rsqrt.default"}, {"llama": 3, "qwen2": 3, "phi3": 1}),
     ("down projection + residual", {"aten.add.Tensor"}, 1),
 ]
 
@@ -37,7 +39,7 @@ def _kinds(record, regions):
     return found
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "phi3", "gpt2"])
 def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, options):
     hf = example("hf_decode")
     layers, tokens = 2, 16
@@ -58,7 +60,8 @@ def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, opti
         left = {op for r in record["left"] for op in r.get("ops", [])}
         assert not left & MATMULS, [r for r in record["left"] if set(r.get("ops", [])) & MATMULS]
         if name != "gpt2":
-            want = {label: n * layers for label, _, n in SWIGLU if n} | {"final norm + LM head": 1}
+            counts = {label: n[name] if isinstance(n, dict) else n for label, _, n in SWIGLU}
+            want = {label: n * layers for label, n in counts.items() if n} | {"final norm + LM head": 1}
             assert _kinds(record, SWIGLU) == want, [r["ops"] for r in record["replaced"]]
         attention = [r for r in record["replaced"] if MATMULS & set(r["ops"]) == {
             "aten._scaled_dot_product_flash_attention_for_cpu.default"}]

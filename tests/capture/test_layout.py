@@ -117,3 +117,44 @@ def test_layer_norm_with_bias_and_gelu_tanh():
 
     got, want, _ = _run(mlp_in, x, w, b, wf)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_chunked_fused_projection_is_the_projections_of_its_weight_halves():
+    """Phi3's gate_up_proj: one matmul chunked in torch; Prism multiplies by each half of the weight, and the
+    unsliced product is not computed."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 5, 16), torch.randn(64, 16)
+
+    def swiglu(x, w):
+        gate, up = F.linear(x, w).chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    got, want, cap = _run(swiglu, x, w)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    matmuls = [n for n in cap.graph.nodes if n.op == "matmul"]
+    assert [n.outputs[0].shape for n in matmuls] == [(10, 32), (10, 32)]
+    assert [t.shape for t in cap.graph.inputs] == [(10, 16), (16, 32), (16, 32)]
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("rows of a product", lambda x, w, b: (x @ w)[1:4]),
+    ("columns through a bias and a relu", lambda x, w, b: F.relu(x @ w + b)[:, 3:-2]),
+    ("split into unequal pieces", lambda x, w, b: torch.split(x @ w + b, [5, 7], dim=1)[1] * 2),
+    ("a reduction over another dim", lambda x, w, b: (x @ w).sum(0, keepdim=True)[:, 2:9]),
+    ("a norm over the columns, then rows", lambda x, w, b: F.rms_norm(x @ w, (12,), eps=1e-6)[2:]),
+    ("bounds past the end", lambda x, w, b: (x @ w)[-3:100]),
+    ("columns of a softmax", lambda x, w, b: torch.softmax(x @ w, dim=-1)[:, :4]),
+])
+def test_a_slice_of_a_computed_value_is_computed_from_slices(name, fn):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(6, 8), torch.randn(8, 12), torch.randn(12)
+    got, want, _ = _run(fn, x, w, b)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_slice_across_a_norms_row_is_refused():
+    """A slice of the columns a norm reduces over would change what is reduced: refused by name, never computed
+    on the slice (a softmax's columns can be sliced: its max and sum are size-1 columns, read whole)."""
+    torch.manual_seed(0)
+    with pytest.raises(UnsupportedOp, match="does not commute"):
+        capture(lambda x, w: F.rms_norm(x @ w, (12,), eps=1e-6)[:, 2:], torch.randn(6, 8), torch.randn(8, 12))
