@@ -85,6 +85,13 @@ class Generator:
             for c in set(t[2:]):
                 self.parents.setdefault(c, []).append(t)
         self.distance = self._distances()
+        self.syntactic: Counter = Counter()
+        """The vocabulary by how its ops pick operands: "unary"; "pairwise" (elementwise binary: two different
+        tensors, counted twice unless commutative); "ordered" (a matmul: any two tensors, in order)."""
+        for op, _ in self.vocab:
+            d = OPS[op]
+            kind = "unary" if d.arity == 1 else "pairwise" if d.family.elementwise else "ordered"
+            self.syntactic[kind] += 2 if kind == "pairwise" and not d.commutative else 1
 
     def _distances(self) -> dict[Term, int]:
         """Fewest ops from each subterm up to a term a block output may have (roots, and the operands
@@ -177,14 +184,15 @@ class Generator:
         n = len(s.ops)
         last = s.ops[-1].key() if n > s.n_loaders else None
         lo = last[0][0] if last is not None else 0
-        window = self._window_size(s, n, lo)
-        self.stats["pruned_order"] += self._total_size(s, n) - window
+        structural = [self._structural(s, i) for i in range(n)]
+        window = self._syntactic(n, lo) + sum(len(b) for b in structural[lo:])
+        self.stats["pruned_order"] += self._syntactic(n, 0) + sum(len(b) for b in structural) - window
         built = 0
         by_term: dict[Term, list[int]] = {}
         for i, t in enumerate(s.terms):
             by_term.setdefault(t, []).append(i)
         for i in range(lo, n):
-            ops = [(bop, s.terms[i]) for bop in self._structural(s, i)]
+            ops = [(bop, s.terms[i]) for bop in structural[i]]
             for parent in self.parents.get(s.terms[i], ()):
                 ops.extend(self._instances(parent, i, by_term))
             for bop, term in ops:
@@ -214,23 +222,13 @@ class Generator:
                     seen.add(ins)
                     yield BOp(op, ins, attrs), parent
 
-    def _total_size(self, s: SGraph, n: int) -> int:
-        return self._window_size(s, n, 0)
-
-    def _window_size(self, s: SGraph, n: int, lo: int) -> int:
-        """How many syntactically possible ops have their newest input at index >= lo."""
+    def _syntactic(self, n: int, lo: int) -> int:
+        """How many table ops of the vocabulary over n tensors have their newest input at index >= lo (what
+        the stats count as pruned by the canonical order or the expression check; accumulators aside)."""
         def pairs(k: int) -> int:
             return k * (k - 1) // 2
-        total = 0
-        for op, _ in self.vocab:
-            d = OPS[op]
-            if d.arity == 1:
-                total += n - lo
-            elif d.family.elementwise:  # two different tensors, in either order unless commutative
-                total += (pairs(n) - pairs(lo)) * (1 if d.commutative else 2)
-            else:
-                total += n * n - lo * lo
-        return total + sum(len(self._structural(s, i)) for i in range(lo, n))
+        c = self.syntactic
+        return c["unary"] * (n - lo) + c["pairwise"] * (pairs(n) - pairs(lo)) + c["ordered"] * (n * n - lo * lo)
 
     def _structural(self, s: SGraph, i: int) -> list[BOp]:
         """The accumulators and running max that may take loop tensor i (their term is i's): a sum of a

@@ -11,6 +11,7 @@ concrete ablation modes): matching then also requires the fixed choices to agree
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from prism.errors import GraphError
@@ -162,8 +163,9 @@ class SGraph:
     def n_loaders(self) -> int:
         return len(self.space.shapes)
 
-    @property
+    @cached_property
     def n_accums(self) -> int:
+        """Accumulators so far (asked for every candidate op of every state: computed once per state)."""
         return sum(1 for o in self.ops if o.op in kinds.ACCUMULATORS)
 
     def term(self, bop: BOp) -> Term:
