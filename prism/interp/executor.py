@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -78,17 +78,23 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
     disjoint slices). What each node does is its kind's step (prism.ir.kinds).
     """
     sched = block.schedule()
-    before, inside, after = (sched.at(p) for p in (BEFORE, INSIDE, AFTER))
-    accums = [i for i in after if isinstance(kind_of(block.nodes[i]), Accumulator)]
+
+    def steps(nodes: list[int], step: str = "run") -> list[tuple[int, Any, Callable[..., None]]]:
+        """Each node with its kind's `step`, looked up once for every block and iteration."""
+        return [(i, block.nodes[i], getattr(kind_of(block.nodes[i]), step)) for i in nodes]
+
+    before, inside, after = (steps(sched.at(p)) for p in (BEFORE, INSIDE, AFTER))
+    accums = [i for i, node, _ in after if isinstance(kind_of(node), Accumulator)]
+    start, update = steps(accums, "start"), steps(accums, "step")
     b = _Block(block, list(inputs), [torch.zeros(t.shape, dtype=inputs[0].dtype) for t in block.output_types])
     for coord in itertools.product(*(range(g) for g in block.grid)):
         b.at, b.env, b.carry = dict(zip(block.grid_dims, coord)), {}, {}
-        b.run(accums, "start")
+        b.run(start)
         b.run(before)
         for it in range(block.loop):
             b.it = it
             b.run(inside)
-            b.run(accums, "step")
+            b.run(update)
         b.run(after)
     return b.outs
 
@@ -109,10 +115,9 @@ class _Block:
     def dtype(self) -> torch.dtype:
         return self.outs[0].dtype
 
-    def run(self, nodes: list[int], step: str = "run") -> None:
-        for i in nodes:
-            node = self.block.nodes[i]
-            getattr(kind_of(node), step)(self, i, node)
+    def run(self, steps: list[tuple[int, Any, Callable[..., None]]]) -> None:
+        for i, node, step in steps:
+            step(self, i, node)
 
     def tile(self, shape: Sequence[int], maps: dict[str, int], fmap: int | None) -> tuple[slice, ...]:
         """The slices of this block's tile, this iteration, of a tensor whose data dims the grid dims in
