@@ -1,16 +1,18 @@
 """One decode step of a Hugging Face decoder: eager, Inductor and `backend="prism"`, side by side in one run.
 
 Two shapes:
-  --model llama|qwen2|gpt2 (default): the small random configs of examples/hf_decode.py, float32, a KV cache
+  --model llama|qwen2|phi3|gpt2 (default): the small random configs of examples/hf_decode.py, float32, a KV cache
       of 8 prompt tokens (transformers' DynamicCache, a copy of it per call so that every call sees the same
       sizes). For each backend: the first compile's seconds (the prefill's graph and the first decode
       step's, result cache as it is: run twice for a warm one) and the median µs of one decode step as
       called. On a CPU Prism's regions run their programs as torch ops; on a GPU, its kernels.
   --llama2048 (a GPU): a Llama-shaped float16 model (hidden 2048, 16 heads, 4 KV heads, MLP 5632, --layers
       layers, random weights), a StaticCache holding 1024 prompt tokens, batch 1 and 8; eager, Inductor,
-      Inductor's reduce-overhead mode (a CUDA graph per step) and Prism, each as called and, except
-      reduce-overhead (already a replay), as the replay of one step captured in a CUDA graph. Each step
-      first sets the cache's length back to the prompt's (one small fill per layer, timed alike for all).
+      Inductor's reduce-overhead mode (a CUDA graph per step), Prism, and Prism in that mode (the rest in
+      Inductor's CUDA graphs, Prism's ops captured inside), each as called and, except the reduce-overhead
+      ones (already replays), as the replay of one step captured in a CUDA graph; and Prism's kernel
+      launches per layer (from prism.capture.history). Each step first sets the cache's length back to the
+      prompt's (one small fill per layer, timed alike for all).
 
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20
     python benchmarks/hf_decode.py --llama2048 --layers 4 --repeat 50        # needs a CUDA GPU
@@ -34,8 +36,11 @@ EXAMPLE = ROOT / "examples" / "hf_decode.py"
 if str(ROOT) not in sys.path:  # a checkout that is not installed
     sys.path.insert(0, str(ROOT))
 
+import prism.capture  # noqa: E402  (registers the backend)
+
 BACKENDS = (("eager", None, None), ("inductor", "inductor", None), ("prism", "prism", None))
-GPU_BACKENDS = BACKENDS[:2] + (("inductor reduce-overhead", "inductor", "reduce-overhead"),) + BACKENDS[2:]
+GPU_BACKENDS = BACKENDS[:2] + (("inductor reduce-overhead", "inductor", "reduce-overhead"),) + BACKENDS[2:] + (
+    ("prism reduce-overhead", "prism", "reduce-overhead"),)
 
 
 def median_us(step: Callable[[], Any], repeat: int, cuda: bool) -> float:
@@ -86,6 +91,7 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
     cache = tf.StaticCache(config=config, max_cache_len=kv + 1)
     prompt = torch.randint(0, 32000, (batch, kv), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     row: dict[str, Any] = {}
+    start_record = len(prism.capture.history)
     with torch.no_grad():
         nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
         position = torch.tensor([kv], device="cuda")
@@ -99,6 +105,7 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
         step()
         torch.cuda.synchronize()
         row["compile_s"] = time.perf_counter() - start
+        row["launches"] = launches_per_layer(start_record, layers) if backend == "prism" else None
         row["called_us"] = median_us(step, repeat, True)
         if mode != "reduce-overhead":
             try:
@@ -106,6 +113,15 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
             except Exception as e:  # the row says why there is no figure
                 row["graph_failure"] = f"{type(e).__name__}: {str(e)[:200]}"
     return row
+
+
+def launches_per_layer(start: int, layers: int) -> float:
+    """Prism's kernel launches per layer in the last graph compiled since history record `start` (the decode
+    step's), from each region's `launches`."""
+    records = prism.capture.history[start:]
+    if not records:
+        return 0.0
+    return sum(r.get("launches") or 0 for r in records[-1]["replaced"]) / layers
 
 
 def _graph_us(step: Callable[[], Any], repeat: int) -> float:
@@ -124,26 +140,25 @@ def _graph_us(step: Callable[[], Any], repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("llama", "qwen2", "gpt2"), default="llama")
+    ap.add_argument("--model", choices=("llama", "qwen2", "phi3", "gpt2"), default="llama")
     ap.add_argument("--llama2048", action="store_true", help="the Llama-shaped float16 step (a CUDA GPU)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
-    import prism.capture
-
     cuda = torch.cuda.is_available()
     if args.llama2048:
         if not cuda:
             sys.exit("hf_decode: --llama2048 needs a CUDA GPU; nothing measured")
         print(f"Llama-shaped float16 decode step, {args.layers} layers, KV cache 1024, "
               f"{torch.cuda.get_device_name()}: µs, median of {args.repeat}")
-        print("| batch | backend | first compile s | called µs | CUDA graph µs |")
-        print("|---|---|---|---|---|")
+        print("| batch | backend | first compile s | called µs | CUDA graph µs | Prism launches / layer |")
+        print("|---|---|---|---|---|---|")
         for batch in (1, 8):
             for label, backend, mode in GPU_BACKENDS:
                 r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat)
                 graph = f"{r['graph_us']:.0f}" if "graph_us" in r else r.get("graph_failure", "(a replay as called)")
-                print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} |")
+                launches = "" if r["launches"] is None else f"{r['launches']:.0f}"
+                print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} | {launches} |")
         return
     hf = argparse.Namespace(**runpy.run_path(str(EXAMPLE)))
     device = "cuda" if cuda else "cpu"

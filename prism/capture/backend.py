@@ -5,7 +5,11 @@ single-output cones around matmuls (prism.capture.partition), and each cone is l
 (prism.capture.lower) and superoptimized through the result cache, so a second compile of the same model
 searches and tunes nothing, and a new batch size re-tunes without re-searching (search results are
 size-free). Each cone is replaced by a call of its OptimizedGraph's custom op; what is left goes to
-Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"). A graph whose sizes Dynamo
+Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"). `torch.compile(model,
+backend="prism", options={...})` sets any field of `Options` for that compile; `options={"cudagraphs": True}`
+(or `mode="reduce-overhead"`) has Inductor run the rest in CUDA graphs with Prism's ops captured inside, one
+graph per size, so a decode step replays as one graph (on a CUDA device; a CPU graph has none, and
+`history` says so). A graph whose sizes Dynamo
 made symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with
 symbolic sizes becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph
 that needs gradients is left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger "prism.compile") and kept
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 import operator
 import warnings
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,7 +31,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
 from prism.capture.partition import Cone, cones
-from prism.errors import PrismError, UnsupportedOp
+from prism.errors import InputError, PrismError, UnsupportedOp
 from prism.ir.ops import TORCH_DTYPES
 
 __all__ = ["Options", "OPTIONS", "history", "prism_backend", "register"]
@@ -43,6 +48,28 @@ class Options:
     search: dict[str, Any] = field(default_factory=lambda: {"time_limit": 300.0})
     max_ops: int = 16                # ops per cone
     cache: Any = True                # superoptimize's result cache (True: the default file)
+    cudagraphs: bool = False         # the rest (Inductor) in CUDA graphs, Prism's ops captured inside
+
+    def configured(self, options: dict[str, Any] | None, mode: str | None) -> Options:
+        """These options with torch.compile's `options` and `mode` applied, or an InputError naming what is
+        wrong: an unknown option, a mode Prism does not have, CUDA graphs without Inductor."""
+        known = {f.name for f in dataclasses.fields(self)}
+        if not isinstance(options or {}, dict) or set(options or {}) - known:
+            raise InputError(f"backend prism: options {sorted(set(options or {}) - known) or options!r} unknown; "
+                             f"it takes {sorted(known)}")
+        if mode not in MODES:
+            raise InputError(f"backend prism: mode {mode!r} unknown; it takes {sorted(MODES, key=str)}")
+        out = dataclasses.replace(self, **(options or {}), **MODES[mode])
+        if out.rest not in ("inductor", "eager"):
+            raise InputError(f"backend prism: rest={out.rest!r}: it is 'inductor' or 'eager'")
+        if out.cudagraphs and out.rest != "inductor":
+            raise InputError("backend prism: cudagraphs runs the rest through Inductor's CUDA graphs: "
+                             "rest must be 'inductor'")
+        return out
+
+
+MODES: dict[str | None, dict[str, Any]] = {None: {}, "default": {}, "reduce-overhead": {"cudagraphs": True}}
+"""torch.compile's modes the backend takes, as options."""
 
 
 OPTIONS = Options()
@@ -50,39 +77,45 @@ history: list[dict[str, Any]] = []
 """One record per compiled graph: {"replaced": [...], "left": [...]} (what, why, op names)."""
 
 
-def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The torch.compile backend (see the module docstring)."""
+def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None,
+                  mode: str | None = None) -> Callable[..., Any]:
+    """The torch.compile backend (see the module docstring); `options` and `mode` are torch.compile's."""
+    opts = OPTIONS.configured(options, mode)
     record: dict[str, Any] = {"replaced": [], "left": []}
     history.append(record)
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         record["left"].append({"what": "the whole graph", "why": "it needs gradients; Prism is inference-only"})
-        log.info("prism: the graph needs gradients (Prism is inference-only): all of it goes to %s", OPTIONS.rest)
-        return _rest(gm, example_inputs)
+        log.info("prism: the graph needs gradients (Prism is inference-only): all of it goes to %s", opts.rest)
+        return _rest(gm, example_inputs, opts)
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    if opts.cudagraphs:
+        record["cudagraphs"] = ("Inductor records a CUDA graph per size, Prism's ops inside" if device.type == "cuda"
+                                else f"none: the graph runs on {device.type} (CUDA graphs are for CUDA tensors)")
     symbolic = _symbolic(gm, example_inputs)
     if symbolic:
         def fuse(aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
             with unset_fake_temporarily():  # the tracer's fake mode is on: searches and tunings need real tensors
-                return _fuse(aten, device, record)
+                return _fuse(aten, device, record, opts)
         try:
-            return _traced(gm, example_inputs, fuse)
+            return _traced(gm, example_inputs, fuse, opts)
         except Exception as e:  # AOTAutograd could not trace it (a data-dependent op): torch runs it as it is
             why = f"its sizes are symbolic ({symbolic}) and tracing it to ATen failed ({type(e).__name__}: {e})"
             record["left"].append({"what": "the whole graph", "why": why})
-            log.warning("prism: %s: all of it goes to %s", why, OPTIONS.rest)
-            return _rest(gm, example_inputs)
+            log.warning("prism: %s: all of it goes to %s", why, opts.rest)
+            return _rest(gm, example_inputs, opts)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch._guards.tracing(None):  # outside Dynamo's context: its fake mode would make sizes symbolic
         aten = make_fx(gm, tracing_mode="fake")(*example_inputs)
-    return _rest(_fuse(aten, device, record), example_inputs)
+    return _rest(_fuse(aten, device, record, opts), example_inputs, opts)
 
 
-def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, Any]) -> torch.fx.GraphModule:
+def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, Any],
+          opts: Options) -> torch.fx.GraphModule:
     """`aten` with each cone Prism takes replaced by a call of its op; what is left is named in `record`."""
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
-    for cone in cones(aten.graph, max_ops=OPTIONS.max_ops):
-        _take(aten, cone, device, record)
+    for cone in cones(aten.graph, max_ops=opts.max_ops):
+        _take(aten, cone, device, record, opts)
     aten.graph.eliminate_dead_code()
     aten.recompile()
     ours = {n for n in aten.graph.nodes if n.meta.get("prism")}
@@ -94,26 +127,27 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
 
 
 def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
-            fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule]) -> Callable[..., Any]:
+            fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule], opts: Options) -> Callable[..., Any]:
     """A graph with symbolic sizes, traced to ATen in Dynamo's own fake mode (so its sizes stay symbols) by
     AOTAutograd, `fuse`d there, then run by the rest: Inductor's inner compiler, or the graph as it is."""
-    if OPTIONS.rest == "eager":
+    if opts.rest == "eager":
         from functorch.compile import make_boxed_func
         from torch._functorch.aot_autograd import aot_module_simplified
 
         return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: make_boxed_func(fuse(g)))
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-    return compile_fx(gm, example_inputs, inner_compile=lambda g, inputs, **kw: compile_fx_inner(fuse(g), inputs, **kw))
+    return compile_fx(gm, example_inputs, inner_compile=lambda g, inputs, **kw: compile_fx_inner(fuse(g), inputs, **kw),
+                      config_patches=_inductor_config(opts))
 
 
-def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any]) -> None:
+def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options) -> None:
     """Replace `cone` by a Prism op; where an op in it cannot be lowered, leave that op and everything the cone
     computes before it to torch, and replace the rest if it still has a matmul (RoPE's products before
     attention stay with torch, and attention is still Prism's)."""
     while True:
         try:
-            return _replace(gm, cone, device, record)
+            return _replace(gm, cone, device, record, opts)
         except UnsupportedOp as e:
             cut = _before(cone, e.node)
             if cone.root in cut or not cut:
@@ -150,7 +184,8 @@ def _leave(cone: Cone, e: PrismError, record: dict[str, Any]) -> None:
     log.info("prism: left %s (%d ops) to torch: %s", cone.root.name, len(ops), e)
 
 
-def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: dict[str, Any]) -> None:
+def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: dict[str, Any],
+             opts: Options) -> None:
     """Superoptimize `cone` and put a call of its custom op in place of its root: an op for its sizes, or,
     where they are symbolic, a Region's op for every size (prism.capture.dynamic)."""
     nodes, inputs = cone.live(), cone.inputs()
@@ -164,9 +199,9 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
     with warnings.catch_warnings(), gm.graph.inserting_before(cone.root):
         warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU: reference executor" is in the record
         if any(isinstance(n, torch.SymInt) for n in sizes):
-            out, done = _region(cone, nodes, inputs, device, call)
+            out, done = _region(cone, nodes, inputs, device, call, opts)
         else:
-            out, done = _static(cone, nodes, inputs, device, call)
+            out, done = _static(cone, nodes, inputs, device, call, opts)
     for node in made:
         node.meta["prism"] = True  # the call and its input views, not ops left to torch
     cone.root.replace_all_uses_with(out)
@@ -176,13 +211,13 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
 
 
 def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+            call: Callable[..., Any], opts: Options) -> tuple[Any, dict[str, Any]]:
     """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the node standing for the
     root's value, what the record says)."""
     from prism.runtime import superoptimize
 
     graph, sources, (shape,) = lower(nodes, inputs, [cone.root])
-    opt = superoptimize(graph, device=device, **_options(device))
+    opt = superoptimize(graph, device=device, **_options(device, opts))
     args = []
     for s in sources:
         value = s.node
@@ -206,29 +241,35 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
         out.meta["val"] = val
     best = opt.report.best
     return out, {"program": str(graph), "op": str(opt.op), "chosen": best.label if best else None,
+                 "launches": opt.launches,
                  "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
                  "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries if e.status.startswith("dropped")]}
 
 
 def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+            call: Callable[..., Any], opts: Options) -> tuple[Any, dict[str, Any]]:
     """The cone, whose sizes are symbolic, as a Region's op over its input tensors (it applies their steps
     itself, at each call's sizes); tuned at the first call of each size bucket, not here."""
     from prism.capture.dynamic import Region
 
-    region = Region(nodes, inputs, cone.root, device, _options(device))
+    region = Region(nodes, inputs, cone.root, device, _options(device, opts))
     out = call(region.op.default, [n for n in inputs if isinstance(n.meta.get("val"), torch.Tensor)])
     out.meta["val"] = cone.root.meta["val"]
     return out, {"program": str(region.program), "op": str(region.op), "chosen": "per size bucket, at run time",
+                 "launches": None,
                  "cached": None, "search": None, "dropped": [],
                  "why": f"symbolic sizes {region.symbols}: lowered again at each new size, tuned once per size "
                         "bucket (prism.capture.dynamic)"}
 
 
-def _options(device: torch.device) -> dict[str, Any]:
+def _options(device: torch.device, opts: Options) -> dict[str, Any]:
     """superoptimize's options for a cone."""
-    return dict(budget=OPTIONS.budget, cache=OPTIONS.cache, search_options=dict(OPTIONS.search),
-                compile=device.type == "cuda")
+    return dict(budget=opts.budget, cache=opts.cache, search_options=dict(opts.search), compile=device.type == "cuda")
+
+
+def _inductor_config(opts: Options) -> dict[str, Any]:
+    """Inductor's config for the rest: its CUDA graphs if asked for."""
+    return {"triton.cudagraphs": True} if opts.cudagraphs else {}
 
 
 def _shape(val: Any) -> list[Any]:
@@ -250,12 +291,12 @@ def _symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
     return ", ".join(dict.fromkeys(found))
 
 
-def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    if OPTIONS.rest == "eager":
+def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options) -> Callable[..., Any]:
+    if opts.rest == "eager":
         return gm
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, example_inputs)
+    return compile_fx(gm, example_inputs, config_patches=_inductor_config(opts))
 
 
 def register() -> None:

@@ -80,6 +80,12 @@ class OptimizedGraph:
         return compile_graph(self.graph)
 
     @property
+    def launches(self) -> int:
+        """Kernels a call launches on a GPU: the plan's steps (fused kernels, kernel-level ops, the casts of
+        sums made across blocks); what a decode step's launch count adds up (prism.capture.history)."""
+        return len(self.compiled.plan.steps)
+
+    @property
     def triton_source(self) -> str:
         return self.compiled.source
 

@@ -116,3 +116,58 @@ def test_backend_prism_is_found_with_or_without_importing_prism(first, tmp_path)
                           env=child_env(tmp_path), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "prism_backend"
+
+
+def test_compile_options_set_the_backends_options_for_that_compile(options):
+    """torch.compile's `options` set any field of prism.capture.Options; `mode="reduce-overhead"` asks for CUDA
+    graphs, which on a CPU graph are none, and the record says so. Each region says how many kernels it launches."""
+    torch.manual_seed(0)
+    module, x = Ranker(), torch.randn(4, 32)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(module, backend="prism", options={"rest": "eager", "budget": 1})(x)
+    assert torch.allclose(got, module(x), rtol=1e-4, atol=1e-4)
+    record = pc.history[-1]
+    assert "cudagraphs" not in record and record["replaced"][0]["launches"] >= 1
+    assert pc.OPTIONS.budget == 2          # the fixture's: a compile's options do not stay
+
+    opts = pc.OPTIONS.configured({"rest": "inductor"}, "reduce-overhead")
+    assert opts.cudagraphs and opts.rest == "inductor"
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(module, backend="prism", options={"rest": "inductor", "cudagraphs": True})(x)
+    assert torch.allclose(got, module(x), rtol=1e-4, atol=1e-4)
+    assert pc.history[-1]["cudagraphs"].startswith("none: the graph runs on cpu")
+
+
+@pytest.mark.parametrize("options,mode,why", [
+    ({"nope": 1}, None, "unknown"),
+    ({}, "max-autotune", "mode 'max-autotune' unknown"),
+    ({"cudagraphs": True, "rest": "eager"}, None, "rest must be 'inductor'"),
+    ({"rest": "tvm"}, None, "'inductor' or 'eager'"),
+])
+def test_bad_compile_options_are_refused_by_name(options, mode, why):
+    from prism.errors import InputError
+
+    with pytest.raises(InputError, match=why):
+        pc.OPTIONS.configured(options, mode)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU (this machine has none)")
+def test_reduce_overhead_replays_prisms_ops_in_inductors_cuda_graphs(options, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(pc.OPTIONS, "rest", "inductor")
+    torch.manual_seed(0)
+    module, x = Ranker().cuda().half(), torch.randn(4, 32, device="cuda", dtype=torch.half)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        want = module(x)
+        compiled = torch.compile(module, backend="prism", mode="reduce-overhead")
+        outs = [compiled(x).clone() for _ in range(4)]      # warm-up, record, then replays
+    for got in outs:
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    assert pc.history[-1]["cudagraphs"].startswith("Inductor records")
+    assert len(pc.history[-1]["replaced"]) == 1
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
