@@ -143,8 +143,11 @@ class SizeBuckets:
             opt = self.optimize(program)
         self.tunings[b] += 1
         self.compiles[b] += 1
-        best = opt.report.best
-        if b in self._choices or best is None or best.origin == PER_OUTPUT:
+        best, first = opt.report.best, self._choices.get(b)
+        if first is not None:
+            opt.report.notes.append(f"tuned again in its size bucket: the choice tuned at sizes "
+                                    f"{[list(s) for s in first.shapes]} is no valid point here ({first.why})")
+        if first is not None or best is None or best.origin == PER_OUTPUT:
             return opt
         choice = self._choices[b] = _Choice(opt.search_result, opt.report, tuple(t.shape for t in program.inputs))
         shared = self._share(choice, program, opt.graph)
