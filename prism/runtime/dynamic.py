@@ -244,7 +244,9 @@ class SizeBuckets:
 def _tiles(graph: KernelGraph, marks: dict[tuple[int, int], str]) -> dict[str, tuple[str, int]] | str:
     """Each parallel size of `graph`'s fused kernel ("x", "y", "z", "loop") that splits an input dim of dynamic
     size (`marks`: (input index, dim) -> size name): (the size's name, its tile), or why a tile of it cannot
-    serve the bucket (a tile that is not a power of two, one parallel size over two sizes or tiles)."""
+    serve the bucket (a tile that is not a power of two, one parallel size over two tiles). Two names under one
+    parallel size are one size (K's and V's key positions, which torch.compile names apart): code generation
+    refuses a parallel size over two dims that are not one tile dim, which the program makes equal."""
     out: dict[str, tuple[str, int]] = {}
     inputs = {r: i for i, r in enumerate(graph.input_refs)}
     for _, node in graph.topo():
@@ -258,7 +260,7 @@ def _tiles(graph: KernelGraph, marks: dict[tuple[int, int], str]) -> dict[str, t
                 split = [g for g, dd in a["imap"].items() if dd == d and block.grid_size(g) > 1]
                 split += ["loop"] if a["fmap"] == d and block.loop > 1 else []
                 for var in split if name else []:
-                    if tile & (tile - 1) or out.setdefault(var, (name, tile)) != (name, tile):
+                    if tile & (tile - 1) or out.setdefault(var, (name, tile))[1] != tile:
                         return f"{var} splits {name} into tiles of {tile}, which cannot be counted at launch"
     return out
 

@@ -118,6 +118,9 @@ def test_a_bucket_keeps_the_tiles_it_was_tuned_with_at_every_size(monkeypatch):
     assert choice.shared.tiles == {"loop": ("kv", 16)} and choice.shared.plan.sizes == {"kv"}
     assert dg.tunings[b] == 1 and dg.compiles[b] == 1
     assert "no compile" in dg.at(*inputs(50, gen)).report.notes[-1]
+    served = dg.at(*inputs(50, gen)).compiled                     # the bucket's kernels, sized for kv = 50
+    assert served.source is choice.shared.plan.source
+    assert all(".target sm_90" in k.ptx for k in served.aot())   # what a GPU would run: i32 extents, one compile
 
 
 def test_a_mean_over_a_dynamic_dim_gets_kernels_per_size(searched):
