@@ -140,7 +140,7 @@ class Emitter:
         pid = self.pid(t.grid) if t.grid else None
         return f"({pid} * LOOP + i)" if pid and t.looped else pid or ("i" if t.looped else None)
 
-    def size(self, t: TileDim, per: int = 1) -> Size:
+    def size_of(self, t: TileDim, per: int = 1) -> Size:
         """Where the launcher reads runtime-size dim `t`'s extent: the first loaded tensor dim of its class."""
         for i in self.b.loaders:
             for d, u in enumerate(self.layout.dims[i]):
@@ -430,16 +430,17 @@ class Emitter:
         """The i32 arguments counted at launch: EXTENT_ of every runtime-size dim the body mentions, then LOOP if
         the loop walks one (its trip count: cdiv(extent, tile))."""
         names = set(re.findall(r"\bEXTENT_\w+\b", "\n".join(body)))
-        out = [(f"EXTENT_{t.name}", self.size(t)) for t in self.layout.classes if t.runtime and f"EXTENT_{t.name}" in names]
+        out = [(f"EXTENT_{t.name}", self.size_of(t)) for t in self.layout.classes
+               if t.runtime and f"EXTENT_{t.name}" in names]
         if self.looped and self.runtime_loop:
-            out.append(("LOOP", self.size(self.runtime_loop, self.runtime_loop.tile)))
+            out.append(("LOOP", self.size_of(self.runtime_loop, self.runtime_loop.tile)))
         return out
 
     def grid_sizes(self) -> tuple[Size | None, ...]:
         """Per grid dim, the blocks counted at launch (cdiv(extent, tile) of the runtime-size dim it splits), or
         None for a fixed count."""
         split = {t.grid: t for t in self.layout.classes if t.runtime and t.grid}
-        return tuple(self.size(split[g], split[g].tile) if g in split else None for g in self.b.grid_dims)
+        return tuple(self.size_of(split[g], split[g].tile) if g in split else None for g in self.b.grid_dims)
 
     def unspecialized(self, runtime: list[tuple[str, Size]]) -> list[str]:
         """The parameters Triton must not specialize on their values: the runtime arguments, and each stride of a
@@ -448,7 +449,7 @@ class Emitter:
         if not runtime:
             return []
         out = [n for n, _ in runtime]
-        nodes = [i for i in self.b.loaders] + [i for i in self.b.savers]
+        nodes = list(self.b.loaders) + list(self.b.savers)
         for base, i in zip(self.bases + self.outs, nodes):
             last = max((d for d, t in enumerate(self.layout.dims[i]) if t.runtime), default=0)
             out += self.strides[base][:last]
@@ -522,7 +523,8 @@ class Emitter:
         src += ["", ""] + launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in args], constexprs,
                                    self.num_warps, self.num_stages, note, runtime, grid_sizes)
         out_sizes = tuple(tuple(t.size for t in self.layout.dims[i]) for i in self.b.savers)
-        bounds = tuple((self.size(t), t.block) for t in self.layout.classes if t.runtime and not t.grid and not t.looped)
+        bounds = tuple((self.size_of(t), t.block) for t in self.layout.classes
+                       if t.runtime and not t.grid and not t.looped)
         return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
                           tuple(self.in_dtypes), tuple(self.out_dtypes), tuple(o in summed for o in self.outs),
                           self.num_warps, self.num_stages, tuple(runtime), grid_sizes, out_sizes, bounds)

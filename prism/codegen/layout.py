@@ -258,8 +258,9 @@ def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], uf: _Classes,
                                "its tiles cannot be counted from its extent alone")
         ((grids, looped),) = ways[root]
         if len(grids) + looped > 1:
-            raise CodegenError(f"a dim of runtime size {size!r} is split by {' and '.join(grids + ('the loop',) * looped)}"
-                               ": some blocks or iterations could hold no real element")
+            by = " and ".join(grids + ("the loop",) * looped)
+            raise CodegenError(f"a dim of runtime size {size!r} is split by {by}: some blocks or iterations could "
+                               "hold no real element")
         out[root] = (extent, grids[0] if grids else None, looped, size)
     _counted_at_launch(block, shape, ways, named)
     return out

@@ -55,7 +55,8 @@ class Buffer:
         """This buffer with its dynamic dims at `values` (size name -> extent)."""
         if not any(self.dynamic):
             return self
-        return replace(self, shape=tuple(n if size is None else values[size] for n, size in zip(self.shape, self.dynamic)))
+        shape = tuple(n if size is None else values[size] for n, size in zip(self.shape, self.dynamic))
+        return replace(self, shape=shape)
 
 
 @dataclass(frozen=True)

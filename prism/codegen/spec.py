@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
+__all__ = ["KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES",
+           "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
@@ -21,8 +22,8 @@ RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"} | {n for n in dir(built
 @dataclass(frozen=True)
 class Size:
     """A number a kernel takes at launch from a size known only then (a dynamic dim's extent): the size of dim
-    `dim` of launcher argument `arg` (the kernel's inputs, then its outputs), divided by `per` rounded up. `per`
-    1 is the extent itself; a tile is the tiles it takes (a loop's trip count, a grid dim's blocks)."""
+    `dim` of launcher argument `arg` (the kernel's inputs, then its outputs), divided by `per` rounded up: with
+    `per` 1 the extent itself, with `per` a tile the tiles it takes (a loop's trip count, a grid dim's blocks)."""
 
     arg: int
     dim: int

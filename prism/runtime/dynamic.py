@@ -178,7 +178,8 @@ class SizeBuckets:
             warnings.simplefilter("ignore", RuntimeWarning)
             return OptimizedGraph(program, graph, report, self.device, torch_op=False)
 
-    def _serve(self, choice: _Choice, program: KernelGraph, report: Report, search_result: Any = None) -> OptimizedGraph:
+    def _serve(self, choice: _Choice, program: KernelGraph, report: Report,
+               search_result: Any = None) -> OptimizedGraph:
         """The bucket's choice at `program`'s sizes, running the bucket's shared kernels at those sizes."""
         shared = choice.shared
         assert shared is not None
