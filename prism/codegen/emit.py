@@ -8,7 +8,10 @@ init and update, a saver's store), where the schedule places it; ops render thro
 only what Triton needs around them: addresses, padding masks, dtype conversions, and matmul shapes.
 A ragged dim's mask compares each lane's global index with the dim's extent (prism.codegen.layout says why
 masked reductions and stores make such a kernel compute the program); for a dim the loop walks it is
-computed at the top of every iteration.
+computed at the top of every iteration. A dim of runtime size (`sizes`) has its extent as an i32 argument, and
+the loop's trip count or the grid dim that splits it is counted at launch (cdiv(extent, tile)) by the launcher,
+from the tensors it is given: one compiled kernel serves every extent (`do_not_specialize` keeps Triton from
+compiling one per extent that is 1 or a multiple of 16, and from specializing the strides that follow it).
 
 Numerics: loads keep their storage dtype; every op computes in float32 (float64 for float64 graphs);
 `tl.dot` gets operands in the matmul's declared dtype (fp16 tensor cores for fp16 graphs; "ieee"
@@ -21,11 +24,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, TileDim
 from prism.codegen.render import UNIT, Expr, literal, render
-from prism.codegen.spec import RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
+from prism.codegen.spec import (RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, Size, base_name,
+                                unique)
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import INSIDE, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import MATMUL, OPS
@@ -66,14 +71,17 @@ class Emitter:
     """One block graph's kernel, generated line by line: node kinds (prism.ir.kinds) call back into it."""
 
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
-                 out_dtypes: list[str], num_warps: int | None) -> None:
+                 out_dtypes: list[str], num_warps: int | None,
+                 sizes: Mapping[tuple[int, int], str] | None = None) -> None:
         self.b, self.name = block, name
         self.in_dtypes, self.out_dtypes = in_dtypes, out_dtypes
         used: set[str] = set()
         self.bases = [base_name(lbl, f"in{k}", used) for k, lbl in enumerate(labels)]
         self.labels = labels
         self.outs = [base_name(f"out{k}", f"out{k}", used) for k in range(len(block.savers))]
-        self.layout = Layout(block, self.bases)
+        self.layout = Layout(block, self.bases, sizes)
+        self.runtime_loop = next((t for t in self.layout.classes if t.runtime and t.looped), None)
+        """The tile dim of runtime size the loop walks: the trip count is then an argument, LOOP."""
         self.num_warps = num_warps or block.launch.num_warps or default_warps(block, self.layout)
         self.num_stages = block.launch.num_stages
         types = {t.dtype for n in block.nodes for t in n.outputs} | set(in_dtypes) | set(out_dtypes)
@@ -120,15 +128,25 @@ class Emitter:
             lanes = f"tl.arange(0, {t.block_expr})"
             conds = [f"{lanes} < TILE_{name}"] if t.padded else []
             if t.ragged:
-                conds.append(f"{self.tile_index(t)} * {t.tile_expr} + {lanes} < EXTENT_{name}")
+                index = self.tile_index(t)
+                conds.append(f"{index + ' * ' + t.tile_expr + ' + ' if index else ''}{lanes} < EXTENT_{name}")
             expr = " & ".join(f"({c})" for c in conds) if len(conds) > 1 else conds[0]
             (loop if t.looped else top).append(f"{mask} = {expr}")
         return top, loop
 
-    def tile_index(self, t: TileDim) -> str:
-        """Which tile of ragged dim `t` this block holds in this iteration: pid · LOOP + i, pid, or i."""
+    def tile_index(self, t: TileDim) -> str | None:
+        """Which tile of ragged dim `t` this block holds in this iteration: pid · LOOP + i, pid, or i; None for
+        the only one (a dim of runtime size split by nothing)."""
         pid = self.pid(t.grid) if t.grid else None
-        return f"({pid} * LOOP + i)" if pid and t.looped else pid or "i"
+        return f"({pid} * LOOP + i)" if pid and t.looped else pid or ("i" if t.looped else None)
+
+    def size_of(self, t: TileDim, per: int = 1) -> Size:
+        """Where the launcher reads runtime-size dim `t`'s extent: the first loaded tensor dim of its class."""
+        for i in self.b.loaders:
+            for d, u in enumerate(self.layout.dims[i]):
+                if u is t:
+                    return Size(self.b.nodes[i].attrs["index"], d, per)
+        raise CodegenError(f"{self.name}: tile dim {t.name} has a runtime size but no input dim of it is loaded")
 
     def pid(self, g: str) -> str:
         self.pids.add(g)
@@ -384,7 +402,9 @@ class Emitter:
         if self.looped:
             if s.pre:
                 out += [phase("tiles that stay the same in every iteration")] + s.pre
-            out += [phase(f"loop: {self.b.loop} iterations, accumulators in {SHORT_DTYPES[self.compute]}")]
+            t = self.runtime_loop
+            trips = f"LOOP = cdiv(EXTENT_{t.name}, {t.tile}) iterations" if t else f"{self.b.loop} iterations"
+            out += [phase(f"loop: {trips}, accumulators in {SHORT_DTYPES[self.compute]}")]
             out += s.init
             out += ["for i in range(0, LOOP):"] + indent(loop_masks + s.loop + s.advance)
             if s.post:
@@ -395,17 +415,49 @@ class Emitter:
         return out
 
     def constexprs(self, body: list[str]) -> dict[str, int]:
-        """LOOP, then BLOCK_/TILE_/EXTENT_ of every tile dim the body mentions, in tile-dim order."""
+        """LOOP, then BLOCK_/TILE_/EXTENT_ of every tile dim the body mentions, in tile-dim order (not those
+        known only at launch: `runtime`)."""
         classes = {t.name: (k, t) for k, t in enumerate(self.layout.classes)}
-        out = {"LOOP": self.b.loop} if self.looped else {}
+        out = {"LOOP": self.b.loop} if self.looped and not self.runtime_loop else {}
         names = set(re.findall(r"\b(?:BLOCK|TILE|EXTENT)_\w+\b", "\n".join(body)))
         for n in sorted(names, key=lambda n: (classes[n.split("_", 1)[1]][0], _CONSTEXPRS.index(n.split("_")[0]))):
             kind, (_, t) = n.split("_")[0], classes[n.split("_", 1)[1]]
-            out[n] = {"BLOCK": t.block, "TILE": t.tile, "EXTENT": t.extent}[kind]
+            if not (kind == "EXTENT" and t.runtime):
+                out[n] = {"BLOCK": t.block, "TILE": t.tile, "EXTENT": t.extent}[kind]
         return out
 
-    def params(self, constexprs: dict[str, int]) -> list[Param]:
-        """The kernel's parameters, in order: input pointers, output pointers, the strides of each, constexprs."""
+    def runtime(self, body: list[str]) -> list[tuple[str, Size]]:
+        """The i32 arguments counted at launch: EXTENT_ of every runtime-size dim the body mentions, then LOOP if
+        the loop walks one (its trip count: cdiv(extent, tile))."""
+        names = set(re.findall(r"\bEXTENT_\w+\b", "\n".join(body)))
+        out = [(f"EXTENT_{t.name}", self.size_of(t)) for t in self.layout.classes
+               if t.runtime and f"EXTENT_{t.name}" in names]
+        if self.looped and self.runtime_loop:
+            out.append(("LOOP", self.size_of(self.runtime_loop, self.runtime_loop.tile)))
+        return out
+
+    def grid_sizes(self) -> tuple[Size | None, ...]:
+        """Per grid dim, the blocks counted at launch (cdiv(extent, tile) of the runtime-size dim it splits), or
+        None for a fixed count."""
+        split = {t.grid: t for t in self.layout.classes if t.runtime and t.grid}
+        return tuple(self.size_of(split[g], split[g].tile) if g in split else None for g in self.b.grid_dims)
+
+    def unspecialized(self, runtime: list[tuple[str, Size]]) -> list[str]:
+        """The parameters Triton must not specialize on their values: the runtime arguments, and each stride of a
+        dim before a runtime-size dim (a row-major stride is a product of the sizes after it): else each extent
+        that is 1 or a multiple of 16 would compile a kernel of its own."""
+        if not runtime:
+            return []
+        out = [n for n, _ in runtime]
+        nodes = list(self.b.loaders) + list(self.b.savers)
+        for base, i in zip(self.bases + self.outs, nodes):
+            last = max((d for d, t in enumerate(self.layout.dims[i]) if t.runtime), default=0)
+            out += self.strides[base][:last]
+        return out
+
+    def params(self, constexprs: dict[str, int], runtime: Sequence[tuple[str, Size]] = ()) -> list[Param]:
+        """The kernel's parameters, in order: input pointers, output pointers, the strides of each, the sizes
+        counted at launch (`runtime`), constexprs."""
         b = self.b
         ins, outs, strides = [], [], []
         for k, base in enumerate(self.bases):
@@ -426,13 +478,19 @@ class Emitter:
         for base, label in zip(self.bases + self.outs, labels):
             names = self.strides[base]
             strides.append(Param("stride", names, ["i32"] * len(names), f"strides of {label}, in elements"))
+        sized = []
+        for n, size in runtime:
+            t = self.runtime_loop
+            what = (f"loop iterations: cdiv(EXTENT_{t.name}, {t.tile}), counted at launch" if n == "LOOP" and t
+                    else f"elements in the whole dim ({labels[size.arg]} dim {size.dim}), known at launch")
+            sized.append(Param("size", [n], ["i32"], what))
         consts = []
         for n, v in constexprs.items():
             what = ("loop iterations" if n == "LOOP" else "real lanes" if n.startswith("TILE")
                     else "elements in the whole dim, the last tile partial" if n.startswith("EXTENT")
                     else "lanes, a power of two")
             consts.append(Param("constexpr", [n], ["constexpr"], f"{v} {what}"))
-        return ins + outs + strides + consts
+        return ins + outs + strides + sized + consts
 
     def function(self, name: str) -> tuple[list[str], list[str], dict[str, int], list[Param]]:
         """This block graph as a `@triton.jit` helper `name(pid_x, ..., pointers, strides, CONSTEXPRS)` that
@@ -449,39 +507,50 @@ class Emitter:
         src += ["@triton.jit", f"def {name}("] + indent(lines) + ["):"] + indent(body)
         return src, pids, constexprs, params
 
-    def launcher(self, constexprs: dict[str, int]) -> list[str]:
+    def spec(self, body: list[str]) -> KernelSpec:
+        constexprs, runtime = self.constexprs(body), self.runtime(body)
+        params = self.params(constexprs, runtime)
+        sig = {n: t for p in params for n, t in zip(p.names, p.types)}
+        lines = [p.line for p in params]
+        fixed = self.unspecialized(runtime)
+        src = [f"# {line}" for line in format_block(self.b).splitlines()]
+        src += [f"@triton.jit(do_not_specialize={fixed!r})" if fixed else "@triton.jit", f"def {self.name}("]
+        src += indent(lines) + ["):"] + indent(body)
         args = self.bases + self.outs
         summed = [o for k, o in enumerate(self.outs) if self.summed(k)]
         note = f": {', '.join(summed)} must be zeroed first (summed across blocks)" if summed else ""
-        return launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in args], constexprs,
-                        self.num_warps, self.num_stages, note)
-
-    def spec(self, body: list[str]) -> KernelSpec:
-        constexprs = self.constexprs(body)
-        params = self.params(constexprs)
-        sig = {n: t for p in params for n, t in zip(p.names, p.types)}
-        lines = [p.line for p in params]
-        src = [f"# {line}" for line in format_block(self.b).splitlines()]
-        src += ["@triton.jit", f"def {self.name}("] + indent(lines) + ["):"] + indent(body)
-        src += ["", ""] + self.launcher(constexprs)
-        summed = tuple(self.summed(k) for k in range(len(self.outs)))
+        grid_sizes = self.grid_sizes() if runtime else ()
+        src += ["", ""] + launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in args], constexprs,
+                                   self.num_warps, self.num_stages, note, runtime, grid_sizes)
+        out_sizes = tuple(tuple(t.size for t in self.layout.dims[i]) for i in self.b.savers)
+        bounds = tuple((self.size_of(t), t.block) for t in self.layout.classes
+                       if t.runtime and not t.grid and not t.looped)
         return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
-                          tuple(self.in_dtypes), tuple(self.out_dtypes), summed, self.num_warps, self.num_stages)
+                          tuple(self.in_dtypes), tuple(self.out_dtypes), tuple(o in summed for o in self.outs),
+                          self.num_warps, self.num_stages, tuple(runtime), grid_sizes, out_sizes, bounds)
 
 
 def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], constexprs: dict[str, int],
-             num_warps: int, num_stages: int | None, note: str = "") -> list[str]:
+             num_warps: int, num_stages: int | None, note: str = "", runtime: Sequence[tuple[str, Size]] = (),
+             grid_sizes: Sequence[Size | None] = ()) -> list[str]:
     """`launch_<name>(tensors...)`: the host side of kernel `name`, passing each tensor of `args` (name, rank) and
-    its strides, then every constexpr. It returns Triton's compiled kernel, which prism.codegen.launch binds for
-    launches without the binder."""
+    its strides, then the sizes counted from the tensors' shapes (`runtime`), then every constexpr, on `grid`
+    (where `grid_sizes` has a Size, its blocks are counted from the shapes too). It returns Triton's compiled
+    kernel, which prism.codegen.launch binds for launches without the binder."""
     names = [a for a, _ in args]
     meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={num_warps}"]
     meta += [f"num_stages={num_stages}"] if num_stages is not None else []
+    if any(grid_sizes):
+        dims = [str(g) if s is None else s.source(names) for g, s in zip(grid, grid_sizes)]
+        grid_text = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+    else:
+        grid_text = str(grid)
     return [f"def launch_{name}({', '.join(names)}):",
-            f'    """Launch {name} on a grid of {grid}{note}; returns the compiled kernel."""',
-            f"    return {name}[{grid}](",
+            f'    """Launch {name} on a grid of {grid_text}{note}; returns the compiled kernel."""',
+            f"    return {name}[{grid_text}](",
             f"        {', '.join(names)},",
             *(f"        {', '.join(f'{a}.stride({d})' for d in range(rank))}," for a, rank in args),
+            *([f"        {', '.join(s.source(names) for _, s in runtime)},"] if runtime else []),
             f"        {', '.join(meta)},",
             "    )"]
 
@@ -522,15 +591,18 @@ def default_warps(block: BlockGraph, layout: Layout) -> int:
 
 
 def emit_kernel(block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
-                out_dtypes: list[str], num_warps: int | None = None) -> KernelSpec:
+                out_dtypes: list[str], num_warps: int | None = None,
+                sizes: Mapping[tuple[int, int], str] | None = None) -> KernelSpec:
     """Generate kernel `name` for `block`, reading inputs stored in `in_dtypes` (labels name them in
     comments) and writing outputs stored in `out_dtypes` (summed outputs: a zeroed fp32/fp64 buffer).
     `num_warps` overrides the block graph's launch (`block.launch`); with neither, 4 or 8 from the tile sizes
-    (`default_warps`). Stages are the launch's, or Triton's default."""
+    (`default_warps`). Stages are the launch's, or Triton's default. `sizes` maps (input index, dim) to the name
+    of a dynamic size: those extents are kernel arguments, counted at launch (prism.codegen.layout), and
+    CodegenError says why where they cannot be."""
     if len(labels) != len(block.input_types) or len(in_dtypes) != len(labels):
         raise CodegenError(f"{name}: the block graph loads {len(block.input_types)} input(s), "
                            f"got {len(labels)} label(s) and {len(in_dtypes)} dtype(s)")
     if len(out_dtypes) != len(block.savers):
         raise CodegenError(f"{name}: the block graph saves {len(block.savers)} output(s), "
                            f"got {len(out_dtypes)} dtype(s)")
-    return Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps).run()
+    return Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps, sizes).run()

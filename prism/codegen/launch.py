@@ -6,7 +6,9 @@ after the first call (through the generated launchers, which return Triton's com
 `BoundGraph` keeps, per kernel, the loaded function, its launch configuration and every argument but
 the pointers. A call then checks the tensors against the signature it was bound with (shapes, dtypes,
 strides, device, 16-byte-aligned data: what the kernels were specialized for), collects the buffer
-addresses, and launches the whole graph in one call of the C launcher (prism.codegen.native). Where that
+addresses, and launches the whole graph in one call of the C launcher (prism.codegen.native). Kernels that take
+sizes at launch (prism.codegen.layout) get them, and their grid, counted from the plan's buffers, which are at
+the sizes of the signature (a plan sized by `Plan.at`): a call at other sizes does not match it. Where that
 cannot be built, or a kernel needs what it does not do (scratch memory, clusters), each kernel goes
 through `CompiledKernel.run`, as Triton's `JITFunction.run` launches it. A call that does not match the
 signature takes the generic path, which re-specializes.
@@ -97,12 +99,14 @@ class BoundGraph:
         self.launches = []
         for step, kernel in zip(plan.steps, kernels):
             slots = step.inputs + step.outputs
+            shapes = [plan.buffers[j].shape for j in slots]
             trailing = [s for j in slots for s in strides.get(j) or _contiguous(plan.buffers[j].shape)]
-            trailing += list(step.kernel.constexprs.values())
+            trailing += list(step.kernel.runtime_at(shapes)) + list(step.kernel.constexprs.values())
             if len(slots) + len(trailing) != len(step.kernel.signature):
                 raise RuntimeError(f"{step.kernel.name}: {len(slots) + len(trailing)} arguments for a signature of "
                                    f"{len(step.kernel.signature)}")
-            grid = tuple(step.kernel.grid) + (1,) * (3 - len(step.kernel.grid))
+            grid = step.kernel.grid_at(shapes)
+            grid += (1,) * (3 - len(grid))
             self.launches.append(_Launch(kernel.run, kernel.function, kernel.packed_metadata, grid,  # type: ignore
                                          slots, tuple(trailing)))
         module = native.load()

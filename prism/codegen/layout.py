@@ -29,11 +29,30 @@ raggedly (the tuner's space keeps those splits even; emit refuses), so its lanes
 iteration. The reference executor computes the same thing on short tiles (prism.ir.kinds). Tests make
 mutants of these rules (a 0 pad before a max, a store without its mask, a mask of the lane instead of the
 global index) and see them caught (tests/codegen/test_ragged.py).
+
+Runtime sizes. A dim of dynamic size (`sizes`: an input dim the caller names) keeps its tile t, and its extent
+E becomes a kernel argument: the kernel generated at one E runs at any other. Its tiles are counted at launch,
+n = cdiv(E, t), by whichever parallel size splits it: the loop (its trip count), or a grid dim (its blocks);
+split by nothing, its one tile is its whole block, so any E up to the block fits. Tile k then holds global
+indices k · t + lane for k < n, and the masks above compare them with the argument E. The argument above
+carries over unchanged, at each E: the kernel is the µGraph split into n tiles of t, the last partial, on the
+program padded with ⊥, because every tile k < n holds at least one real index (k · t ≤ (n - 1) · t < E), so
+every iteration and every block computes on real lanes as before. That is why only these splits are allowed
+(CodegenError otherwise, and the caller keeps kernels per size): a dim split by a grid dim and the loop at once,
+or by a grid dim whose blocks an output sums or keeps apart along another dim (split-KV partials), would let a
+block hold no real index at all when E is small, and an online softmax over nothing has a running max of -inf,
+exp(-inf - -inf) = NaN (neutral empty blocks are future work). A grid dim or the loop that splits a dim of
+runtime size must split nothing else, else its count, right for that dim, would be wrong for another; a group
+op over it would need its group count, a mean its 1/E (render refuses both, as for a ragged dim). What codegen
+cannot see is a constant of the block graph computed from a size (a mean's 1/E folded into a scalar): the
+caller must check that the kernels generated at two sizes are the same code (prism.runtime.dynamic does).
+Mutants that count wrong (an extent one short, a trip count or a grid rounded down) are caught by the tests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.spec import unique
@@ -56,7 +75,9 @@ class TileDim:
     """One tile dim: `tile` real lanes padded to `block`; `name` gives its constexprs (BLOCK_X0, TILE_X0,
     EXTENT_X0). A ragged dim's `extent` is the whole dim's (0: not ragged), split by grid dim `grid` (or
     None) and, if `looped`, by the loop: tile k (pid · LOOP + i, or pid, or i) holds global indices k · tile
-    + lane, real when less than the extent."""
+    + lane, real when less than the extent. A dim of runtime size `size` (a dynamic size's name) is ragged with
+    an extent known only at launch: EXTENT_X0 is then an argument, and the tiles the grid dim or the loop
+    splits it into are counted at launch (`extent` is the one it was generated at)."""
 
     name: str
     tile: int
@@ -64,6 +85,7 @@ class TileDim:
     extent: int = 0
     grid: str | None = None
     looped: bool = False
+    size: str | None = None
 
     @property
     def padded(self) -> bool:
@@ -79,6 +101,11 @@ class TileDim:
     def masked(self) -> bool:
         """Some lane may not be real (padded or ragged): loads, stores and reductions mask it."""
         return self.padded or self.ragged
+
+    @property
+    def runtime(self) -> bool:
+        """Its extent is a kernel argument, known at launch."""
+        return self.size is not None
 
     @property
     def block_expr(self) -> str:
@@ -111,10 +138,12 @@ class _Classes:
 class Layout:
     """`dims[i]`: the TileDims of node i's tile (a saver's are those of the tile it saves).
 
-    `base_names[k]` names loader k's tensor (used to name its dims: X0, X1, ...).
+    `base_names[k]` names loader k's tensor (used to name its dims: X0, X1, ...). `sizes` maps (loader index,
+    data dim) to the name of a dynamic size: the classes of those dims have runtime extents (TileDim.size).
     """
 
-    def __init__(self, block: BlockGraph, base_names: list[str]) -> None:
+    def __init__(self, block: BlockGraph, base_names: list[str],
+                 sizes: Mapping[tuple[int, int], str] | None = None) -> None:
         uf = _Classes()
         dot_dims: set[tuple[int, int]] = set()
         shape = {i: n.outputs[0].shape for i, n in block.topo()}
@@ -147,7 +176,7 @@ class Layout:
         for i, node in sorted(block.topo(), key=lambda item: kind_of(item[1]) is not LOADER):
             for d in range(len(shape[i])):
                 namer.setdefault(uf.find((i, d)), (i, d))
-        ragged = _ragged(block, shape, uf)
+        ragged = _ragged(block, shape, uf, sizes or {})
         self.dims: dict[int, tuple[TileDim, ...]] = {}
         roots: dict[tuple[int, int], TileDim] = {}
         bumped = {uf.find(s) for s in dot_dims}
@@ -164,13 +193,20 @@ class Layout:
                     if root in bumped:
                         block_size = max(block_size, MIN_DOT)
                     sep = "_" if base[-1].isdigit() else ""
-                    roots[root] = TileDim(unique(f"{base.upper()}{sep}{dim}", used), size, block_size,
-                                          *ragged.get(root, ()))
+                    split = ragged.get(root, ())
+                    whole = len(split) == 4 and split[1] is None and not split[2]   # a runtime size split by nothing
+                    roots[root] = TileDim(unique(f"{base.upper()}{sep}{dim}", used), block_size if whole else size,
+                                          block_size, *split)
                 tdim = roots[root]
-                assert tdim.tile == size, f"tile dim {tdim.name} has sizes {tdim.tile} and {size}"
+                assert tdim.tile == size or tdim.runtime, f"tile dim {tdim.name} has sizes {tdim.tile} and {size}"
                 out.append(tdim)
             self.dims[i] = tuple(out)
         self.classes: list[TileDim] = list(roots.values())
+        for i, node in block.topo():
+            if kind_of(node) is COMPUTE and OPS[node.op].family.rule in ("group", "group_scale") \
+                    and self.dims[node.inputs[0][0]][node.attrs["dim"]].runtime:
+                raise CodegenError(f"{block.label((i, 0))} groups a dim of runtime size: its groups are counted "
+                                   "when the kernel is generated")
 
     def tile_dim(self, name: str) -> TileDim:
         """The tile dim called `name`."""
@@ -186,9 +222,14 @@ class Layout:
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
 
-def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], uf: _Classes) -> dict[tuple[int, int], tuple]:
-    """Per tile-dim class split raggedly by a loader or saver: (extent, grid dim or None, looped)."""
+def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], uf: _Classes,
+            sizes: Mapping[tuple[int, int], str]) -> dict[tuple[int, int], tuple]:
+    """Per tile-dim class split raggedly by a loader or saver, or of a runtime size (`sizes`: (loader index, dim)
+    -> size name): (extent, grid dim or None, looped, size name or None). CodegenError where a runtime size's
+    tiles could not be counted at launch (module docstring)."""
     out: dict[tuple[int, int], tuple] = {}
+    ways: dict[tuple[int, int], set[tuple[tuple[str, ...], bool]]] = {}
+    named: dict[tuple[int, int], tuple[str, int]] = {}
     for i, node in block.topo():
         kind = kind_of(node)
         if kind is LOADER:
@@ -198,13 +239,50 @@ def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], uf: _Classes) 
         else:
             continue
         for d, tile in enumerate(shape[i]):
-            grid = next((g for g, dd in maps.items() if dd == d and block.grid_size(g) > 1), None)
+            root = uf.find((i, d))
+            grids = tuple(g for g, dd in maps.items() if dd == d and block.grid_size(g) > 1)
             looped = fmap == d and block.loop > 1
-            parts = (block.grid_size(grid) if grid else 1) * (block.loop if looped else 1)
+            ways.setdefault(root, set()).add((grids, looped))
+            if kind is LOADER and (node.attrs["index"], d) in sizes:
+                named.setdefault(root, (sizes[(node.attrs["index"], d)], full[d]))
+            parts = (block.grid_size(grids[0]) if grids else 1) * (block.loop if looped else 1)
             if tile * parts == full[d]:
                 continue
-            split = (full[d], grid, looped)
-            if out.setdefault(uf.find((i, d)), split) != split:
+            split = (full[d], grids[0] if grids else None, looped)
+            if out.setdefault(root, split) != split:
                 raise CodegenError(f"tile dim {d} of {block.label((i, 0))} is split raggedly as {split}, "
-                                   f"but a dim it is unified with as {out[uf.find((i, d))]}")
+                                   f"but a dim it is unified with as {out[root]}")
+    for root, (size, extent) in named.items():
+        if len(ways[root]) > 1:
+            raise CodegenError(f"a dim of runtime size {size!r} is split in several ways ({sorted(ways[root])}): "
+                               "its tiles cannot be counted from its extent alone")
+        ((grids, looped),) = ways[root]
+        if len(grids) + looped > 1:
+            by = " and ".join(grids + ("the loop",) * looped)
+            raise CodegenError(f"a dim of runtime size {size!r} is split by {by}: some blocks or iterations could "
+                               "hold no real element")
+        out[root] = (extent, grids[0] if grids else None, looped, size)
+    _counted_at_launch(block, shape, ways, named)
     return out
+
+
+def _counted_at_launch(block: BlockGraph, shape: dict[int, tuple[int, ...]],
+                       ways: dict[tuple[int, int], set[tuple[tuple[str, ...], bool]]],
+                       named: dict[tuple[int, int], tuple[str, int]]) -> None:
+    """CodegenError unless each grid dim or loop that splits a dim of runtime size splits only dims of that size
+    into tiles of one extent (its count, cdiv(extent, tile), is then right for all of them), and every output
+    keeps the blocks of such a grid dim apart (omap), so that no block's tile is summed with another's."""
+    parallel = [g for g in block.grid_dims if block.grid_size(g) > 1] + (["loop"] if block.loop > 1 else [])
+    for var in parallel:
+        split = [r for r, w in ways.items() if any(looped if var == "loop" else var in grids for grids, looped in w)]
+        counts = {(named[r][0], shape[r[0]][r[1]]) if r in named else None for r in split}
+        if not any(counts):
+            continue
+        what = "the loop" if var == "loop" else f"grid dim {var}"
+        if len(counts) > 1:
+            raise CodegenError(f"{what} splits a dim of runtime size and other dims ({sorted(map(str, counts))}): "
+                               "its count, known at launch, would not fit them all")
+        summed = [k for k, i in enumerate(block.savers) if var != "loop" and var not in block.nodes[i].attrs["omap"]]
+        if summed:
+            raise CodegenError(f"output {summed[0]} sums the blocks of {what}, which splits a dim of runtime size: "
+                               "blocks past the extent would be summed in (future work)")

@@ -5,12 +5,18 @@ stored in float32 (float64 for float64 graphs), so e.g. attention's partial nume
 lose nothing between its two kernels. An output summed across blocks (an unmapped grid dim of size > 1,
 as in split-K) is written with atomic adds into a zeroed float32 buffer; if its tensor is stored in a
 narrower dtype, a copy kernel casts the float32 sums afterwards.
+
+Runtime sizes: a plan made with `sizes` (input dims of dynamic size, by name) passes those names along, from
+each kernel's inputs to the outputs whose dims have that extent (`Buffer.dynamic`), and its kernels take them
+at launch (prism.codegen.layout). `plan.at(values)` is the same plan, the same source and so the same compiled
+kernels, with its buffers at other values of those sizes.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Mapping
 
 import torch
 
@@ -19,6 +25,7 @@ from prism.codegen.errors import CodegenError
 from prism.codegen.lower import elementwise_block, to_custom
 from prism.codegen.spec import KernelSpec
 from prism.codegen.tail import COUNTER_DTYPE, emit_tail
+from prism.errors import InputError
 from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph
@@ -35,12 +42,21 @@ BUFFER_DTYPES = {**TORCH_DTYPES, COUNTER_DTYPE: torch.int32}
 class Buffer:
     """A tensor the plan reads or writes: `zero` buffers are zero-filled before the first kernel runs;
     `persistent` ones (a tail kernel's row counters, prism.codegen.tail) are allocated zeroed once and kept,
-    and every call leaves them zeroed."""
+    and every call leaves them zeroed. `dynamic[d]` names the dynamic size dim d has (None, or no entries: fixed).
+    """
 
     shape: tuple[int, ...]
     dtype: str
     zero: bool = False
     persistent: bool = False
+    dynamic: tuple[str | None, ...] = ()
+
+    def at(self, values: Mapping[str, int]) -> Buffer:
+        """This buffer with its dynamic dims at `values` (size name -> extent)."""
+        if not any(self.dynamic):
+            return self
+        shape = tuple(n if size is None else values[size] for n, size in zip(self.shape, self.dynamic))
+        return replace(self, shape=shape)
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,26 @@ class Plan:
     def digest(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:20]
 
+    @property
+    def sizes(self) -> set[str]:
+        """The dynamic sizes its kernels take at launch (empty: every size is fixed)."""
+        return {size for b in self.buffers for size in b.dynamic if size}
+
+    def at(self, values: Mapping[str, int]) -> Plan:
+        """The same kernels (the same source) with every buffer at `values` of the dynamic sizes; InputError if one
+        is missing, or larger than a kernel's one block for it holds."""
+        missing = self.sizes - set(values)
+        if missing:
+            raise InputError(f"the plan's kernels take sizes {', '.join(sorted(missing))} at launch; no value given")
+        plan = replace(self, buffers=tuple(b.at(values) for b in self.buffers))
+        for step in plan.steps:
+            shapes = [plan.buffers[j].shape for j in step.inputs + step.outputs]
+            for size, most in step.kernel.bounds:
+                if size.of(shapes) > most:
+                    raise InputError(f"{step.kernel.name} holds a dim of runtime size in one block of {most}; "
+                                     f"it is {size.of(shapes)} here: generate the kernels again for this size")
+        return plan
+
 
 @dataclass(frozen=True)
 class _Planned:
@@ -97,22 +133,32 @@ def _wide(dtype: str) -> str:
     return "float64" if dtype == "float64" else "float32"
 
 
-def plan_graph(graph: KernelGraph, num_warps: int | None = None) -> Plan:
+def plan_graph(graph: KernelGraph, num_warps: int | None = None,
+               sizes: Mapping[tuple[int, int], str] | None = None) -> Plan:
     """Lower every kernel-level op to a µGraph, generate every kernel, and lay out the buffers. A block graph
-    whose launch says `tail` is generated into the kernel before it (prism.codegen.tail)."""
+    whose launch says `tail` is generated into the kernel before it (prism.codegen.tail). `sizes` maps (input
+    index, dim) to the name of a dynamic size, which the kernels then take at launch (module docstring);
+    CodegenError where one cannot."""
     lowered, tags = to_custom(graph)
     outputs = set(lowered.outputs)
     buffers: list[Buffer] = []
     where: dict[Ref, int] = {}
-    for r in lowered.input_refs:
+    sizes = sizes or {}
+    for i, r in enumerate(lowered.input_refs):
         where[r] = len(buffers)
-        buffers.append(Buffer(lowered.type_of(r).shape, lowered.type_of(r).dtype))
+        t = lowered.type_of(r)
+        dynamic = tuple(sizes.get((i, d)) for d in range(len(t.shape)))
+        buffers.append(Buffer(t.shape, t.dtype, dynamic=dynamic if any(dynamic) else ()))
     steps: list[Step] = []
     last: _Planned | None = None   # the custom op of the last step, if nothing came after it
 
-    def add(t: TType, dtype: str, zero: bool) -> int:
-        buffers.append(Buffer(t.shape, dtype, zero))
+    def add(t: TType, dtype: str, zero: bool, dynamic: tuple[str | None, ...] = ()) -> int:
+        buffers.append(Buffer(t.shape, dtype, zero, dynamic=dynamic if any(dynamic) else ()))
         return len(buffers) - 1
+
+    def read(ids: tuple[int, ...]) -> dict[tuple[int, int], str]:
+        """The dynamic sizes of the buffers a kernel reads: (its input index, dim) -> size name."""
+        return {(k, d): size for k, j in enumerate(ids) for d, size in enumerate(buffers[j].dynamic) if size}
 
     def name(tag: str | None) -> str:
         return f"kernel_{len(steps)}" + (f"_{tag}" if tag else "")
@@ -123,37 +169,40 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None) -> Plan:
         block = node.attrs["block"]
         in_ids = tuple(where[r] for r in node.inputs)
         labels = [lowered.label(r) for r in node.inputs]
-        out_ids, out_dtypes, casts = [], [], []
+        stores = [t.dtype if (i, k) in outputs else _wide(t.dtype) for k, t in enumerate(node.outputs)]
+        summed = [any(g > 1 and d not in block.nodes[block.savers[k]].attrs["omap"]
+                      for d, g in zip(block.grid_dims, block.grid)) for k in range(len(stores))]
+        out_dtypes = [_wide(store) if add_up else store for store, add_up in zip(stores, summed)]
+        tail = block.launch.tail
+        if tail and (last is None or read(last.inputs) or read(in_ids)):
+            raise CodegenError("a block graph launched as a tail (Launch(tail=True)) must come right after the "
+                               "fused kernel that writes its inputs, with no kernel between them" if last is None
+                               else "a tail kernel (prism.codegen.tail) cannot take sizes at launch")
+        spec = None if tail else emit_kernel(block, name(tags.get(i)), labels, [buffers[j].dtype for j in in_ids],
+                                             out_dtypes, num_warps, read(in_ids))
+        out_ids, casts = [], []
         for k, t in enumerate(node.outputs):
-            store = t.dtype if (i, k) in outputs else _wide(t.dtype)
-            saver = block.nodes[block.savers[k]]
-            summed = any(g > 1 and d not in saver.attrs["omap"] for d, g in zip(block.grid_dims, block.grid))
-            final = add(t, store, zero=summed and store == _wide(store))
+            dynamic = spec.out_sizes[k] if spec else ()
+            final = add(t, stores[k], summed[k] and stores[k] == out_dtypes[k], dynamic)
             where[(i, k)] = final
-            if summed and store != _wide(store):
-                work = add(t, _wide(store), zero=True)
+            if out_dtypes[k] != stores[k]:
+                work = add(t, out_dtypes[k], True, dynamic)
                 casts.append((lowered.label((i, k)), t, work, final))
                 out_ids.append(work)
-                out_dtypes.append(_wide(store))
             else:
                 out_ids.append(final)
-                out_dtypes.append(store)
         op = _Planned(block, in_ids, tuple(out_ids), labels, [buffers[j].dtype for j in in_ids], out_dtypes)
-        if block.launch.tail:
-            if last is None:
-                raise CodegenError("a block graph launched as a tail (Launch(tail=True)) must come right after the "
-                                   "fused kernel that writes its inputs, with no kernel between them")
-            steps[-1] = _tail_step(last, op, steps[-1].kernel.name, buffers, num_warps)
+        if spec is None:
+            steps[-1] = _tail_step(last, op, steps[-1].kernel.name, buffers, num_warps)  # type: ignore[arg-type]
             last = None
             continue
-        steps.append(Step(emit_kernel(block, name(tags.get(i)), labels, op.in_dtypes, out_dtypes, num_warps), in_ids,
-                          op.outputs))
+        steps.append(Step(spec, in_ids, op.outputs))
         last = op if not casts else None
         for label, t, work, final in casts:
             copy = elementwise_block(None, {}, [t], t)
-            spec = emit_kernel(copy, name("cast"), [f"sums of {label}"],
-                               [buffers[work].dtype], [buffers[final].dtype], num_warps)
-            steps.append(Step(spec, (work,), (final,)))
+            cast = emit_kernel(copy, name("cast"), [f"sums of {label}"], [buffers[work].dtype], [buffers[final].dtype],
+                               num_warps, read((work,)))
+            steps.append(Step(cast, (work,), (final,)))
     # the kernel graph without its block graphs (each kernel below starts with its own)
     doc = "\n".join(f"# {line}" for line in str(graph).splitlines() if not line.startswith("    "))
     head = f'"""Triton kernels generated by Prism for the kernel graph below."""\n{doc}\n\n{HEADER}'

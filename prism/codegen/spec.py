@@ -6,8 +6,10 @@ import builtins
 import keyword
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
-__all__ = ["KernelSpec", "Param", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
+__all__ = ["KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES",
+           "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
@@ -18,11 +20,36 @@ RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"} | {n for n in dir(built
 
 
 @dataclass(frozen=True)
+class Size:
+    """A number a kernel takes at launch from a size known only then (a dynamic dim's extent): the size of dim
+    `dim` of launcher argument `arg` (the kernel's inputs, then its outputs), divided by `per` rounded up: with
+    `per` 1 the extent itself, with `per` a tile the tiles it takes (a loop's trip count, a grid dim's blocks)."""
+
+    arg: int
+    dim: int
+    per: int = 1
+
+    def of(self, shapes: Sequence[Sequence[int]]) -> int:
+        """Its value for launcher arguments of `shapes`."""
+        return -(-int(shapes[self.arg][self.dim]) // self.per)
+
+    def source(self, args: Sequence[str]) -> str:
+        """Its value in a launcher whose arguments are called `args`: `kt.shape[2]`, `triton.cdiv(kt.shape[2], 16)`."""
+        size = f"{args[self.arg]}.shape[{self.dim}]"
+        return size if self.per == 1 else f"triton.cdiv({size}, {self.per})"
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """A generated kernel: its source (kernel + launcher) and everything needed to launch or AOT-compile it.
 
     `inputs`/`outputs` are the storage dtypes of the buffers it reads and writes (in launcher order);
     `summed[k]` says output k is summed across blocks with atomic adds, so its buffer must be zeroed.
+    A kernel with runtime sizes (prism.codegen.layout) takes `runtime` i32 arguments after its strides, each
+    computed at launch (`Size`), and its grid dims in `grid_sizes` have the blocks a Size gives (None: those of
+    `grid`, which holds the sizes it was generated at); `out_sizes[k][d]` names the dynamic size dim d of
+    output k has (None: fixed); `bounds` holds the extents a block must hold whole (a runtime size split by
+    nothing), with the most each may be.
     """
 
     name: str
@@ -36,13 +63,26 @@ class KernelSpec:
     summed: tuple[bool, ...]
     num_warps: int = 4
     num_stages: int | None = None   # None: Triton's default
+    runtime: tuple[tuple[str, Size], ...] = ()
+    grid_sizes: tuple[Size | None, ...] = ()
+    out_sizes: tuple[tuple[str | None, ...], ...] = ()
+    bounds: tuple[tuple[Size, int], ...] = ()
+
+    def grid_at(self, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        """The grid for launcher arguments of `shapes` (the kernel's inputs, then its outputs)."""
+        sizes = self.grid_sizes or (None,) * len(self.grid)
+        return tuple(g if s is None else s.of(shapes) for g, s in zip(self.grid, sizes))
+
+    def runtime_at(self, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        """The `runtime` arguments' values for launcher arguments of `shapes`, in parameter order."""
+        return tuple(s.of(shapes) for _, s in self.runtime)
 
 
 @dataclass(frozen=True)
 class Param:
     """A line of a kernel's parameters: one pointer, the strides of one tensor, or one constexpr."""
 
-    kind: str                 # "in", "out", "stride", "constexpr"
+    kind: str                 # "in", "out", "stride", "size" (an i32 computed at launch), "constexpr"
     names: list[str]
     types: list[str]          # the signature type of each name ("*fp16", "i32", "constexpr")
     comment: str

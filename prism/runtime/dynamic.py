@@ -1,12 +1,30 @@
-"""Programs called at many sizes: one search, one tuning per size bucket, nothing re-done inside a bucket.
+"""Programs called at many sizes: one search, one tuning and one compile per size bucket, nothing re-done inside
+a bucket.
 
 A search result holds for all sizes (its graphs are verified for every parallel size), so only the tuning
 and the code depend on the sizes a program is called with. A *bucket* is the set of sizes that round up to
 the same powers of two, dim by dim. The first call in a bucket tunes (`superoptimize`; its search comes
 from the result cache after the first bucket). A later call at other sizes of the bucket takes the bucket's
-choice, the same sGraph at the same grid, loop, warps and stages, instantiated at its own sizes: no
-search, no tuning. A choice that is not a valid point at the new sizes (a tile that does not divide the new
-extent) is not stretched: those sizes are tuned on their own, and `tunings` counts it.
+choice: no search, no tuning.
+
+Where it can, a bucket also keeps one set of kernels for all its sizes (`_Shared`): the chosen µGraph's tiles
+stay those tuned, and only the extents of the dynamic dims, the loop's trip count and the grid's blocks over
+them change, which the kernels take at launch (prism.codegen.layout): a call at a new size of the bucket runs
+with no new source and no compile. That holds where a dynamic dim is split by the loop alone or by a grid dim
+whose blocks each write their own tiles of the output, so that every block and every iteration keeps a real
+element. Elsewhere each size of the bucket gets kernels of its own, and the report says why:
+  - a dim split by a grid dim whose partials a second kernel combines or whose blocks are summed (split-KV
+    attention), or by a grid dim and the loop at once: at a smaller size whole blocks or iterations would be
+    past the extent, and an online softmax's running max over nothing is -inf, exp(-inf - -inf) NaN. Blocks
+    that know they are empty and contribute the neutral partial are future work;
+  - a tail kernel (prism.codegen.tail), a group op over a dynamic dim, a mean over one (1/n is a constant of
+    the kernel), or any other kernel whose code changes with the size: the bucket's kernels are generated at
+    two of its sizes and must be the same code, buffers and grids (`_share`);
+  - a bucket that holds one size (dynamic sizes 1 and 2).
+There, the bucket's choice is instantiated at each size, the same sGraph at the same grid, loop, warps and
+stages; a choice that is not a valid point at the new sizes (a tile that does not divide the new extent) is
+not stretched: those sizes are tuned on their own, and `tunings` counts it. `compiles` counts the kernel
+sets a bucket's calls run: one where they are shared, one per size otherwise.
 
 `DynamicGraph` is what `prism.superoptimize(program, dynamic=...)` returns; `SizeBuckets` is the shared
 part, also used by `torch.compile(backend="prism")` for graphs whose sizes are symbolic
@@ -17,23 +35,31 @@ from __future__ import annotations
 
 import collections
 import copy
+import io
+import tokenize
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.errors import GraphError, InputError
+from prism.codegen import CodegenError
+from prism.codegen.plan import Plan, plan_graph
+from prism.codegen.runtime import CompiledGraph
+from prism.errors import GraphError, InputError, MappingError
 from prism.ir import KernelGraph
+from prism.ir.block import GRID_DIMS
 from prism.ir.ops import TORCH_DTYPES
 from prism.runtime.optimized import CUDA, EXECUTION_TEXT, OptimizedGraph, execution_mode
 from prism.tune.report import PER_OUTPUT, UNFUSED, Report
 from prism.tune.space import GraphSpace, instantiate
 from prism.tune.target import Target
 
-__all__ = ["DynamicGraph", "SizeBuckets", "bucket", "parse_dynamic"]
+__all__ = ["DynamicGraph", "SizeBuckets", "bucket", "parse_dynamic", "resize"]
 
 Shapes = tuple[tuple[int, ...], ...]
+Dims = dict[str, list[tuple[int, int]]]
+"""Dynamic dims by name: the (input index, dim) pairs that always have that size."""
 
 
 def bucket(shapes: Sequence[Sequence[int]]) -> Shapes:
@@ -41,24 +67,52 @@ def bucket(shapes: Sequence[Sequence[int]]) -> Shapes:
     return tuple(tuple(1 << max(0, int(n) - 1).bit_length() for n in s) for s in shapes)
 
 
+def resize(program: KernelGraph, shapes: Shapes) -> KernelGraph:
+    """`program` with inputs of `shapes`: the same ops, checked again by the builder (InputError if they do not
+    hold there)."""
+    g = KernelGraph()
+    try:
+        args = [g.input(s, t.dtype, t.name) for s, t in zip(shapes, program.inputs)]
+        g.output(*program.replay(g, args))
+    except GraphError as e:
+        raise InputError(f"the program does not hold at sizes {[list(s) for s in shapes]}: {e}") from None
+    return g
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """A bucket's kernels, which take its dynamic sizes at launch: their plan (at the sizes it was tuned at), and
+    the tile each parallel size of the chosen µGraph ("x", "y", "z", "loop") splits a dynamic size into, by
+    (size name, tile): at a size E it has cdiv(E, tile) parts."""
+
+    plan: Plan
+    tiles: dict[str, tuple[str, int]]
+
+
 @dataclass
 class _Choice:
-    """A bucket's tuning: the search result, the chosen point of it, and the report that chose it."""
+    """A bucket's tuning: the search result, the chosen point of it, the report that chose it, and the kernels
+    its sizes share (None: each size has its own, `why`)."""
 
     result: Any
     report: Report
     shapes: Shapes
+    shared: _Shared | None = None
+    why: str = ""
 
 
 class SizeBuckets:
     """OptimizedGraphs of one program at many sizes. `optimize(program)` tunes at the program's sizes and
-    returns an OptimizedGraph whose `search_result` is the result it was tuned from. `tunings` counts the
-    tunings per bucket."""
+    returns an OptimizedGraph whose `search_result` is the result it was tuned from; `dims` are the program's
+    dynamic dims (parse_dynamic), whose sizes a bucket's shared kernels take at launch. `tunings` counts the
+    tunings per bucket, `compiles` the kernel sets its calls run (module docstring)."""
 
     def __init__(self, optimize: Callable[[KernelGraph], OptimizedGraph], device: torch.device,
-                 target: Target) -> None:
+                 target: Target, dims: Dims | None = None) -> None:
         self.optimize, self.device, self.target = optimize, device, target
+        self.dims: Dims = dict(dims or {})
         self.tunings: collections.Counter[Shapes] = collections.Counter()
+        self.compiles: collections.Counter[Shapes] = collections.Counter()
         self._choices: dict[Shapes, _Choice] = {}
         self._at: dict[tuple, OptimizedGraph] = {}
 
@@ -68,22 +122,47 @@ class SizeBuckets:
         key = (shapes, tuple(t.dtype for t in program.inputs))
         if key not in self._at:
             b = bucket(shapes)
-            opt = self._reuse(self._choices.get(b), program)
+            choice = self._choices.get(b)
+            opt = None
+            if choice is not None and choice.shared is not None:
+                opt = self._serve(choice, program, _noted(choice, shapes, "served by the bucket's kernels, which take "
+                                                          f"{_names(choice.shared.plan)} at launch: no compile"))
+            elif choice is not None:
+                opt = self._reuse(choice, program)
+                if opt is not None:
+                    self.compiles[b] += 1
             if opt is None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU": said once, by the owner
-                    opt = self.optimize(program)
-                self.tunings[b] += 1
-                best = opt.report.best
-                if b not in self._choices and best is not None and best.origin != PER_OUTPUT:
-                    self._choices[b] = _Choice(opt.search_result, opt.report, shapes)
+                opt = self._tune(b, program)
             self._at[key] = opt
         return self._at[key]
 
-    def _reuse(self, choice: _Choice | None, program: KernelGraph) -> OptimizedGraph | None:
-        """The bucket's choice at `program`'s sizes, or None if it is not a valid point there."""
-        if choice is None:
-            return None
+    def _tune(self, b: Shapes, program: KernelGraph) -> OptimizedGraph:
+        """`program` tuned; the first tuning of a bucket becomes its choice, with the kernels its sizes share."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU": said once, by the owner
+            opt = self.optimize(program)
+        self.tunings[b] += 1
+        self.compiles[b] += 1
+        best, first = opt.report.best, self._choices.get(b)
+        if first is not None:
+            opt.report.notes.append(f"tuned again in its size bucket: the choice tuned at sizes "
+                                    f"{[list(s) for s in first.shapes]} is no valid point here ({first.why})")
+        if first is not None or best is None or best.origin == PER_OUTPUT:
+            return opt
+        choice = self._choices[b] = _Choice(opt.search_result, opt.report, tuple(t.shape for t in program.inputs))
+        shared = self._share(choice, program, opt.graph)
+        if isinstance(shared, str):
+            choice.why = shared
+            opt.report.notes.append(f"each size of this bucket gets kernels of its own: {shared}")
+            return opt
+        choice.shared = shared
+        opt.report.notes.append(f"its kernels take {_names(shared.plan)} at launch: one compile serves every size of "
+                                "this bucket")
+        return self._serve(choice, program, opt.report, opt.search_result)
+
+    def _reuse(self, choice: _Choice, program: KernelGraph) -> OptimizedGraph | None:
+        """The bucket's choice at `program`'s sizes with kernels of its own, or None if it is not a valid point
+        there."""
         c = choice.report.best.candidate  # type: ignore[union-attr]
         shapes = [t.shape for t in program.inputs]
         if c.graph == UNFUSED:
@@ -94,12 +173,115 @@ class SizeBuckets:
             if GraphSpace(sgraph, shapes, dtype, self.target).violations(c.grid, c.loop, c.warps, c.stages):
                 return None
             graph = instantiate(sgraph, shapes, dtype, names, c)
-        report = copy.deepcopy(choice.report)
-        report.notes = report.notes + [f"the choice tuned at sizes {[list(s) for s in choice.shapes]} reused at "
-                                       f"{[list(s) for s in shapes]} (one size bucket): no search, no tuning"]
+        report = _noted(choice, shapes, f"no search, no tuning; kernels of its own ({choice.why})")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return OptimizedGraph(program, graph, report, self.device, torch_op=False)
+
+    def _serve(self, choice: _Choice, program: KernelGraph, report: Report,
+               search_result: Any = None) -> OptimizedGraph:
+        """The bucket's choice at `program`'s sizes, running the bucket's shared kernels at those sizes."""
+        shared = choice.shared
+        assert shared is not None
+        compiled = CompiledGraph(program, shared.plan.at(self.values(program)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return OptimizedGraph(program, self._form(choice, program, shared.tiles), report, self.device,
+                                  search_result, torch_op=False, compiled=compiled)
+
+    def values(self, program: KernelGraph) -> dict[str, int]:
+        """Each dynamic size's value in `program`."""
+        return {name: program.inputs[i].shape[d] for name, dims in self.dims.items() for i, d in dims[:1]}
+
+    def _form(self, choice: _Choice, program: KernelGraph, tiles: dict[str, tuple[str, int]]) -> KernelGraph:
+        """The bucket's choice at `program`'s sizes with the tiles it was tuned with: each parallel size that splits
+        a dynamic size E into tiles of t is cdiv(E, t) (a µGraph of the chosen sGraph, which the reference
+        executor runs; the kernels are the bucket's)."""
+        c = choice.report.best.candidate  # type: ignore[union-attr]
+        if c.graph == UNFUSED:
+            return program
+        values = self.values(program)
+
+        def parts(var: str, size: int) -> int:
+            return -(-values[tiles[var][0]] // tiles[var][1]) if var in tiles else size
+
+        c = replace(c, grid=tuple(parts(g, n) for g, n in zip(GRID_DIMS, c.grid)), loop=parts("loop", c.loop))
+        return instantiate(choice.result.graphs[c.graph], [t.shape for t in program.inputs], program.inputs[0].dtype,
+                           [t.name for t in program.inputs], c)
+
+    def _share(self, choice: _Choice, program: KernelGraph, graph: KernelGraph) -> _Shared | str:
+        """Kernels for every size of the bucket, generated at `program`'s sizes with the dynamic dims taken at
+        launch, or why there are none. They are generated again at another size of the bucket (its top, or one
+        less when tuned there) and must be the same code, with the buffers and grids the sizes give: so nothing
+        they compute depends on a size (a mean's 1/n, a tiling)."""
+        values = self.values(program)
+        top = {n: 1 << (v - 1).bit_length() for n, v in values.items()}
+        free = sorted(n for n in values if top[n] > 2)
+        if not free:
+            return ("no dynamic size is declared" if not values else
+                    "its dynamic sizes are 1 or 2, so the bucket holds one size")
+        marks = {(i, d): n for n in free for i, d in self.dims[n]}
+        tiles = _tiles(graph, marks)
+        if isinstance(tiles, str):
+            return tiles
+        other = {**values, **{n: top[n] if values[n] != top[n] else top[n] - 1 for n in free}}
+        shapes = [list(t.shape) for t in program.inputs]
+        for (i, d), n in marks.items():
+            shapes[i][d] = other[n]
+        try:
+            again = resize(program, tuple(map(tuple, shapes)))
+            plan, plan2 = plan_graph(graph, sizes=marks), plan_graph(self._form(choice, again, tiles), sizes=marks)
+        except (CodegenError, MappingError, InputError) as e:
+            return f"its kernels cannot take {', '.join(free)} at launch: {e}"
+        there = plan.at(other)
+        grids = [s.kernel.grid_at([there.buffers[j].shape for j in s.inputs + s.outputs]) for s in there.steps]
+        if _code(plan.source) != _code(plan2.source) or there.buffers != plan2.buffers \
+                or grids != [s.kernel.grid for s in plan2.steps]:
+            return (f"its kernels at {', '.join(f'{n}={other[n]}' for n in free)} are not those at "
+                    f"{', '.join(f'{n}={values[n]}' for n in free)}: something they compute depends on a size")
+        return _Shared(plan, tiles)
+
+
+def _tiles(graph: KernelGraph, marks: dict[tuple[int, int], str]) -> dict[str, tuple[str, int]] | str:
+    """Each parallel size of `graph`'s fused kernel ("x", "y", "z", "loop") that splits an input dim of dynamic
+    size (`marks`: (input index, dim) -> size name): (the size's name, its tile), or why a tile of it cannot
+    serve the bucket (a tile that is not a power of two, one parallel size over two tiles). Two names under one
+    parallel size are one size (K's and V's key positions, which torch.compile names apart): code generation
+    refuses a parallel size over two dims that are not one tile dim, which the program makes equal."""
+    out: dict[str, tuple[str, int]] = {}
+    inputs = {r: i for i, r in enumerate(graph.input_refs)}
+    for _, node in graph.topo():
+        if node.op != "custom":
+            continue
+        block = node.attrs["block"]
+        for i in block.loaders:
+            a = block.nodes[i].attrs
+            for d, tile in enumerate(block.nodes[i].outputs[0].shape):
+                name = marks.get((inputs.get(node.inputs[a["index"]], -1), d))
+                split = [g for g, dd in a["imap"].items() if dd == d and block.grid_size(g) > 1]
+                split += ["loop"] if a["fmap"] == d and block.loop > 1 else []
+                for var in split if name else []:
+                    if tile & (tile - 1) or out.setdefault(var, (name, tile))[1] != tile:
+                        return f"{var} splits {name} into tiles of {tile}, which cannot be counted at launch"
+    return out
+
+
+def _code(source: str) -> str:
+    """Generated `source` without its comments (which print the sizes it was generated at)."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return tokenize.untokenize((t.type, t.string) for t in tokens if t.type != tokenize.COMMENT)
+
+
+def _names(plan: Plan) -> str:
+    return ", ".join(sorted(plan.sizes))
+
+
+def _noted(choice: _Choice, shapes: Sequence[Sequence[int]], how: str) -> Report:
+    """A copy of the bucket's report, noting that its choice serves `shapes` and how."""
+    report = copy.deepcopy(choice.report)
+    report.notes = report.notes + [f"the choice tuned at sizes {[list(s) for s in choice.shapes]} reused at "
+                                   f"{[list(s) for s in shapes]} (one size bucket): {how}"]
+    return report
 
 
 def parse_dynamic(program: KernelGraph, dynamic: Any) -> dict[str, list[tuple[int, int]]]:
@@ -136,7 +318,8 @@ class DynamicGraph:
     """A program's optimized form at every size of its dynamic dims: `g(*tensors)` returns its outputs (a
     list) like an OptimizedGraph, at the tensors' sizes. Sizes are read from the tensors; the dims under one
     name must agree, and every other dim must be the program's. `at(*tensors)` is the OptimizedGraph that
-    serves those sizes; `tunings` counts the tunings per size bucket (module docstring)."""
+    serves those sizes; `tunings` counts the tunings per size bucket, `compiles` the kernel sets its calls run
+    (module docstring)."""
 
     def __init__(self, program: KernelGraph, dims: dict[str, list[tuple[int, int]]], buckets: SizeBuckets) -> None:
         self.program, self.dims, self.buckets = program, dims, buckets
@@ -150,6 +333,10 @@ class DynamicGraph:
     def tunings(self) -> collections.Counter[Shapes]:
         return self.buckets.tunings
 
+    @property
+    def compiles(self) -> collections.Counter[Shapes]:
+        return self.buckets.compiles
+
     def __call__(self, *tensors: Any) -> list[torch.Tensor]:
         return self.at(*tensors).run(tensors)
 
@@ -160,13 +347,7 @@ class DynamicGraph:
     def resized(self, shapes: Shapes) -> KernelGraph:
         """The program with inputs of `shapes`: the same ops, checked again by the builder."""
         if shapes not in self._programs:
-            g = KernelGraph()
-            try:
-                args = [g.input(s, t.dtype, t.name) for s, t in zip(shapes, self.program.inputs)]
-                g.output(*self.program.replay(g, args))
-            except GraphError as e:
-                raise InputError(f"the program does not hold at sizes {[list(s) for s in shapes]}: {e}") from None
-            self._programs[shapes] = g
+            self._programs[shapes] = resize(self.program, shapes)
         return self._programs[shapes]
 
     def _shapes(self, tensors: Sequence[Any]) -> Shapes:

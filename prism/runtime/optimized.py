@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.codegen.runtime import check_inputs
+from prism.codegen.runtime import CompiledGraph, check_inputs
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
@@ -51,10 +51,13 @@ class OptimizedGraph:
     two threads): they share the row counters."""
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
-                 device: torch.device | str = "cpu", search_result: Any = None, torch_op: bool = True) -> None:
+                 device: torch.device | str = "cpu", search_result: Any = None, torch_op: bool = True,
+                 compiled: CompiledGraph | None = None) -> None:
         self.program = program
         self.graph = graph
         self.report = report
+        if compiled is not None:   # kernels it shares with other sizes (prism.runtime.dynamic), not its own
+            self.compiled = compiled
         self.search_result = search_result
         """The SearchResult this was tuned from (None when it came from the result cache)."""
         self.device = torch.device(device)
@@ -73,8 +76,9 @@ class OptimizedGraph:
         for the graphs a DynamicGraph serves one size with (prism.runtime.dynamic): its own op calls them."""
 
     @cached_property
-    def compiled(self):
-        """The chosen µGraph as generated Triton kernels (`prism.codegen.CompiledGraph`)."""
+    def compiled(self) -> CompiledGraph:
+        """The chosen µGraph as generated Triton kernels (`prism.codegen.CompiledGraph`); for a graph a size
+        bucket serves, the bucket's kernels, which take its dynamic sizes at launch (given when it is made)."""
         from prism.codegen import compile_graph
 
         return compile_graph(self.graph)

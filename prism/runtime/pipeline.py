@@ -163,7 +163,7 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
         return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False)
 
     target = tuning_target(dev.type == "cuda", dev, options["target"])
-    return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target))
+    return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target, dims))
 
 
 def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) -> tuple[KernelGraph, Report]:

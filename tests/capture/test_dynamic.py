@@ -3,6 +3,13 @@ again at each new size and tuned once per size bucket (prism.capture.dynamic).""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -110,3 +117,44 @@ def test_a_static_cone_of_a_dynamic_graph_is_searched_outside_the_tracers_fake_m
     (record,) = pc.history[start:]
     assert not [left for left in record["left"] if "internal error" in left["why"]]
     assert len(record["replaced"]) == 2
+
+
+DECODE_INTERPRETED = textwrap.dedent("""
+    import json, warnings, torch
+    warnings.simplefilter("ignore")
+    import prism.capture as pc
+    from prism.capture import dynamic
+    from tests.conftest import example
+    pc.OPTIONS.rest, pc.OPTIONS.budget = "eager", 2
+    pc.OPTIONS.search = {"time_limit": 900.0, "max_grid": 1}
+    layer, (x, k, v) = example("decoder_layer").example(batch=2, length=4)
+    f = torch.compile(layer, backend="prism")
+    gen = torch.Generator().manual_seed(3)
+    worst = 0.0
+    with torch.no_grad():
+        for step in range(13):                                   # KV lengths 4 ... 16: buckets 4, 8, 16
+            worst = max(worst, (f(x, k, v) - layer(x, k, v)).abs().max().item())
+            k = torch.cat([k, torch.randn(k.shape[0], 1, k.shape[2], generator=gen) / 4], dim=1)
+            v = torch.cat([v, torch.randn(v.shape[0], 1, v.shape[2], generator=gen)], dim=1)
+    regions = [{"compiles": sorted(b.compiles.values()), "sizes": len(b._at),
+                "shared": [c.shared is not None for c in b._choices.values()],
+                "modules": len({id(o.compiled.module) for o in b._at.values()}),
+                "execution": sorted({o.execution for o in b._at.values()})} for b in dynamic._BUCKETS.values()]
+    print(json.dumps({"worst": worst, "regions": regions}))
+""")
+
+
+def test_under_the_interpreter_a_decode_loop_runs_one_kernel_set_per_bucket(tmp_path):
+    """The decode loop through `backend="prism"` with TRITON_INTERPRET=1: the attention region runs generated kernels
+    (not torch), right at every KV length, one kernel set per size bucket, taking the length at launch."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", DECODE_INTERPRETED], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["worst"] < 1e-5
+    (attention,) = got["regions"]                                # the one region whose sizes are symbolic
+    assert attention["execution"] == ["interpreter"] and attention["sizes"] == 12   # length 5 ... 16 (4: static)
+    assert attention["shared"] == [True] * 3 and attention["compiles"] == [1] * 3 and attention["modules"] == 3

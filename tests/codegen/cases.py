@@ -33,6 +33,10 @@ class Case:
     torch_reference: Callable[..., torch.Tensor] | None = None
     # a mutant (tests/codegen/ragged_cases.py): an edit of the generated source, which must then fail
     mutate: Callable[[str], str] | None = None
+    # runtime sizes (prism.codegen.layout): (input index, dim) -> size name; the kernels generated for this case
+    # with those dims taken at launch also run each case of `others` (the same µGraph at other sizes)
+    sizes: dict[tuple[int, int], str] = field(default_factory=dict)
+    others: list["Case"] = field(default_factory=list)
 
 
 def _rand(shape, dtype, seed, scale=1.0, positive=False):

@@ -23,6 +23,7 @@ import warnings
 import torch
 
 from prism import codegen, interp
+from prism.codegen.plan import plan_graph
 
 GUARD = 64
 INT_GUARD = -123456789
@@ -83,9 +84,10 @@ def _compare(got: torch.Tensor, want: torch.Tensor, rtol: float) -> float:
     return (got - want)[finite].abs().max().item() / max(scale, 1e-30) if finite.any() else 0.0
 
 
-def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_reference=None, mutate=None) -> dict:
+def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_reference=None, mutate=None,
+              plan=None) -> dict:
     alloc = Guarded(reversed_layout)
-    cg = codegen.compile_graph(graph, allocate=alloc)
+    cg = codegen.CompiledGraph(graph, plan, alloc) if plan else codegen.compile_graph(graph, allocate=alloc)
     if mutate is not None:   # a mutant of the generated source (tests/codegen/ragged_cases.py)
         source = mutate(cg.plan.source)
         if source == cg.plan.source:
@@ -129,10 +131,30 @@ def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_refe
 
 def run_case(name: str) -> dict:
     from tests.codegen.cases import CASES
-    from tests.codegen.ragged_cases import MUTANTS, RAGGED
+    from tests.codegen.ragged_cases import MUTANTS, RAGGED, RUNTIME
 
-    c = {**CASES, **RAGGED, **MUTANTS}[name]()
+    c = {**CASES, **RAGGED, **RUNTIME, **MUTANTS}[name]()
+    if c.sizes:
+        return run_sizes(c)
     return run_graph(c.graph, c.inputs, c.rtol, c.views, c.out_layout == "reversed", c.torch_reference, c.mutate)
+
+
+def run_sizes(c) -> dict:
+    """Case `c`'s kernels generated once, with the dims `c.sizes` names taken at launch (mutated if `c` is a
+    mutant), run at its sizes and at those of every case in `c.others` (prism.codegen.plan.Plan.at): one
+    generated module for all of them."""
+    plan = plan_graph(c.graph, sizes=c.sizes)
+    if c.mutate is not None:
+        source = c.mutate(plan.source)
+        if source == plan.source:
+            raise ValueError("the mutation changed nothing in the generated source")
+        plan = dataclasses.replace(plan, source=source)
+    results = []
+    for k in [c, *c.others]:
+        values = {name: k.graph.inputs[i].shape[d] for (i, d), name in c.sizes.items()}
+        results.append(run_graph(k.graph, k.inputs, k.rtol, torch_reference=k.torch_reference, plan=plan.at(values)))
+    return {"ok": True, "max_rel_err": max(r["max_rel_err"] for r in results), "sizes": len(results),
+            "kernels": results[0]["kernels"], "seconds": sum(r["seconds"] for r in results)}
 
 
 def fuzz() -> dict:

@@ -1,5 +1,6 @@
 """Ragged µGraphs for the interpreter runner: every workload with a dim whose last tile is partial (odd sizes,
-prism.ir.block.split), and mutants of the two rules that make such kernels right (prism.codegen.layout).
+prism.ir.block.split), kernels that take sizes at launch and run at many (RUNTIME), and mutants of the rules
+that make such kernels right (prism.codegen.layout).
 
 A case's kernels must match the reference executor and torch; a mutant's (`Case.mutate` edits the generated
 source) must not: the runner must fail it with wrong numbers, a non-finite output or a broken guard band."""
@@ -15,7 +16,7 @@ import prism
 from prism.workloads.attention import logit_scales
 from tests.codegen.cases import Case
 
-__all__ = ["MUTANTS", "RAGGED"]
+__all__ = ["MUTANTS", "RAGGED", "RUNTIME"]
 
 
 def _case(name: str, cfg: dict[str, int], std: float | None = None, **params) -> Callable[[], Case]:
@@ -70,6 +71,37 @@ def _negative_logits() -> Case:
 RAGGED["ragged_attention_negative_logits"] = _negative_logits
 
 
+def _runtime(name: str, sizes: dict[tuple[int, int], str], configs: list[dict[str, int]],
+             params: Callable[[dict[str, int]], dict], std: float | None = None) -> Callable[[], Case]:
+    """Workload `name`'s fused µGraph at the first of `configs`, its kernels taking the input dims `sizes` names
+    at launch, and run at every config: the µGraph there (`params(cfg)`: the same tiles, so as many parts as
+    they take) is what the reference executor runs, the kernels are those generated at the first."""
+    def make() -> Case:
+        first, *others = (_case(name, cfg, std, **params(cfg))() for cfg in configs)
+        first.sizes, first.others = sizes, others
+        return first
+    return make
+
+
+def _tiles(extent: int, tile: int) -> int:
+    return -(-extent // tile)
+
+
+RUNTIME: dict[str, Callable[[], Case]] = {
+    # kv walked by the loop in tiles of 16, its trip count counted at launch: kv = 1 (one iteration, one real
+    # lane), a whole tile, one past it, and past the size it was generated at
+    "runtime_attention_kv": _runtime("attention", {(1, 2): "kv", (2, 1): "kv"},
+                                     [_att(h) for h in (37, 1, 5, 16, 17, 50, 100)],
+                                     lambda c: {"online": True, "loop": _tiles(c["h"], 16)}, 30.0),
+    # o split by grid dim x in tiles of 32 (blocks counted at launch, each writes its own columns), and the rows
+    # n split by nothing (one tile, padded to the tl.dot's 16)
+    "runtime_rmsnorm_linear": _runtime("rmsnorm_linear", {(0, 0): "n", (1, 1): "o"},
+                                       [{"n": n, "d": 1000, "o": o} for n, o in ((5, 600), (1, 1), (3, 33), (16, 500),
+                                                                               (7, 640))],
+                                       lambda c: {"grid": _tiles(c["o"], 32), "loop": 16}),
+}
+
+
 def _mutant(base: Callable[[], Case], mutate: Callable[[str], str]) -> Callable[[], Case]:
     def make() -> Case:
         case = base()
@@ -93,8 +125,21 @@ def _lane_only_mask(source: str) -> str:
     return re.sub(r"(mask_\w+ = )[^\n(]*\* \w+ \+ (tl\.arange\(0, \w+\) < EXTENT_\w+)", r"\1\2", source)
 
 
+def _extent_one_short(source: str) -> str:
+    """The first extent a launcher passes at launch one less than the tensor's dim."""
+    return re.sub(r"(\n {8})(\w+\.shape\[\d+\]),", r"\1\2 - 1,", source, count=1)
+
+
+def _counts_floor(source: str) -> str:
+    """Trip counts and grid blocks counted at launch rounded down (E // t) instead of up (cdiv(E, t))."""
+    return re.sub(r"triton\.cdiv\((\w+\.shape\[\d+\]), (\d+)\)", r"\1 // \2", source)
+
+
 MUTANTS: dict[str, Callable[[], Case]] = {
     "mutant_zero_max_pad": _mutant(_negative_logits, _zero_max_pad),
     "mutant_unmasked_store": _mutant(RAGGED["ragged_rmsnorm_rows16"], _unmasked_store),   # rows unpadded
     "mutant_lane_only_mask": _mutant(RAGGED["ragged_attention_kv1000"], _lane_only_mask),
+    "mutant_runtime_extent_one_short": _mutant(RUNTIME["runtime_attention_kv"], _extent_one_short),
+    "mutant_runtime_trips_floor": _mutant(RUNTIME["runtime_attention_kv"], _counts_floor),
+    "mutant_runtime_grid_floor": _mutant(RUNTIME["runtime_rmsnorm_linear"], _counts_floor),
 }

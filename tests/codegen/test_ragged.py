@@ -3,8 +3,9 @@
 Under the interpreter (tests/codegen/ragged_cases.py, run by conftest.py's runner beside test_interpret.py's
 cases): every workload at odd sizes against the reference executor and torch (attention at kv = 1, 37, 513,
 1000, head dim 96, float16 logits of standard deviation 30), and mutants of the masking rules that must
-fail. In this process: the split rule, the tuner's space at odd sizes, the cost model's padded work, what
-code generation refuses, and the sm_90 compile of ragged kernels."""
+fail. Kernels that take sizes at launch (RUNTIME), each generated once and run at many sizes, and mutants that
+count those sizes wrong. In this process: the split rule, the tuner's space at odd sizes, the cost model's padded
+work, what code generation refuses, and the sm_90 compile of ragged kernels and of kernels with runtime sizes."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import prism
 from prism import codegen, interp
 from prism.codegen import CodegenError
 from prism.codegen.layout import Layout
-from prism.errors import MappingError
+from prism.codegen.plan import plan_graph
+from prism.errors import InputError, MappingError
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.block import split
 from prism.tune.cost import kernels_of
 from prism.tune.space import Space
-from tests.codegen.ragged_cases import MUTANTS, RAGGED
+from tests.codegen.ragged_cases import MUTANTS, RAGGED, RUNTIME
 
 
 @pytest.mark.parametrize("extent, parts, tile", [
@@ -52,10 +54,21 @@ def test_ragged_kernels_match_the_executor_and_torch(case, interp_results):
     assert result["ok"], f"{case} failed under the interpreter:\n{result['error']}"
 
 
+@pytest.mark.parametrize("case", list(RUNTIME))
+def test_kernels_with_runtime_sizes_run_right_at_every_size(case, interp_results):
+    """One generated module, run at every size of the case (more and fewer tiles than it was generated at, one
+    element, a whole tile and one past it) against the reference executor and torch."""
+    result = interp_results.get(case)
+    assert result is not None, f"the runner did not report {case}"
+    assert result["ok"], f"{case} failed under the interpreter:\n{result['error']}"
+    assert result["sizes"] == 1 + len(RUNTIME[case]().others)
+
+
 @pytest.mark.parametrize("case", list(MUTANTS))
 def test_mutants_of_the_masking_rules_are_caught(case, interp_results):
-    """A 0 pad before a max, a store without its mask, a mask of the lane instead of the global index: each
-    gives wrong numbers or writes out of bounds (not an error of the mutation itself)."""
+    """A 0 pad before a max, a store without its mask, a mask of the lane instead of the global index, a runtime
+    extent one short, trip counts or grid blocks rounded down: each gives wrong numbers or writes out of bounds
+    (not an error of the mutation itself)."""
     result = interp_results.get(case)
     assert result is not None, f"the runner did not report {case}"
     assert not result["ok"], f"{case} was not caught"
@@ -117,3 +130,79 @@ def test_a_ragged_loop_dim_kept_across_iterations_is_refused():
 def test_ragged_kernels_compile_for_sm90(case):
     results = codegen.compile_graph(RAGGED[case]().graph).aot()
     assert results and all(".target sm_90" in r.ptx for r in results)
+
+
+@pytest.mark.parametrize("case", list(RUNTIME))
+def test_kernels_with_runtime_sizes_compile_once_for_sm90(case):
+    """Their extents and trip counts are i32 arguments that Triton does not specialize (neither are the strides
+    before them), so one sm_90 compile serves every size; the bound launch gets them counted at each size."""
+    c = RUNTIME[case]()
+    plan = plan_graph(c.graph, sizes=c.sizes)
+    cg = codegen.CompiledGraph(c.graph, plan)
+    (spec,) = plan.kernels
+    runtime = [n for n, _ in spec.runtime]
+    assert runtime and all(spec.signature[n] == "i32" and n not in spec.constexprs for n in runtime)
+    assert f"do_not_specialize={[*runtime]!r}"[:-1] in plan.source   # the runtime arguments first
+    (aot,) = cg.aot()
+    assert ".target sm_90" in aot.ptx
+    for other in c.others:
+        sized = plan.at({n: other.graph.inputs[i].shape[d] for (i, d), n in c.sizes.items()})
+        assert sized.source is plan.source and sized.kernels == plan.kernels
+        shapes = [sized.buffers[j].shape for j in sized.steps[0].inputs + sized.steps[0].outputs]
+        assert spec.grid_at(shapes) == other.graph.blocks[0].grid      # as many blocks as its µGraph has
+        if "LOOP" in runtime:
+            assert spec.runtime_at(shapes)[runtime.index("LOOP")] == other.graph.blocks[0].loop
+
+
+def _split_kv(**params) -> tuple[KernelGraph, dict]:
+    """Attention with kv split across blocks (split-KV), kv taken at launch."""
+    w = prism.workloads.get("attention")
+    return w.fused({"b": 2, "g": 4, "h": 1000, "d": 64}, **params), {(1, 2): "kv", (2, 1): "kv"}
+
+
+def _two_classes_one_loop() -> tuple[KernelGraph, dict]:
+    """The loop walks X's dim 1 (runtime size n) and Y's dim 0 (fixed): one trip count cannot serve both."""
+    g = KernelGraph()
+    x, y = g.input((4, 64), "float32", "X"), g.input((32, 4), "float32", "Y")
+    b = BlockGraph(loop=2)
+    sx = b.accum(b.sum(b.input(x, fmap=1), 1))
+    sy = b.accum(b.sum(b.input(y, fmap=0), 0))
+    b.output(sx), b.output(sy)
+    g.output(*g.custom(b, [x, y]))
+    return g, {(0, 1): "n"}
+
+
+def _group_sum() -> tuple[KernelGraph, dict]:
+    g = KernelGraph()
+    x = g.input((4, 64), "float32", "X")
+    b = BlockGraph()
+    b.output(b.accum(b.apply("group_sum", [b.input(x)], {"dim": 1, "size": 16})))
+    g.output(*g.custom(b, [x]))
+    return g, {(0, 1): "n"}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: _split_kv(online=True, splits=4, loop=4, partials=True), "split by . and the loop"),
+    (lambda: _split_kv(online=True, splits=4, loop=1, partials=True),       # partials side by side along y
+     "grid dim . splits a dim of runtime size and other dims"),
+    (lambda: _split_kv(splits=2), "sums the blocks of grid dim"),           # exp/sum/div: the splits' sums added
+    (_two_classes_one_loop, "the loop splits a dim of runtime size and other dims"),
+    (_group_sum, "groups a dim of runtime size"),
+])
+def test_what_cannot_take_its_sizes_at_launch_is_refused(make, message):
+    """Splits under which a block or an iteration could hold no real element at a smaller size, counts that would
+    not fit every dim they split, and groups counted when generated (prism.codegen.layout)."""
+    graph, sizes = make()
+    with pytest.raises(CodegenError, match=message):
+        plan_graph(graph, sizes=sizes)
+
+
+def test_a_size_past_a_whole_dims_block_is_refused():
+    """A runtime size split by nothing is one block: larger extents need kernels generated for them."""
+    c = RUNTIME["runtime_rmsnorm_linear"]()
+    plan = plan_graph(c.graph, sizes=c.sizes)                   # n = 5 rows in one block of 16
+    assert plan.at({"n": 16, "o": 600}).buffers[0].shape == (16, 1000)
+    with pytest.raises(InputError, match="one block of 16; it is 17"):
+        plan.at({"n": 17, "o": 600})
+    with pytest.raises(InputError, match="take sizes o at launch; no value given"):
+        plan.at({"n": 5})

@@ -3,12 +3,22 @@ once and tuned once per size bucket (prism.runtime.dynamic)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
 import prism
 from prism.errors import InputError
-from prism.runtime.dynamic import bucket
+from prism.codegen import CodegenError
+from prism.codegen.plan import plan_graph
+from prism.runtime.dynamic import SizeBuckets, bucket
+from prism.tune.space import instantiate
 
 pytestmark = pytest.mark.filterwarnings("ignore:prism. no GPU")
 
@@ -52,7 +62,9 @@ def test_one_graph_serves_every_kv_length_with_one_tuning_per_bucket(monkeypatch
 
 
 def test_a_choice_that_is_no_valid_point_at_a_new_size_is_tuned_there(monkeypatch):
-    """The bucket's choice is not stretched: a point whose tiles do not divide the new extent is tuned anew."""
+    """Where a bucket's sizes get kernels of their own (here: as if its kernels could not take kv at launch), its
+    choice is not stretched: a point whose tiles do not divide the new extent is tuned anew."""
+    monkeypatch.setattr(SizeBuckets, "_share", lambda *args: "as if kv were split across blocks")
     dg = dynamic(attention(64))
     gen = torch.Generator().manual_seed(1)
     dg(*inputs(64, gen))
@@ -65,6 +77,73 @@ def test_a_choice_that_is_no_valid_point_at_a_new_size_is_tuned_there(monkeypatc
     (out,) = dg(q, kt, v)
     torch.testing.assert_close(out, torch.softmax(q @ kt * 0.25, -1) @ v, rtol=1e-5, atol=1e-5)
     assert dg.tunings[bucket([(2, 4, 16), (2, 16, 37), (2, 37, 16)])] == 2
+
+
+def test_a_bucket_keeps_the_tiles_it_was_tuned_with_at_every_size(monkeypatch):
+    """A choice whose loop walks kv in tiles of 16 (tuned at kv = 64: 4 iterations) serves every kv of its bucket
+    with tiles of 16 (cdiv(kv, 16) iterations) and one kernel set, which takes kv at launch: kv = 37 is no valid
+    point of 4 iterations, and is not tuned again."""
+    dg = dynamic(attention(64))
+    real = dg.buckets.optimize
+
+    def at(c, program):
+        return instantiate(opt.search_result.graphs[c.graph], [t.shape for t in program.inputs], "float32",
+                           [t.name for t in program.inputs], c)
+
+    def shareable(c, program) -> bool:   # no accumulator keeps kv (the loop's ragged tiles must not be carried)
+        try:
+            return bool(plan_graph(at(c, program), sizes={(1, 2): "kv", (2, 1): "kv"}))
+        except CodegenError:
+            return False
+
+    def loop_of_16(program):
+        nonlocal opt
+        opt = real(program)
+        c = next(c for c in _points(opt.search_result, program) if c.loop == 4 and shareable(c, program))
+        monkeypatch.setattr(opt.report.best, "candidate", c)
+        return prism.OptimizedGraph(program, at(c, program), opt.report, "cpu", opt.search_result, torch_op=False)
+
+    opt = None
+
+    monkeypatch.setattr(dg.buckets, "optimize", loop_of_16)
+    gen = torch.Generator().manual_seed(4)
+    for kv in (64, 37, 33, 50, 63):
+        q, kt, v = inputs(kv, gen)
+        opt = dg.at(q, kt, v)
+        assert [b.loop for b in opt.graph.blocks] == [-(-kv // 16)]
+        (out,) = dg(q, kt, v)
+        torch.testing.assert_close(out, torch.softmax(q @ kt * 0.25, -1) @ v, rtol=1e-5, atol=1e-5)
+    (b,) = dg.tunings
+    (choice,) = dg.buckets._choices.values()
+    assert choice.shared.tiles == {"loop": ("kv", 16)} and choice.shared.plan.sizes == {"kv"}
+    assert dg.tunings[b] == 1 and dg.compiles[b] == 1
+    assert "no compile" in dg.at(*inputs(50, gen)).report.notes[-1]
+    served = dg.at(*inputs(50, gen)).compiled                     # the bucket's kernels, sized for kv = 50
+    assert served.source is choice.shared.plan.source
+    assert all(".target sm_90" in k.ptx for k in served.aot())   # what a GPU would run: i32 extents, one compile
+
+
+def test_a_mean_over_a_dynamic_dim_gets_kernels_per_size(searched):
+    """rms_norm over d, d dynamic: the mean's 1/d is a constant of the kernels (or a mean over a dim of runtime
+    size, which code generation refuses), so the bucket's kernels are not shared, the report says why, and every
+    size is right."""
+    w, cfg, result = searched("rmsnorm")
+    program = w.build(cfg)
+    dg = prism.superoptimize(program, dynamic={"d": ["X.1", "W.0", "W.1"]}, search_result=result, cache=False,
+                             compile=False, budget=2)
+    n, d = program.inputs[0].shape
+    gen = torch.Generator().manual_seed(5)
+    sizes = [d, d - 1, d // 2 + 1]                                   # one bucket
+    for e in sizes:
+        x, wt = torch.randn(n, e, generator=gen), torch.randn(e, e, generator=gen)
+        (out,) = dg(x.half(), wt.half())
+        want = w.reference(x.half().double(), wt.half().double())
+        torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+    (b,) = dg.tunings
+    (choice,) = dg.buckets._choices.values()
+    assert choice.shared is None and ("depends on a size" in choice.why or "a mean over" in choice.why)
+    assert dg.compiles[b] == len(sizes)
+    assert all(any(choice.why in note for note in opt.report.notes) for opt in dg.buckets._at.values())
 
 
 def _points(result, program):
@@ -94,3 +173,55 @@ def test_calls_that_do_not_fit_are_input_errors():
         dg(torch.randn(2, 4, 17), kt, v)
     with pytest.raises(InputError, match="takes 3 tensor"):
         dg(q, kt)
+
+
+INTERPRETED = textwrap.dedent("""
+    import json, warnings, torch
+    warnings.simplefilter("ignore")
+    import prism.codegen.runtime, prism.runtime.dynamic
+    from prism.runtime.dynamic import bucket
+    from tests.runtime.test_dynamic import attention, dynamic, inputs
+    made = []   # every plan generated (by a bucket, or by a graph's own compile)
+    for module in (prism.codegen.runtime, prism.runtime.dynamic):
+        real = module.plan_graph
+        module.plan_graph = lambda *a, real=real, **k: made.append(1) or real(*a, **k)
+    dg = dynamic(attention(37))
+    gen = torch.Generator().manual_seed(0)
+    worst, seen = 0.0, {}
+    def call(kv):
+        global worst
+        q, kt, v = inputs(kv, gen)
+        (out,) = dg(q, kt, v)
+        worst = max(worst, (out - torch.softmax(q @ kt * 0.25, -1) @ v).abs().max().item())
+        opt = dg.at(q, kt, v)
+        b = str(bucket([t.shape for t in (q, kt, v)])[1][2])
+        seen.setdefault(b, set()).add((id(opt.compiled.module), id(opt.compiled.plan.source), opt.execution))
+    for kv in [37, *range(1, 41), 63, 64, 65, 127, 129, 513, 1000]:
+        call(kv)
+    before = len(made), dict(dg.compiles)
+    for kv in (41, 42, 45, 50, 55, 61, 100, 120, 600, 700):     # new sizes in tuned buckets
+        call(kv)
+    print(json.dumps({"worst": worst, "plans": [before[0], len(made)], "compiles": [sorted(before[1].values()),
+                      sorted(dg.compiles.values())], "tunings": sorted(dg.tunings.values()),
+                      "kernels": {b: len(s) for b, s in seen.items()},
+                      "execution": sorted({e for s in seen.values() for _, _, e in s})}))
+""")
+
+
+def test_under_the_interpreter_a_new_size_in_a_tuned_bucket_runs_the_buckets_kernels(tmp_path):
+    """One DynamicGraph, kv = 1 ... 40 and odd sizes up to 1000 through Triton's interpreter: right at every size,
+    one tuning and one kernel set per bucket (kv = 1 and 2 are buckets of one size), and a call at a new size
+    of a tuned bucket generates no source and loads no module: it runs the bucket's kernels."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", INTERPRETED], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["worst"] < 1e-4
+    assert got["execution"] == ["interpreter"]
+    assert set(got["tunings"]) == {1} and set(got["compiles"][1]) == {1}
+    assert got["compiles"][0] == got["compiles"][1]               # the new sizes compiled nothing
+    assert got["plans"][0] == got["plans"][1]                     # ... and generated no source
+    assert set(got["kernels"].values()) == {1}                    # one module, one source per bucket

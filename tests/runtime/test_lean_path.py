@@ -90,6 +90,32 @@ def test_bound_arguments_are_exactly_the_launchers(tmp_path, monkeypatch, form):
         assert len(launch.slots) + len(launch.trailing) == len(step.kernel.signature)
 
 
+@pytest.mark.parametrize("case", ["runtime_attention_kv", "runtime_rmsnorm_linear"])
+def test_kernels_with_runtime_sizes_are_bound_per_size(monkeypatch, case):
+    """A plan whose kernels take sizes at launch, sized by Plan.at, binds the extents, trip counts and grid the
+    generated launcher counts from the tensors at that size; the bound signature refuses the other sizes (they
+    take the generic path, or a plan sized for them)."""
+    from prism.codegen import CompiledGraph
+    from prism.codegen.plan import plan_graph
+    from tests.codegen.ragged_cases import RUNTIME
+
+    c = RUNTIME[case]()
+    plan = plan_graph(c.graph, sizes=c.sizes)
+    bound = []
+    for k in [c, *c.others[:2]]:
+        cg = CompiledGraph(k.graph, plan.at({n: k.graph.inputs[i].shape[d] for (i, d), n in c.sizes.items()}))
+        _, jits, kernels = _generic_launch(cg, k.inputs, monkeypatch)
+        bound.append(BoundGraph(cg.plan, k.inputs, kernels))
+        (launch,), (step,) = bound[-1].launches, cg.plan.steps
+        ((grid, args, meta),) = jits[step.kernel.name].calls
+        pointers = [a for a in args if isinstance(a, torch.Tensor)]
+        assert launch.grid == tuple(grid) + (1,) * (3 - len(grid)) == step.kernel.grid_at(
+            [t.shape for t in pointers]) + (1,) * (3 - len(grid))
+        assert list(launch.trailing) == list(args[len(pointers):]) + [v for n, v in meta.items() if n != "num_warps"]
+    assert len({(b.launches[0].grid, b.launches[0].trailing) for b in bound}) == len(bound)
+    assert bound[0].accepts(c.inputs) and not bound[0].accepts(c.others[0].inputs)
+
+
 def test_intermediates_live_in_one_workspace_with_the_zeroed_ones_first(monkeypatch):
     w = prism.workloads.get("attention")
     cg = compile_graph(w.fused(ATT, splits=2))           # split-KV partial sums: summed across 2 blocks
