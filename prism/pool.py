@@ -8,7 +8,9 @@ a process holding one can deadlock). Three things differ from a plain spawn pool
   - Workers start with SIGINT blocked: Ctrl-C reaches the parent alone, and `run` kills the workers
     on any exception (KeyboardInterrupt included) instead of waiting for the checks they are running.
   - Where workers cannot be started at all (a daemon process, a child that is itself still starting,
-    no OS support), `start` warns once and returns None, and callers work in this process.
+    no OS support), or would not compute what this process does (an op registered at run time, which a
+    worker, building the op table by import, lacks), `start` warns once per reason and returns None, and
+    callers work in this process.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from contextlib import closing, contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["collect", "completed", "importable", "kill", "run", "sigint_blocked", "start"]
+__all__ = ["collect", "completed", "importable", "kill", "run", "sigint_blocked", "start", "unavailable"]
 
 _UNAVAILABLE: list[str] = []
 """Why this process cannot start workers, once a start has failed (later starts are not tried)."""
+_WARNED: set[str] = set()
 
 
 @contextmanager
@@ -71,10 +74,21 @@ def importable(fn: Callable[..., Any]) -> bool:
     return getattr(fn, "__module__", "__main__") != "__main__" and "<" not in getattr(fn, "__qualname__", "<")
 
 
+def unavailable() -> str | None:
+    """Why work must stay in this process now (module docstring), or None."""
+    if _UNAVAILABLE:
+        return f"cannot start worker processes ({_UNAVAILABLE[0]})"
+    from prism.ir.ops import runtime_ops
+
+    added = runtime_ops()
+    return f"op(s) {', '.join(added)} registered at run time, which worker processes would not have" if added else None
+
+
 def start(n: int, initializer: Callable[[], Any] | None = None) -> ProcessPoolExecutor | None:
-    """A pool of `n` started workers (each has run `initializer`), or None when this process cannot
-    start workers (a RuntimeWarning says why, the first time)."""
-    if not _UNAVAILABLE:
+    """A pool of `n` started workers (each has run `initializer`), or None when work must stay in this process
+    (`unavailable`; a RuntimeWarning says why, once per reason)."""
+    why = unavailable()
+    if why is None:
         pool = None
         try:
             pool = ProcessPoolExecutor(n, mp_context=_Spawn(), initializer=initializer)
@@ -84,8 +98,10 @@ def start(n: int, initializer: Callable[[], Any] | None = None) -> ProcessPoolEx
             if pool is not None:
                 kill(pool)
             _UNAVAILABLE.append(f"{type(e).__name__}: {e}")
-            warnings.warn(f"prism: cannot start worker processes ({_UNAVAILABLE[0]}); working in this process "
-                          "instead", RuntimeWarning, stacklevel=2)
+            why = unavailable()
+    if why not in _WARNED:
+        _WARNED.add(why)
+        warnings.warn(f"prism: {why}; working in this process instead", RuntimeWarning, stacklevel=2)
     return None
 
 

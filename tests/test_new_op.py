@@ -78,6 +78,23 @@ def test_the_search_finds_fused_kernels_with_it(new_op):
     assert result.stats["cross_check"]["unsound"] == 0
 
 
+def test_worker_processes_are_not_used_while_it_exists(new_op, monkeypatch):
+    """Spawned workers build the op table by import and would not have it: the search's and the tuner's pools
+    (prism.pool.start) say so and leave the work in this process; a Ray search refuses."""
+    import prism.pool
+    from prism.errors import InputError
+    from prism.search.cluster import RayWorkers
+    from prism.search.parallel import Workers
+
+    monkeypatch.setattr(prism.pool, "_WARNED", set())   # said once per process and reason
+    workers = Workers(2)
+    with pytest.warns(RuntimeWarning, match="tanh registered at run time"):
+        workers.start()
+    assert workers.n == 1
+    with pytest.raises(InputError, match="tanh were registered at run time"):
+        RayWorkers(2)
+
+
 def test_the_cost_model_counts_its_flops(new_op):
     from prism.tune import estimate, kernels_of
 

@@ -25,7 +25,7 @@ from prism.errors import DTypeError, GraphError, ShapeError
 __all__ = [
     "DTYPES", "TORCH_DTYPES", "TType", "Family", "OpDef", "Builder", "OPS",
     "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "GROUP_SCALE", "MATMUL", "ROWWISE",
-    "check_dtype", "op", "register", "unregister", "watch", "revision",
+    "check_dtype", "op", "register", "unregister", "watch", "revision", "runtime_ops",
 ]
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -437,3 +437,10 @@ for _d in [
           zero_preserving=True),
 ]:
     register(_d)
+_BUILTIN = frozenset(OPS)
+
+
+def runtime_ops() -> list[str]:
+    """The ops registered after import (`register` at run time): a spawned process, which builds the table by
+    importing this module, does not have them."""
+    return sorted(set(OPS) - _BUILTIN)

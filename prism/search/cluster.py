@@ -70,6 +70,11 @@ class RayWorkers:
     is then the cluster's CPU count."""
 
     def __init__(self, n: int | None = None, address: str | None = None) -> None:
+        from prism.ir.ops import runtime_ops
+
+        if runtime_ops():   # Ray's workers build the op table by importing Prism, as local ones do (prism.pool)
+            raise InputError(f"backend='ray': op(s) {', '.join(runtime_ops())} were registered at run time, and "
+                             "Ray's worker processes would not have them; use the local backend")
         self.ray = ray_module()
         if not self.ray.is_initialized():
             where = {"address": address} if address else {"address": "local", "num_cpus": n}

@@ -38,8 +38,9 @@ _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 def _pool(n: int) -> ProcessPoolExecutor | None:
     """The pool of `n` workers, started once per process and reused by later searches (starting a
-    worker imports torch and egglog, seconds each); None if this process cannot start workers."""
-    if n not in _POOLS:
+    worker imports torch and egglog, seconds each); None if work must stay in this process
+    (prism.pool.unavailable: checked again at every search, since an op may have been registered since)."""
+    if n not in _POOLS or pool.unavailable():
         started = pool.start(n, _worker_init)
         if started is None:
             return None
