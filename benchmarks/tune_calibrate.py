@@ -72,7 +72,7 @@ def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, 
     """Samples (as JSON) of one config: the model's `top` points and `samples` uniform ones, timed."""
     from prism import workloads
     from prism.tune import Space, estimate, tune
-    from prism.tune.calibration import Sample
+    from prism.tune.fit import Sample
     from prism.tune.compile import compile_many
     from prism.tune.profile import input_copies, time_kernels
 
@@ -130,7 +130,8 @@ def collect(args: argparse.Namespace) -> int:
 # ---- fit (anywhere) -----------------------------------------------------------------------------
 
 def fit(args: argparse.Namespace) -> int:
-    from prism.tune.calibration import Calibration, Sample, fit as fit_values, held_out, log_error, predict
+    from prism.tune.calibration import Calibration
+    from prism.tune.fit import Sample, fit as fit_values, held_out, log_error, predict
     from prism.tune.profile import spearman
     from prism.tune.target import TARGETS
 

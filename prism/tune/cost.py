@@ -35,7 +35,7 @@ the one code generation follows; each node kind adds its part (`cost` in its rec
 Warps and stages are the block graph's launch (prism.ir.Launch; Triton's default stages when unset):
 more warps keep more bytes in flight but fit fewer blocks per SM; more stages keep more loop
 iterations' loads in flight but stage more shared memory. The rates and latencies are a Target's; a
-calibration (prism.tune.calibration) fits them to measured times.
+calibration (prism.tune.calibration, fitted by prism.tune.fit) sets them to measured times.
 
 With ahead-of-time results (`aot=`), warps, shared memory and registers are the compiler's and a
 non-empty stack frame means spilling; without, they are estimated (live tiles over threads). A

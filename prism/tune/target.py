@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prism.ir.block import MAX_GRID_YZ
+from prism.tune.calibration import DATA, load
 
 __all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target", "kind_of"]
 
@@ -87,7 +88,5 @@ def kind_of(name: str | None) -> str:
 @functools.cache
 def calibrated(kind: str) -> Target:
     """TARGETS[kind] with its shipped calibration applied, if there is one."""
-    from prism.tune.calibration import DATA, load
-
     path = DATA / f"{kind}.json"
     return load(path).apply(TARGETS[kind]) if path.exists() else TARGETS[kind]

@@ -9,8 +9,8 @@ import pytest
 
 import prism.workloads as wl
 from prism.tune import estimate
-from prism.tune.calibration import (DATA, FITTED, Calibration, CalibrationError, Sample, fit, held_out, load,
-                                    log_error, predict)
+from prism.tune.calibration import DATA, FITTED, Calibration, CalibrationError, load
+from prism.tune.fit import Sample, fit, held_out, log_error, predict
 from prism.tune.cost import KernelWork
 from prism.tune.target import H100, H200, calibrated, get_target
 
