@@ -5,6 +5,8 @@ private home, and the caller's PATH."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,3 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def child_env(home: Path, **extra: str) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), **extra}
+
+
+def interpreted(code: str, home: Path, *args: str, timeout: float = 900) -> list[str]:
+    """The output lines of Python `code` (given `args`) run in a child under Triton's interpreter (TRITON_INTERPRET=1
+    takes effect only if set before Triton is imported: hence a child), with a private home and result cache;
+    a failed child fails the test with the end of its stderr."""
+    env = child_env(home, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(home / "cache"))
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code, *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()

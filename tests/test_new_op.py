@@ -5,15 +5,13 @@ and the cost model. Nothing in prism/ names it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import prism
 from prism.ir.ops import UNARY, OpDef, register, unregister
-from tests.child import ROOT, child_env
+from tests.child import interpreted
 
 
 def tanh() -> OpDef:
@@ -117,10 +115,6 @@ print(json.dumps({"err": float((got - torch.tanh(x @ w)).abs().max()), "source":
 
 
 def test_generated_triton_runs_it_under_the_interpreter(tmp_path):
-    env = child_env(tmp_path, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = json.loads(interpreted(CHILD, tmp_path, timeout=300)[-1])
     assert out["err"] < 1e-5
     assert "tl.sigmoid(" in out["source"]   # written from its decomposition: Triton has no tanh

@@ -4,11 +4,7 @@ again at each new size and tuned once per size bucket (prism.capture.dynamic).""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +12,7 @@ import torch
 import prism.capture as pc
 import prism.runtime.pipeline as pipeline
 from prism.capture import dynamic
+from tests.child import interpreted
 from tests.conftest import example
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -147,13 +144,7 @@ DECODE_INTERPRETED = textwrap.dedent("""
 def test_under_the_interpreter_a_decode_loop_runs_one_kernel_set_per_bucket(tmp_path):
     """The decode loop through `backend="prism"` with TRITON_INTERPRET=1: the attention region runs generated kernels
     (not torch), right at every KV length, one kernel set per size bucket, taking the length at launch."""
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", DECODE_INTERPRETED], capture_output=True, text=True,
-                          env=env, cwd=root, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = json.loads(interpreted(DECODE_INTERPRETED, tmp_path)[-1])
     assert got["worst"] < 1e-5
     (attention,) = got["regions"]                                # the one region whose sizes are symbolic
     assert attention["execution"] == ["interpreter"] and attention["sizes"] == 12   # length 5 ... 16 (4: static)

@@ -4,11 +4,7 @@ once and tuned once per size bucket (prism.runtime.dynamic)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +15,7 @@ from prism.codegen import CodegenError
 from prism.codegen.plan import plan_graph
 from prism.runtime.dynamic import SizeBuckets, bucket
 from prism.tune.space import instantiate
+from tests.child import interpreted
 
 pytestmark = pytest.mark.filterwarnings("ignore:prism. no GPU")
 
@@ -212,13 +209,7 @@ def test_under_the_interpreter_a_new_size_in_a_tuned_bucket_runs_the_buckets_ker
     """One DynamicGraph, kv = 1 ... 40 and odd sizes up to 1000 through Triton's interpreter: right at every size,
     one tuning and one kernel set per bucket (kv = 1 and 2 are buckets of one size), and a call at a new size
     of a tuned bucket generates no source and loads no module: it runs the bucket's kernels."""
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", INTERPRETED], capture_output=True, text=True,
-                          env=env, cwd=root, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = json.loads(interpreted(INTERPRETED, tmp_path)[-1])
     assert got["worst"] < 1e-4
     assert got["execution"] == ["interpreter"]
     assert set(got["tunings"]) == {1} and set(got["compiles"][1]) == {1}

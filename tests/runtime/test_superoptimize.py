@@ -4,11 +4,7 @@ inputs. tests/runtime/test_gpu.py runs the generated kernels on a GPU."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +15,8 @@ from prism.ir import KernelGraph
 from prism.runtime import OptimizedGraph, superoptimize
 from prism.search import SearchResult
 from prism.tune.safety import overflow_risk
+from tests.child import interpreted
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:prism. no GPU:RuntimeWarning")
 
 
@@ -163,12 +159,7 @@ INTERPRETED_NAMES = ["swiglu"] + [n for n in wl.names() if n not in wl.paper_nam
 
 
 def test_under_triton_interpret_the_generated_kernels_run_in_the_interpreter(tmp_path):
-    env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", INTERPRETED, *INTERPRETED_NAMES], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    *rows, last = done.stdout.strip().splitlines()[-len(INTERPRETED_NAMES) - 1:]
+    *rows, last = interpreted(INTERPRETED, tmp_path, *INTERPRETED_NAMES, timeout=600)[-len(INTERPRETED_NAMES) - 1:]
     assert [r.split()[:3] for r in rows] == [[n, "interpreter", "True"] for n in INTERPRETED_NAMES], rows
     fused = {r.split()[0] for r in rows if r.endswith(" fused")}
     assert fused >= {"swiglu", "lora", "rmsnorm_linear", "ntrans", "moe"}   # GQA's quick search has no safe fused form
