@@ -103,7 +103,7 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
         is searched and tuned by, one output at a time."""
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(self.outputs):
             raise GraphError(f"output_cone: output {k!r} does not exist; the graph has {len(self.outputs)}")
-        return self._cone([self.outputs[k]])
+        return self._cone([self.outputs[k]], self._needed([self.outputs[k]]))
 
     def pruned(self) -> tuple[KernelGraph, list[int]]:
         """This graph without the ops and inputs no output depends on, with the indices of the inputs it
@@ -111,9 +111,10 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
         matmul as a matmul of a slice) leaves the old one dead."""
         if not self.outputs:
             raise GraphError("pruned: the kernel graph has no output")
-        if len(self._needed(self.outputs)) == len(self.nodes):
+        need = self._needed(self.outputs)
+        if len(need) == len(self.nodes):
             return self, list(range(len(self.input_refs)))
-        return self._cone(self.outputs)
+        return self._cone(self.outputs, need)
 
     def _needed(self, outputs: list[Ref]) -> set[int]:
         """The nodes `outputs` depend on, themselves included."""
@@ -126,9 +127,9 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
                 stack.extend(r[0] for r in self.nodes[i].inputs)
         return need
 
-    def _cone(self, outputs: list[Ref]) -> tuple[KernelGraph, list[int]]:
-        """The ops `outputs` depend on, as a graph of their own, and the indices of the inputs it reads."""
-        need = self._needed(outputs)
+    def _cone(self, outputs: list[Ref], need: set[int]) -> tuple[KernelGraph, list[int]]:
+        """The ops `outputs` depend on (`need`, from `_needed`), as a graph of their own, and the indices of the
+        inputs it reads."""
         sub = KernelGraph()
         used = [j for j, r in enumerate(self.input_refs) if r[0] in need]
         refs = {}

@@ -85,13 +85,13 @@ class Generator:
             for c in set(t[2:]):
                 self.parents.setdefault(c, []).append(t)
         self.distance = self._distances()
-        self.syntactic: Counter = Counter()
+        self.operand_kinds: Counter = Counter()
         """The vocabulary by how its ops pick operands: "unary"; "pairwise" (elementwise binary: two different
         tensors, counted twice unless commutative); "ordered" (a matmul: any two tensors, in order)."""
         for op, _ in self.vocab:
             d = OPS[op]
             kind = "unary" if d.arity == 1 else "pairwise" if d.family.elementwise else "ordered"
-            self.syntactic[kind] += 2 if kind == "pairwise" and not d.commutative else 1
+            self.operand_kinds[kind] += 2 if kind == "pairwise" and not d.commutative else 1
 
     def _distances(self) -> dict[Term, int]:
         """Fewest ops from each subterm up to a term a block output may have (roots, and the operands
@@ -227,7 +227,7 @@ class Generator:
         the stats count as pruned by the canonical order or the expression check; accumulators aside)."""
         def pairs(k: int) -> int:
             return k * (k - 1) // 2
-        c = self.syntactic
+        c = self.operand_kinds
         return c["unary"] * (n - lo) + c["pairwise"] * (pairs(n) - pairs(lo)) + c["ordered"] * (n * n - lo * lo)
 
     def _structural(self, s: SGraph, i: int) -> list[BOp]:
