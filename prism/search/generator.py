@@ -84,7 +84,21 @@ class Generator:
         for t in sorted(self.target.subterms, key=repr):
             for c in set(t[2:]):
                 self.parents.setdefault(c, []).append(t)
+        self.kernel_operand_of: dict[Term, list[Term]] = {}
+        """Per term a block output may have: the roots it may become (itself, or an operand of up to
+        `max_kernel_ops` kernel-level elementwise ops above that root)."""
+        kernel_ops = {o for o, _ in self.kernel_vocab}
+        for r in self.target.roots:
+            cone = frontier = {r}
+            for _ in range(self.limits.max_kernel_ops):
+                frontier = {c for t in frontier if t[0] in kernel_ops for c in t[2:]}
+                cone = cone | frontier
+            for t in cone:
+                self.kernel_operand_of.setdefault(t, []).append(r)
         self.distance = self._distances()
+        self._ups: dict[Term, dict[Term, int]] = {}
+        self._nears: dict[Term, dict[Term, int]] = {}
+        self._joint: dict[tuple[Term, Term], tuple[float, float]] = {}
         self.operand_kinds: Counter = Counter()
         """The vocabulary by how its ops pick operands: "unary"; "pairwise" (elementwise binary: two different
         tensors, counted twice unless commutative); "ordered" (a matmul: any two tensors, in order)."""
@@ -94,15 +108,8 @@ class Generator:
             self.operand_kinds[kind] += 2 if kind == "pairwise" and not d.commutative else 1
 
     def _distances(self) -> dict[Term, int]:
-        """Fewest ops from each subterm up to a term a block output may have (roots, and the operands
-        of up to `max_kernel_ops` kernel-level elementwise ops above a root)."""
-        outputable = set(self.target.roots)
-        frontier = set(outputable)
-        kernel_ops = {o for o, _ in self.kernel_vocab}
-        for _ in range(self.limits.max_kernel_ops):
-            frontier = {c for t in frontier if t[0] in kernel_ops for c in t[2:]}
-            outputable |= frontier
-        dist = {t: 0 for t in outputable}
+        """Fewest ops from each subterm up to a term a block output may have (`kernel_operand_of`)."""
+        dist = {t: 0 for t in self.kernel_operand_of}
         order = sorted(self.target.subterms, key=lambda t: -len(repr(t)))
         changed = True
         while changed:
@@ -113,6 +120,41 @@ class Generator:
                     dist[t] = best
                     changed = True
         return dist
+
+    def _up(self, t: Term) -> dict[Term, int]:
+        """The subterms above t (t included), each with the fewest parent steps from t."""
+        if t not in self._ups:
+            seen, frontier, k = {t: 0}, [t], 0
+            while frontier:
+                k += 1
+                frontier = [p for c in frontier for p in self.parents.get(c, ()) if p not in seen]
+                for p in frontier:
+                    seen.setdefault(p, k)
+            self._ups[t] = seen
+        return self._ups[t]
+
+    def _near(self, t: Term) -> dict[Term, int]:
+        """Per root: the fewest parent steps from t to a term that root's kernel-level ops take."""
+        if t not in self._nears:
+            near: dict[Term, int] = {}
+            for x, k in self._up(t).items():
+                for r in self.kernel_operand_of.get(x, ()):
+                    near[r] = min(k, near.get(r, k))
+            self._nears[t] = near
+        return self._nears[t]
+
+    def joint(self, a: Term, b: Term) -> tuple[float, float]:
+        """The fewest ops that finish chains from both a and b, (apart, met); inf: no way. Apart: each
+        climbs to a term that one root's kernel-level ops take together with the other's (two block
+        outputs feed one value). Met: the chains first meet at an op computing a common ancestor c
+        (steps(a, c) + steps(b, c) - 1 + distance(c), the meeting op counted once)."""
+        if (a, b) not in self._joint:
+            near_a, near_b, up_b = self._near(a), self._near(b), self._up(b)
+            apart = min((k + near_b[r] for r, k in near_a.items() if r in near_b), default=float("inf"))
+            met = min((k + up_b[c] - 1 + self.distance[c] for c, k in self._up(a).items()
+                       if k and up_b.get(c) and c in self.distance), default=float("inf"))
+            self._joint[a, b] = (apart, met)
+        return self._joint[a, b]
 
     def start(self, labels: Labels | None = None) -> SGraph:
         return SGraph.start(self.target.space, labels, pinning=chained_contraction(self.target))
@@ -161,17 +203,34 @@ class Generator:
         return found, children
 
     def _hopeless(self, s: SGraph) -> bool:
-        """No way to finish within the op budget. Every op lowers the consumer-less count by at most
-        one; and a consumer-less tensor needs a fresh chain of ops up to an output-able term (one
-        more, an accum, if it is inside the loop), since outputs are post-loop and nothing is dead."""
+        """No way to finish within the op budget (an admissible bound: it never drops a state that
+        has a finished descendant; tests/search/test_search_generator.py).
+
+        Every op lowers the consumer-less count by at most one. A consumer-less tensor needs a fresh
+        chain of ops up to an output-able term (one more, an accum, if it is inside the loop), since
+        outputs are post-loop and nothing is dead; its ops climb the target's terms one parent at a time
+        (every op's term is a subterm, accumulators keep their input's), so a chain from term t to u has at
+        least steps(t, u) ops. Two consumer-less tensors need both chains: apart, each to an output that
+        one kernel-level op combines with the other's; or meeting at a first shared op, whose ops before
+        it are disjoint (`joint`). Each chain from inside the loop holds an accumulator of its own, but
+        two chains that meet inside the loop may share one. A running max is left out of the pairs: the
+        online accumulator that takes it computes no parent of its term."""
         left = self.max_ops - len(s.ops)
         unused = [i for i, u in enumerate(s.uses) if u == 0]
         if len(unused) - left > self.max_outputs:
             return True
         late = s.pinning and any(s.post)   # a loop-invariant tensor can meet a post-loop one, no accumulator needed
-        need = max((self.distance.get(s.terms[i], left + 1) + (not s.post[i] and not (late and s.inv[i] is not None))
-                    for i in unused), default=0)
-        return need > left
+        extra = {i: not s.post[i] and not (late and s.inv[i] is not None) for i in unused}
+        need = max((self.distance.get(s.terms[i], left + 1) + extra[i] for i in unused), default=0)
+        if need > left:
+            return True
+        chains = [i for i in unused if s.scale[i] != ("max", i)]
+        for k, a in enumerate(chains):
+            for b in chains[k + 1:]:
+                apart, met = self.joint(s.terms[a], s.terms[b])
+                if min(apart + extra[a] + extra[b], met + (extra[a] or extra[b])) > left:
+                    return True
+        return False
 
     def candidates(self, s: SGraph) -> Iterator[tuple[BOp, Term]]:
         """Ops that may follow `s` in canonical order and pass the expression check, with their terms.

@@ -67,13 +67,15 @@ def test_canonical_order_emits_every_structure_exactly_once(name, max_ops):
     assert set(found) == unordered(gen)
 
 
-def test_the_budget_bound_never_prunes_a_structure(monkeypatch):
-    w = wl.get("attention")
+@pytest.mark.parametrize("name,max_ops", [("attention", 10), ("rmsnorm", 11), ("lora", 10), ("ntrans", 9)])
+def test_the_budget_bound_never_prunes_a_structure(monkeypatch, name, max_ops):
+    """Admissible: with the bound (the op count, then each pair of chains) the same structures as without."""
+    w = wl.get(name)
     target = target_for(w.build(small_cfg(w)))
-    gen = Generator(target, Limits(max_block_ops=10))
+    gen = Generator(target, Limits(max_block_ops=max_ops))
     with_bound = sorted(dag_signature(st) for st in gen.run(gen.start()))
     monkeypatch.setattr(Generator, "_hopeless", lambda self, s: len(s.ops) > self.max_ops)
-    gen2 = Generator(target, Limits(max_block_ops=10))
+    gen2 = Generator(target, Limits(max_block_ops=max_ops))
     without = sorted(dag_signature(st) for st in gen2.run(gen2.start()))
     assert with_bound == without
     assert gen.stats["states"] < gen2.stats["states"]
