@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Callable
 
 from prism.errors import GraphError, InputError, check_positive
@@ -26,9 +27,9 @@ from prism.pool import importable
 from prism.progress import Progress, report
 from prism.search.cluster import RayWorkers, check_backend
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
-from prism.search.generator import Generator, Limits
-from prism.search.parallel import (Checker, Workers, concrete_task, generate_task, mirage_task, prefilter_task,
-                                   verify_task)
+from prism.search.generator import Generator, Limits, default_max_ops
+from prism.search.parallel import (Checker, Workers, concrete_task, default_verify, generate_task, mirage_task,
+                                   prefilter_task, verify_task)
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
@@ -46,13 +47,6 @@ BATCH = 16
 """Candidates per verification task, checked in one e-graph run (more than about 32 slow it down)."""
 
 
-def default_verify() -> Callable[..., Any]:
-    """`prism.verify.equivalent`, the e-graph checker."""
-    from prism.verify import equivalent
-
-    return equivalent
-
-
 def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, workers: int | None = None,
            time_limit: float = 3600.0, max_block_ops: int | None = None, max_accums: int = 3,
            max_outputs: int = 2, max_kernel_ops: int = 1, max_grid: int = 3, modes: str = "SSS",
@@ -60,8 +54,9 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
            progress: Progress | None = None, backend: str = "local", ray_address: str | None = None) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
-    verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default
-        `prism.verify.equivalent`. Workers import it by name: one defined in the `__main__` script (or
+    verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default (None)
+        `prism.verify.equivalent`, imported only where candidates are verified (with worker processes,
+        not in this one: egglog's import is half a second). Workers import it by name: one defined in the `__main__` script (or
         a lambda) makes the search run in this process, with a warning.
     workers: processes (default: all cores; 1 runs everything in this process, as does a process
         that cannot start workers, with a warning). Results are the same either way.
@@ -87,7 +82,6 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}; "
                          "superoptimize (prism optimize) takes several, searching each output's part of the "
                          "program (KernelGraph.output_cone) on its own")
-    verify = verify or default_verify()
     mode = Modes.parse(modes)
     limits = Limits(max_block_ops, max_accums, max_outputs, max_kernel_ops, max_grid, time_limit)
     start = time.time()
@@ -95,10 +89,12 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     space = AtomSpace(tuple(t.shape for t in graph.inputs))
     (root,) = from_graph(graph)
     target = closure(root, space)
-    stats: dict[str, Any] = {"modes": mode.code, "limits": limits.__dict__ | {"max_block_ops": None}}
+    # the default op budget is computed once here, not by every worker task's generator
+    limits = replace(limits, max_block_ops=max_block_ops or default_max_ops(target, max_accums))
+    stats: dict[str, Any] = {"modes": mode.code, "limits": dict(limits.__dict__)}
     checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
     pool = _workers(backend, workers, ray_address)
-    if isinstance(pool, Workers) and pool.n > 1 and not importable(verify):
+    if isinstance(pool, Workers) and pool.n > 1 and verify is not None and not importable(verify):
         warnings.warn(f"search: worker processes cannot import the verifier {verify!r} (define it in a module, "
                       "not in the __main__ script); searching in this process", RuntimeWarning, stacklevel=2)
         pool.n = 1
@@ -112,7 +108,6 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         stats["check_wall_seconds"] = time.time() - t0
     else:
         graphs = _mirage(graph, target, limits, mode, checker, deadline, pool, stats, progress)
-    stats["limits"]["max_block_ops"] = Generator(target, limits).max_ops
     stats["target"] = {"roots": len(target.roots), "subterms": len(target.subterms), "complete": target.complete}
     stats["timed_out"] = time.time() > deadline or stats["generate"].get("timed_out", 0) > 0 or \
         stats["instantiate"]["timed_out"]

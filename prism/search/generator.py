@@ -84,7 +84,13 @@ class Generator:
         for t in sorted(self.target.subterms, key=repr):
             for c in set(t[2:]):
                 self.parents.setdefault(c, []).append(t)
-        self.kernel_operand_of: dict[Term, list[Term]] = {}
+        self.index = {t: k for k, t in enumerate(self.target.subterms)}
+        """Subterm -> number: the bound's tables are keyed by these (hashing a deep term costs its size)."""
+        self.up_ids = [[self.index[p] for p in self.parents.get(t, ())] for t in self.index]
+        self.made_from = [[(p, tuple(self.index[c] for c in p[2:])) for p in self.parents.get(t, ())]
+                          for t in self.index]
+        """Per subterm: the terms with it as an operand, each with its operands' numbers."""
+        self.kernel_operand_of: dict[int, list[int]] = {}
         """Per term a block output may have: the roots it may become (itself, or an operand of up to
         `max_kernel_ops` kernel-level elementwise ops above that root)."""
         kernel_ops = {o for o, _ in self.kernel_vocab}
@@ -94,11 +100,11 @@ class Generator:
                 frontier = {c for t in frontier if t[0] in kernel_ops for c in t[2:]}
                 cone = cone | frontier
             for t in cone:
-                self.kernel_operand_of.setdefault(t, []).append(r)
+                self.kernel_operand_of.setdefault(self.index[t], []).append(self.index[r])
         self.distance = self._distances()
-        self._ups: dict[Term, dict[Term, int]] = {}
-        self._nears: dict[Term, dict[Term, int]] = {}
-        self._joint: dict[tuple[Term, Term], tuple[float, float]] = {}
+        self._ups: dict[int, dict[int, int]] = {}
+        self._nears: dict[int, dict[int, int]] = {}
+        self._joint: dict[tuple[int, int], tuple[float, float]] = {}
         self.operand_kinds: Counter = Counter()
         """The vocabulary by how its ops pick operands: "unary"; "pairwise" (elementwise binary: two different
         tensors, counted twice unless commutative); "ordered" (a matmul: any two tensors, in order)."""
@@ -107,52 +113,52 @@ class Generator:
             kind = "unary" if d.arity == 1 else "pairwise" if d.family.elementwise else "ordered"
             self.operand_kinds[kind] += 2 if kind == "pairwise" and not d.commutative else 1
 
-    def _distances(self) -> dict[Term, int]:
+    def _distances(self) -> dict[int, int]:
         """Fewest ops from each subterm up to a term a block output may have (`kernel_operand_of`)."""
-        dist = {t: 0 for t in self.kernel_operand_of}
-        order = sorted(self.target.subterms, key=lambda t: -len(repr(t)))
+        dist = dict.fromkeys(self.kernel_operand_of, 0)
+        order = sorted(self.index.items(), key=lambda tk: -len(repr(tk[0])))
         changed = True
         while changed:
             changed = False
-            for t in order:
-                best = min((dist[p] + 1 for p in self.parents.get(t, ()) if p in dist), default=None)
-                if best is not None and best < dist.get(t, best + 1):
-                    dist[t] = best
+            for _, k in order:
+                best = min((dist[p] + 1 for p in self.up_ids[k] if p in dist), default=None)
+                if best is not None and best < dist.get(k, best + 1):
+                    dist[k] = best
                     changed = True
         return dist
 
-    def _up(self, t: Term) -> dict[Term, int]:
-        """The subterms above t (t included), each with the fewest parent steps from t."""
-        if t not in self._ups:
-            seen, frontier, k = {t: 0}, [t], 0
+    def _up(self, k: int) -> dict[int, int]:
+        """The subterms above subterm k (k included), each with the fewest parent steps from k."""
+        if k not in self._ups:
+            seen, frontier, n = {k: 0}, [k], 0
             while frontier:
-                k += 1
-                frontier = [p for c in frontier for p in self.parents.get(c, ()) if p not in seen]
+                n += 1
+                frontier = [p for c in frontier for p in self.up_ids[c] if p not in seen]
                 for p in frontier:
-                    seen.setdefault(p, k)
-            self._ups[t] = seen
-        return self._ups[t]
+                    seen.setdefault(p, n)
+            self._ups[k] = seen
+        return self._ups[k]
 
-    def _near(self, t: Term) -> dict[Term, int]:
-        """Per root: the fewest parent steps from t to a term that root's kernel-level ops take."""
-        if t not in self._nears:
-            near: dict[Term, int] = {}
-            for x, k in self._up(t).items():
+    def _near(self, k: int) -> dict[int, int]:
+        """Per root: the fewest parent steps from subterm k to a term that root's kernel-level ops take."""
+        if k not in self._nears:
+            near: dict[int, int] = {}
+            for x, n in self._up(k).items():
                 for r in self.kernel_operand_of.get(x, ()):
-                    near[r] = min(k, near.get(r, k))
-            self._nears[t] = near
-        return self._nears[t]
+                    near[r] = min(n, near.get(r, n))
+            self._nears[k] = near
+        return self._nears[k]
 
-    def joint(self, a: Term, b: Term) -> tuple[float, float]:
-        """The fewest ops that finish chains from both a and b, (apart, met); inf: no way. Apart: each
-        climbs to a term that one root's kernel-level ops take together with the other's (two block
-        outputs feed one value). Met: the chains first meet at an op computing a common ancestor c
-        (steps(a, c) + steps(b, c) - 1 + distance(c), the meeting op counted once)."""
+    def joint(self, a: int, b: int) -> tuple[float, float]:
+        """The fewest ops that finish chains from both subterms a and b, (apart, met); inf: no way.
+        Apart: each climbs to a term that one root's kernel-level ops take together with the other's
+        (two block outputs feed one value). Met: the chains first meet at an op computing a common
+        ancestor c (steps(a, c) + steps(b, c) - 1 + distance(c), the meeting op counted once)."""
         if (a, b) not in self._joint:
             near_a, near_b, up_b = self._near(a), self._near(b), self._up(b)
-            apart = min((k + near_b[r] for r, k in near_a.items() if r in near_b), default=float("inf"))
-            met = min((k + up_b[c] - 1 + self.distance[c] for c, k in self._up(a).items()
-                       if k and up_b.get(c) and c in self.distance), default=float("inf"))
+            apart = min((n + near_b[r] for r, n in near_a.items() if r in near_b), default=float("inf"))
+            met = min((n + up_b[c] - 1 + self.distance[c] for c, n in self._up(a).items()
+                       if n and up_b.get(c) and c in self.distance), default=float("inf"))
             self._joint[a, b] = (apart, met)
         return self._joint[a, b]
 
@@ -221,13 +227,14 @@ class Generator:
             return True
         late = s.pinning and any(s.post)   # a loop-invariant tensor can meet a post-loop one, no accumulator needed
         extra = {i: not s.post[i] and not (late and s.inv[i] is not None) for i in unused}
-        need = max((self.distance.get(s.terms[i], left + 1) + extra[i] for i in unused), default=0)
+        ids = {i: self.index.get(s.terms[i]) for i in unused}
+        need = max((self.distance.get(ids[i], left + 1) + extra[i] for i in unused), default=0)
         if need > left:
             return True
         chains = [i for i in unused if s.scale[i] != ("max", i)]
         for k, a in enumerate(chains):
             for b in chains[k + 1:]:
-                apart, met = self.joint(s.terms[a], s.terms[b])
+                apart, met = self.joint(ids[a], ids[b])
                 if min(apart + extra[a] + extra[b], met + (extra[a] or extra[b])) > left:
                     return True
         return False
@@ -247,13 +254,14 @@ class Generator:
         window = self._syntactic(n, lo) + sum(len(b) for b in structural[lo:])
         self.stats["pruned_order"] += self._syntactic(n, 0) + sum(len(b) for b in structural) - window
         built = 0
-        by_term: dict[Term, list[int]] = {}
-        for i, t in enumerate(s.terms):
-            by_term.setdefault(t, []).append(i)
+        ids = [self.index.get(t) for t in s.terms]
+        by_id: dict[int | None, list[int]] = {}
+        for i, k in enumerate(ids):
+            by_id.setdefault(k, []).append(i)
         for i in range(lo, n):
             ops = [(bop, s.terms[i]) for bop in structural[i]]
-            for parent in self.parents.get(s.terms[i], ()):
-                ops.extend(self._instances(parent, i, by_term))
+            for parent, operands in self.made_from[ids[i]] if ids[i] is not None else ():
+                ops.extend(self._instances(parent, operands, i, by_id))
             for bop, term in ops:
                 built += 1
                 if last is not None and bop.key() <= last:
@@ -262,15 +270,17 @@ class Generator:
                 yield bop, term
         self.stats["pruned_expr"] += window - built
 
-    def _instances(self, parent: Term, i: int, by_term: dict[Term, list[int]]) -> Iterator[tuple[BOp, Term]]:
-        """BOps computing `parent` whose newest input is tensor i (each exactly once)."""
-        op, attrs, ch = parent[0], parent[1], parent[2:]
-        if len(ch) == 1:
+    def _instances(self, parent: Term, operands: tuple[int, ...], i: int,
+                   by_id: dict[int | None, list[int]]) -> Iterator[tuple[BOp, Term]]:
+        """BOps computing `parent` (its operands' subterm numbers given) whose newest input is tensor i
+        (each exactly once); `by_id` lists the tensors of each subterm."""
+        op, attrs = parent[0], parent[1]
+        if len(operands) == 1:
             yield BOp(op, (i,), attrs), parent
             return
-        a, b = ch
-        options_a = [j for j in by_term.get(a, ()) if j <= i]
-        options_b = [j for j in by_term.get(b, ()) if j <= i]
+        a, b = operands
+        options_a = [j for j in by_id.get(a, ()) if j <= i]
+        options_b = [j for j in by_id.get(b, ()) if j <= i]
         seen = set()
         for x in options_a:
             for y in options_b:

@@ -29,7 +29,7 @@ from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.sgraph import SGraph
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["Checker", "Workers", "check_one", "concrete_task", "generate_task", "mirage_task", "prefilter_one",
+__all__ = ["Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task", "mirage_task", "prefilter_one",
            "prefilter_task", "shutdown", "verify_all", "verify_task"]
 
 
@@ -75,8 +75,10 @@ class Workers:
         self.n = (os.cpu_count() or 1) if n is None else n
 
     def imap(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
-        """(i, fn(*tasks[i])) for every task, as each finishes (in task order in this process)."""
-        workers = self._started() if len(tasks) > 1 else None
+        """(i, fn(*tasks[i])) for every task, as each finishes (in task order in this process). A lone task
+        goes to workers only if they are running already (starting them would cost more than it saves; a
+        verification here would import egglog, half a second, that they have)."""
+        workers = self._started() if len(tasks) > 1 or (self.n > 1 and self.n in _POOLS) else None
         if workers is None:
             return ((i, fn(*t)) for i, t in enumerate(tasks))
         return self._pooled(workers, fn, tasks)
@@ -122,13 +124,21 @@ def concrete_task(target: Target, limits: Limits, deadline: float, modes: Any,
     return list(gen.run(gen.start(labels))), gen.stats
 
 
+def default_verify() -> Callable[..., Any]:
+    """`prism.verify.equivalent`, the e-graph checker."""
+    from prism.verify import equivalent
+
+    return equivalent
+
+
 @dataclass(frozen=True)
 class Checker:
     """How candidates are checked: the program (as JSON), the verifier, its timeout, the cross-check
     and prefilter switches. Picklable, so every worker builds the same checks."""
 
     program_doc: str
-    verify: Callable[..., Any]
+    verify: Callable[..., Any] | None
+    """None: Prism's verifier (prism.verify.equivalent), imported by the process that verifies."""
     verify_timeout: float | None
     numeric: bool
     prefilter: bool
@@ -194,7 +204,7 @@ def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> 
         for rec, cand in cands:
             t0 = time.perf_counter()
             try:
-                verdict = checker.verify(prog.graph, cand, **kwargs)
+                verdict = (checker.verify or default_verify())(prog.graph, cand, **kwargs)
                 rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
             except Exception as e:
                 rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
@@ -215,7 +225,7 @@ def _batched(checker: Checker, prog: _Program, cands: list[KernelGraph], kwargs:
     from prism.verify import equivalent
     from prism.verify.equiv import equivalent_all
 
-    if checker.verify is not equivalent or not cands:
+    if checker.verify not in (None, equivalent) or not cands:
         return None
     try:
         return equivalent_all(prog.graph, cands, cache=prog.verdicts, **kwargs)
