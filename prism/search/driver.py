@@ -221,16 +221,18 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadl
                      if mode.code == "SSS" or matches_fixed(st, problem, m)]
             partials = [v for v in (partial_variant(problem, m) for m in plain) if v]
             matched[shape_free] = plain + partials + [v for v in (tail_variant(st, m) for m in partials) if v]
+        key4, loop_free_key = st.key()[:4], None
         for m in matched[shape_free]:
             counts["enumerated"] += 1
-            key = (st.key()[:4], m, st.sizes)
+            key = (key4, m, st.sizes)
             if key in seen:  # concrete omap choices can repeat a (structure, mapping)
                 continue
             seen.add(key)
             if not m.loop:
                 # No loop: accumulators are identities, so structures that differ only in where they
                 # accumulate are one kernel; the first (smallest) in canonical order stands for all.
-                loop_free = ("loop-free", _loop_free_key(st), m, st.sizes)
+                loop_free_key = loop_free_key or _loop_free_key(st)
+                loop_free = ("loop-free", loop_free_key, m, st.sizes)
                 if loop_free in seen:
                     counts["loop_free_duplicates"] += 1
                     continue

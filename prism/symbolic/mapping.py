@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterator, Sequence
 
 from prism.ir.block import GRID_DIMS
@@ -117,13 +118,27 @@ class MappingProblem:
     # -- maps -----------------------------------------------------------------------------------
 
     def maps(self, m: Mapping) -> tuple[list[tuple[dict[str, int], int | None]], list[dict[str, int]]]:
-        """(imap, fmap) per loader and omap per output, as BlockGraph takes them."""
+        """(imap, fmap) per loader and omap per output, as BlockGraph takes them. Made once per mapping (the
+        search asks for them several times per mapping: partials, tail rows, the instance); shared, so
+        callers must not change them."""
+        key = (m.grid, m.loop)   # the same for its partials and tail variants
+        if key not in self._maps:
+            self._maps[key] = self._make_maps(m)
+        return self._maps[key]
+
+    @cached_property
+    def _maps(self) -> dict[tuple, tuple[list[tuple[dict[str, int], int | None]], list[dict[str, int]]]]:
+        return {}
+
+    def _make_maps(self, m: Mapping) -> tuple[list[tuple[dict[str, int], int | None]], list[dict[str, int]]]:
+        grid_of = {c: GRID_DIMS[p] for p, classes in enumerate(m.grid) for c in classes}
+
         def gmap(dims: Sequence[int]) -> dict[str, int]:
             out = {}
             for d, a in enumerate(dims):
-                p = None if a == UNIT else m.grid_of(self.cls(a))
+                p = None if a == UNIT else grid_of.get(self.cls(a))
                 if p is not None:
-                    out[GRID_DIMS[p]] = d
+                    out[p] = d
             return dict(sorted(out.items()))
         loaders = []
         for dims in self.loaders:

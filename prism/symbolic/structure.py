@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 from prism.errors import MappingError
@@ -43,11 +44,21 @@ class Structure:
 
     def key(self) -> tuple:
         """A canonical sort key (op lists, outputs, kernel ops; then the ablation-mode choices)."""
-        return (len(self.graph.ops), tuple(o.key() for o in self.graph.ops), self.outputs,
-                tuple(o.key() for o in self.kernel_ops), repr(self.omaps), repr(self.sizes))
+        return self._key
 
     def problem(self) -> MappingProblem:
         """What mapping instantiation needs: loader dims, saved tensors' dims, the classes."""
+        return self._problem
+
+    # Both are asked for once per mapping of the structure (tens of thousands in QK-Attention's search), so
+    # each is made once (a structure is immutable).
+    @cached_property
+    def _key(self) -> tuple:
+        return (len(self.graph.ops), tuple(o.key() for o in self.graph.ops), self.outputs,
+                tuple(o.key() for o in self.kernel_ops), repr(self.omaps), repr(self.sizes))
+
+    @cached_property
+    def _problem(self) -> MappingProblem:
         g = self.graph
         return MappingProblem(tuple(g.space.input_dims(i) for i in range(g.n_loaders)),
                               tuple(g.dims[o] for o in self.outputs), g.uf, g.invariant)
