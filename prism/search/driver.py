@@ -42,7 +42,7 @@ __all__ = ["search", "default_verify"]
 INLINE_STATES = 20000
 """Generation explores this many states in-process before handing the rest to worker processes."""
 CHUNK = 64
-"""(structure, mapping) pairs per prefilter task."""
+"""(structure, mapping) pairs per prefilter task, at least; a task takes whole structures (`_by_structure`)."""
 BATCH = 16
 """Candidates per verification task, checked in one e-graph run (more than about 32 slow it down)."""
 
@@ -156,12 +156,12 @@ def _settled(recs: list[dict]) -> int:
 
 def _check(pairs: list[tuple[Structure, Mapping]], checker: Checker, deadline: float, pool: Workers | RayWorkers,
            progress: Progress | None) -> list[dict]:
-    """Each pair's check record: the prefilter on every pair (tasks of CHUNK pairs), then the verifier
-    and the cross-check on the ones left (tasks of BATCH, one e-graph run each). The "verify" progress
-    counts candidates as the prefilter rejects them or their verification ends."""
+    """Each pair's check record: the prefilter on every pair (tasks of whole structures, CHUNK pairs or more),
+    then the verifier and the cross-check on the ones left (tasks of BATCH, one e-graph run each). The
+    "verify" progress counts candidates as the prefilter rejects them or their verification ends."""
     advance = _ticker(progress, "verify", len(pairs))
     if checker.prefilter:
-        tasks = [(checker, deadline, pairs[k:k + CHUNK]) for k in range(0, len(pairs), CHUNK)]
+        tasks = [(checker, deadline, chunk) for chunk in _by_structure(pairs, CHUNK)]
         recs = [r for out in pool.map(prefilter_task, tasks, lambda i, out: advance(_settled(out))) for r in out]
     else:
         recs = [{"skipped": False, "prefilter_s": 0.0} for _ in pairs]
@@ -172,6 +172,18 @@ def _check(pairs: list[tuple[Structure, Mapping]], checker: Checker, deadline: f
         for j, r in zip(b, out):
             recs[j].update(r)
     return recs
+
+
+def _by_structure(pairs: list[tuple[Structure, Mapping]], size: int) -> list[list[tuple[Structure, Mapping]]]:
+    """`pairs` (a structure's pairs next to each other) in runs of at least `size` pairs that end where a
+    structure's pairs do: a worker keeps the prefilter's one-dim verdicts per structure (prism.search.check
+    .Prefilter), so a structure split between workers would have them computed by each."""
+    chunks: list[list[tuple[Structure, Mapping]]] = []
+    for st, m in pairs:
+        if not chunks or (len(chunks[-1]) >= size and chunks[-1][-1][0] is not st):
+            chunks.append([])
+        chunks[-1].append((st, m))
+    return chunks
 
 
 def _generate(target: Target, limits: Limits, mode: Modes, deadline: float, pool: Workers | RayWorkers,

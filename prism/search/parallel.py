@@ -29,8 +29,8 @@ from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.sgraph import SGraph
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task", "mirage_task", "prefilter_one",
-           "prefilter_task", "shutdown", "verify_all", "verify_task"]
+__all__ = ["Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task", "mirage_task",
+           "prefilter_one", "prefilter_task", "running", "shutdown", "verify_all", "verify_task"]
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
@@ -59,6 +59,12 @@ def _worker_init() -> None:
     import prism.verify  # noqa: F401
 
     torch.set_num_threads(1)
+
+
+def running(n: int) -> Workers | None:
+    """The search's `n` workers if they are running already (other work may then use them: the tuner's
+    ranking without compiles), else None; starts nothing."""
+    return Workers(n) if n > 1 and n in _POOLS and not pool.unavailable() else None
 
 
 def shutdown() -> None:

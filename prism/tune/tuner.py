@@ -41,6 +41,7 @@ from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 from prism.progress import Progress
 from prism.progress import report as report_progress
+from prism.search.parallel import running
 from prism.tune.compile import CompileResult, compile_many, default_workers, start_workers
 from prism.tune.cost import Cost, estimate
 from prism.tune.rank import Ranked, rank
@@ -115,7 +116,7 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     gpu: time candidates on `device` (CUDA-graph replay); else rank them by the cost model.
     compile: compile candidates ahead of time for sm_90 (drops what fails or needs too much shared memory,
         and feeds the compiler's registers, shared memory and spills to the model); False ranks by the
-        model alone, in this process (tests).
+        model alone, in this process or on the search's worker processes if they are running.
     workers: worker processes for ranking and compiling (default: all cores).
     log, progress: one line per step; (phase, done, total) as "rank", "compile" and "profile" advance.
     cluster: a prism.search.cluster.RayWorkers to rank and compile on (Ray tasks), instead of local processes.
@@ -131,12 +132,14 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     space.tilings()
     clock.lap("space")
     n = default_workers() if workers is None else max(1, int(workers))
-    mapper = _Mapper(start_workers(n) if compile and cluster is None else None, cluster, progress, report)
-    started = mapper.started
+    started = start_workers(n) if compile and cluster is None else None
+    # without compiles, ranking is the only parallel work: the search's workers take it if they are running
+    shared = running(n) if started is None and cluster is None else None
+    mapper = _Mapper(started, cluster, progress, report, shared)
     clock.lap("workers")
     try:
         ranked = _rank(space, rank_limit, seed, target, report, log, mapper,
-                       n if mapper.started or cluster else 1)
+                       n if mapper.started or cluster or shared else 1)
         clock.lap("rank")
         seen: set[str] = set()
         picks = _select(space, ranked, budget, explore, seed, seen, target, report)
@@ -187,13 +190,15 @@ class _Clock:
 
 @dataclass
 class _Mapper:
-    """map(fn, tasks) for prism.tune.rank: on the tuning's worker pool, on Ray, or in this process; progress
-    as "rank". A pool that breaks is dropped (with a note) and the work done here."""
+    """map(fn, tasks) for prism.tune.rank: on the tuning's worker pool, on Ray, on the search's running workers,
+    or in this process; progress as "rank". A pool that breaks is dropped (with a note) and the work done here."""
 
     started: ProcessPoolExecutor | None
     cluster: Any
     progress: Progress | None
     report: Report
+    shared: Any = None
+    """The search's running workers (prism.search.parallel.running), used when no pool of its own was started."""
 
     def __call__(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list[Any]:
         def done(k: int) -> None:
@@ -203,6 +208,8 @@ class _Mapper:
         finished = iter(range(1, len(tasks) + 1))
         if self.cluster is not None:
             return self.cluster.map(fn, tasks, lambda i, r: done(next(finished)))
+        if self.started is None and self.shared is not None:
+            return self.shared.map(fn, tasks, lambda i, r: done(next(finished)))
         if self.started is not None:
             try:
                 return pool.run(self.started, fn, tasks, lambda i: done(next(finished)))

@@ -21,3 +21,13 @@ def test_two_workers_give_the_same_graphs_and_counts_as_one(monkeypatch):
     assert two.stats["workers"] == 2 and one.stats["workers"] == 1
     assert _comparable(one) == _comparable(two)
     assert len(one) > 0
+
+
+def test_prefilter_tasks_hold_whole_structures():
+    """A structure's one-dim prefilter verdicts live in the worker that checks it: no structure is split."""
+    a, b, c = object(), object(), object()
+    pairs = [(a, 0), (a, 1), (a, 2), (b, 0), (c, 0), (c, 1), (c, 2), (c, 3)]
+    chunks = driver._by_structure(pairs, 2)
+    assert [p for chunk in chunks for p in chunk] == pairs
+    assert [[m for _, m in chunk] for chunk in chunks] == [[0, 1, 2], [0, 0, 1, 2, 3]]
+    assert driver._by_structure(pairs, 100) == [pairs]
