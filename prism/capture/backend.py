@@ -9,7 +9,9 @@ Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"). `
 backend="prism", options={...})` sets any field of `Options` for that compile; `options={"cudagraphs": True}`
 (or `mode="reduce-overhead"`) has Inductor run the rest in CUDA graphs with Prism's ops captured inside, one
 graph per size, so a decode step replays as one graph (on a CUDA device; a CPU graph has none, and
-`history` says so). A graph whose sizes Dynamo
+`history` says so); `options={"background": True}` replaces cones at once by ops running their programs and
+superoptimizes them on a thread, each op switching to its chosen kernels when they are ready
+(prism.capture.background: the first compile does not wait for searches). A graph whose sizes Dynamo
 made symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with
 symbolic sizes becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph
 that needs gradients is left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger "prism.compile") and kept
@@ -28,6 +30,7 @@ from typing import Any, Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from prism.capture.background import Pending, submit
 from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
 from prism.capture.partition import Cone, cones
@@ -49,6 +52,7 @@ class Options:
     max_ops: int = 16                # ops per cone
     cache: Any = True                # superoptimize's result cache (True: the default file)
     cudagraphs: bool = False         # the rest (Inductor) in CUDA graphs, Prism's ops captured inside
+    background: bool = False         # cones of fixed sizes superoptimized on a thread (prism.capture.background)
 
     def configured(self, options: dict[str, Any] | None, mode: str | None) -> Options:
         """These options with torch.compile's `options` and `mode` applied, or an InputError naming what is
@@ -65,6 +69,9 @@ class Options:
         if out.cudagraphs and out.rest != "inductor":
             raise InputError("backend prism: cudagraphs runs the rest through Inductor's CUDA graphs: "
                              "rest must be 'inductor'")
+        if out.cudagraphs and out.background:
+            raise InputError("backend prism: background and cudagraphs do not go together: a CUDA graph keeps "
+                             "the program a cone ran when it was captured, never the kernels chosen later")
         return out
 
 
@@ -199,25 +206,34 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
     with warnings.catch_warnings(), gm.graph.inserting_before(cone.root):
         warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU: reference executor" is in the record
         if any(isinstance(n, torch.SymInt) for n in sizes):
-            out, done = _region(cone, nodes, inputs, device, call, opts)
+            (out, done), pending = _region(cone, nodes, inputs, device, call, opts), None
         else:
-            out, done = _static(cone, nodes, inputs, device, call, opts)
+            out, done, pending = _static(cone, nodes, inputs, device, call, opts)
     for node in made:
         node.meta["prism"] = True  # the call and its input views, not ops left to torch
     cone.root.replace_all_uses_with(out)
-    record["replaced"].append({"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes]} | done)
+    entry = {"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes]} | done
+    record["replaced"].append(entry)
+    if pending is not None:
+        pending.attach(entry)
     log.info("prism: replaced %s (%d ops: %s) by %s, %s", cone.root.name, len(cone.nodes),
-             ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), done["op"], done["chosen"])
+             ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), entry["op"], entry["chosen"])
 
 
 def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any], opts: Options) -> tuple[Any, dict[str, Any]]:
+            call: Callable[..., Any], opts: Options) -> tuple[Any, dict[str, Any], Pending | None]:
     """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the node standing for the
-    root's value, what the record says)."""
+    root's value, what the record says, the background job if it is superoptimized in the background)."""
     from prism.runtime import superoptimize
 
     graph, sources, (shape,) = lower(nodes, inputs, [cone.root])
-    opt = superoptimize(graph, device=device, **_options(device, opts))
+    if opts.background:
+        opt = pending = submit(graph, device, _options(device, opts), _said)
+        done = {"program": str(graph), "op": str(pending.op), "launches": None, "cached": None, "search": None,
+                "dropped": []}
+    else:
+        opt, pending = superoptimize(graph, device=device, **_options(device, opts)), None
+        done = {"program": str(graph)} | _said(opt)
     args = []
     for s in sources:
         value = s.node
@@ -239,11 +255,15 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
                     dtype=val.dtype, device=val.device)                # transposed output) see its strides
         out = call(torch.ops.aten.copy.default, like, out)
         out.meta["val"] = val
+    return out, done, pending
+
+
+def _said(opt: Any) -> dict[str, Any]:
+    """What a cone's record says about the OptimizedGraph chosen for it."""
     best = opt.report.best
-    return out, {"program": str(graph), "op": str(opt.op), "chosen": best.label if best else None,
-                 "launches": opt.launches,
-                 "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
-                 "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries if e.status.startswith("dropped")]}
+    return {"op": str(opt.op), "chosen": best.label if best else None, "launches": opt.launches,
+            "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
+            "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries if e.status.startswith("dropped")]}
 
 
 def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,

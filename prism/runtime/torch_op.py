@@ -25,22 +25,29 @@ import torch
 from prism.ir.ops import TORCH_DTYPES
 
 if TYPE_CHECKING:
+    from prism.ir import KernelGraph
     from prism.runtime.optimized import OptimizedGraph
 
-__all__ = ["define", "torch_op", "NAMESPACE"]
+__all__ = ["define", "runner_op", "torch_op", "NAMESPACE"]
 
 NAMESPACE = "prism"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 _OPS: dict[str, Callable[..., Any]] = {}
-_RUNNERS: dict[str, OptimizedGraph] = {}
+_RUNNERS: dict[str, Any] = {}
+"""Per op name: what its kernel calls (`run_op`): an OptimizedGraph, or a background job (prism.capture.background)."""
 
 
 def torch_op(opt: OptimizedGraph) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
     """The custom op running `opt` (registered once per chosen graph and execution mode)."""
-    name = f"g{opt.graph.structural_hash()[:16]}_{opt.execution}"
-    _RUNNERS[name] = opt
+    return runner_op(f"g{opt.graph.structural_hash()[:16]}_{opt.execution}", opt.graph, opt)
+
+
+def runner_op(name: str, graph: KernelGraph, runner: Any) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """Op `prism::name` calling `runner.run_op(xs)` (the latest runner given this name: runners that share a
+    name compute the same), with outputs of `graph`'s output types."""
+    _RUNNERS[name] = runner
     if name not in _OPS:
-        outs = [(t.shape, TORCH_DTYPES[t.dtype]) for t in opt.graph.output_tensors]
+        outs = [(t.shape, TORCH_DTYPES[t.dtype]) for t in graph.output_tensors]
 
         def run(xs: list[torch.Tensor]) -> list[torch.Tensor]:
             inputs = {id(x) for x in xs}  # an op's outputs may not alias its inputs

@@ -145,6 +145,7 @@ def test_compile_options_set_the_backends_options_for_that_compile(options):
     ({}, "max-autotune", "mode 'max-autotune' unknown"),
     ({"cudagraphs": True, "rest": "eager"}, None, "rest must be 'inductor'"),
     ({"rest": "tvm"}, None, "'inductor' or 'eager'"),
+    ({"background": True}, "reduce-overhead", "background and cudagraphs do not go together"),
 ])
 def test_bad_compile_options_are_refused_by_name(options, mode, why):
     from prism.errors import InputError
