@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -34,20 +35,22 @@ __all__ = ["Checker", "Workers", "check_one", "concrete_task", "default_verify",
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
+_STARTING = threading.Lock()
 
 
 def _pool(n: int) -> ProcessPoolExecutor | None:
     """The pool of `n` workers, started once per process and reused by later searches (starting a
     worker imports torch and egglog, seconds each); None if work must stay in this process
     (prism.pool.unavailable: checked again at every search, since an op may have been registered since)."""
-    if n not in _POOLS or pool.unavailable():
-        started = pool.start(n, _worker_init)
-        if started is None:
-            return None
-        _POOLS[n] = started
-        if len(_POOLS) == 1:
-            atexit.register(shutdown)
-    return _POOLS[n]
+    with _STARTING:   # a background superoptimization (prism.capture.background) may ask at the same time
+        if n not in _POOLS or pool.unavailable():
+            started = pool.start(n, _worker_init)
+            if started is None:
+                return None
+            _POOLS[n] = started
+            if len(_POOLS) == 1:
+                atexit.register(shutdown)
+        return _POOLS[n]
 
 
 def _worker_init() -> None:
