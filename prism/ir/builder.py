@@ -112,12 +112,11 @@ class GraphBuilder:
         types = tuple(t.type for t in tensors)
         if len(types) != opdef.arity:
             raise GraphError(f"{name}: expected {opdef.arity} tensor operand(s), got {len(types)}")
-        labels = ", ".join(repr(t) for t in tensors)
         try:
             norm = opdef.normalize_attrs(types, attrs or {})
             out = opdef.infer(types, norm)
         except (ShapeError, DTypeError) as e:
-            raise type(e)(f"{e} (operands {labels})") from None
+            raise type(e)(f"{e} (operands {', '.join(repr(t) for t in tensors)})") from None
         self._check_operands(name, tensors, norm)
         return self._append(Node(name, tuple(t.ref for t in tensors), norm, (out,)))[0]
 
