@@ -7,6 +7,8 @@ result cache) to one thread. Once it is done, the op runs the chosen kernels fro
 cone's record in `history` ("pending") says what was chosen. Cones with the same program (every layer's
 norm + projection) share one job. A superoptimization that fails leaves the program running, and the record
 says why. `wait()` blocks until the queue is empty (benchmarks, tests; a serving loop need not call it).
+Cones with symbolic sizes (prism.capture.dynamic) are not deferred: each is searched when compiled and tuned
+at the first call of each size bucket, as without the option.
 
 Why it is safe: both what runs before and what runs after compute the cone's program (the chosen µGraph is
 verified equal to it), and each call reads the chosen graph once (one attribute, set once), so a call runs
