@@ -10,6 +10,10 @@ says why. `wait()` blocks until the queue is empty (benchmarks, tests; a serving
 Cones with symbolic sizes (prism.capture.dynamic) are not deferred: each is searched when compiled and tuned
 at the first call of each size bucket, as without the option.
 
+On a GPU the thread only searches: tuning times candidates on the device (in CUDA graphs, whose capture forbids
+other threads' work on it), so the first call of the op after the search tunes there, in the model's thread, and
+runs the chosen kernels from then on; `wait()` returns once the searches are done.
+
 Why it is safe: both what runs before and what runs after compute the cone's program (the chosen µGraph is
 verified equal to it), and each call reads the chosen graph once (one attribute, set once), so a call runs
 one or the other, never a mix. CUDA graphs record whatever ran when they were captured, so the option is
@@ -46,7 +50,8 @@ class Pending:
     """A program's superoptimization, queued or done, and the op that runs the program until it is done.
 
     `records` are the history entries of the cones that use it (each updated by `describe(opt)` when it is
-    done, or told why it failed); `opt` is the OptimizedGraph once chosen."""
+    done, or told why it failed); `opt` is the OptimizedGraph once chosen. `done` is set when the thread's
+    part is over: everything on a CPU; on a GPU the search, after which the next call tunes (module docstring)."""
 
     def __init__(self, graph: KernelGraph, device: torch.device, options: dict[str, Any],
                  describe: Callable[[Any], dict[str, Any]]) -> None:
@@ -62,6 +67,8 @@ class Pending:
     def run_op(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The chosen kernels once they are there, the program as torch ops until then."""
         opt = self.opt
+        if opt is None and self.done.is_set() and self.failed is None:  # on a GPU, searched: tune here, now
+            opt = self._settle()
         return self._program(tensors) if opt is None else opt.run_op(tensors)
 
     @cached_property
@@ -86,25 +93,47 @@ class Pending:
             self.records.append(record)
             record.update(self.said())
 
-    def _finish(self) -> None:
+    def _work(self) -> None:
+        """The thread's part: the whole superoptimization on a CPU; on a GPU, the search alone (into the result
+        cache), since tuning times candidates on the device, where it must not overlap the model's launches
+        (a CUDA graph captured for timing forbids other threads' work on the device meanwhile)."""
+        from prism.runtime.pipeline import cached_search
+
+        if self.device.type == "cuda":
+            self._attempt(lambda: cached_search(self.graph, self.options.get("search_options"),
+                                                self.options.get("cache", True)))
+        else:
+            self._settle()
+        self.done.set()
+
+    def _settle(self) -> Any:
+        """Superoptimize now (the search from the result cache where it is there); the chosen graph, or None."""
         from prism.runtime import superoptimize
 
+        self.opt = self._attempt(lambda: superoptimize(self.graph, device=self.device, **self.options))
+        if self.opt is not None:
+            log.info("prism: %s now runs %s", self.op,
+                     self.opt.report.best.label if self.opt.report.best else "the program")
+        with _LOCK:
+            for record in self.records:
+                record.update(self.said())
+        return self.opt
+
+    def _attempt(self, work: Callable[[], Any]) -> Any:
+        """`work()`, or None with `failed` set (the program keeps running; the records say why)."""
         try:
             # "no GPU: reference executor" is in the record (catch_warnings is process-wide state: a compile in
             # the main thread meanwhile may let one through, which shows a warning and changes nothing else)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                opt = superoptimize(self.graph, device=self.device, **self.options)
-        except Exception as e:  # the program keeps running; the records say why
+                return work()
+        except Exception as e:
             self.failed = f"{type(e).__name__}: {e}"
             log.warning("prism: background superoptimization of %s failed: %s", self.op, self.failed)
-        else:
-            self.opt = opt
-            log.info("prism: %s now runs %s", self.op, opt.report.best.label if opt.report.best else "the program")
-        with _LOCK:
-            for record in self.records:
-                record.update(self.said())
-        self.done.set()
+            with _LOCK:
+                for record in self.records:
+                    record.update(self.said())
+            return None
 
 
 def submit(graph: KernelGraph, device: torch.device, options: dict[str, Any],
@@ -123,7 +152,7 @@ def submit(graph: KernelGraph, device: torch.device, options: dict[str, Any],
 
 def _work() -> None:
     while True:
-        _QUEUE.get()._finish()
+        _QUEUE.get()._work()
 
 
 def wait(timeout: float | None = None) -> bool:

@@ -4,6 +4,7 @@ each switches to its chosen kernels when its background superoptimization is don
 from __future__ import annotations
 
 import threading
+import types
 
 import pytest
 import torch
@@ -72,3 +73,39 @@ def test_a_failed_background_superoptimization_leaves_the_program_running(option
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4) and torch.allclose(again, want, rtol=1e-4, atol=1e-4)
     (entry,) = pc.history[-1]["replaced"]
     assert entry["chosen"] is None and "no search today" in entry["why"]
+
+
+def test_on_a_gpu_the_thread_only_searches_and_the_next_call_tunes(jobs, monkeypatch):
+    """Tuning times candidates on the device, which must not overlap the model's own launches: the thread
+    searches, and the first call after the search superoptimizes in the caller's thread (device faked here)."""
+    import prism.runtime.pipeline as pipeline
+    import prism.workloads as wl
+    from prism.interp import program_fn
+    from tests.configs import small_cfg
+
+    threads = {}
+
+    def search(graph, *args):
+        threads["search"] = threading.current_thread()
+
+    class Chosen:
+        report = types.SimpleNamespace(best=None)
+
+        def __init__(self, graph):
+            self.run_op = program_fn(graph)
+
+    def superoptimize(graph, **kwargs):
+        threads["tune"] = threading.current_thread()
+        return Chosen(graph)
+
+    monkeypatch.setattr(pipeline, "cached_search", search)
+    monkeypatch.setattr(prism.runtime, "superoptimize", superoptimize)
+    w = wl.get("swiglu")
+    graph = w.build(small_cfg(w))
+    job = background.submit(graph, torch.device("cuda"), {"search_options": {}}, lambda opt: {"chosen": "it"})
+    assert pc.wait(timeout=600) and threads["search"] is not threading.current_thread() and "tune" not in threads
+    xs = [torch.randn(t.shape) for t in graph.inputs]
+    assert job.opt is None
+    out = job.run_op(xs)
+    assert threads["tune"] is threading.current_thread() and isinstance(job.opt, Chosen)
+    assert torch.allclose(out[0], program_fn(graph)(xs)[0])
