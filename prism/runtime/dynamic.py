@@ -4,8 +4,9 @@ a bucket.
 A search result holds for all sizes (its graphs are verified for every parallel size), so only the tuning
 and the code depend on the sizes a program is called with. A *bucket* is the set of sizes that round up to
 the same powers of two, dim by dim. The first call in a bucket tunes (`superoptimize`; its search comes
-from the result cache after the first bucket). A later call at other sizes of the bucket takes the bucket's
-choice: no search, no tuning.
+from the result cache after the first bucket), at the bucket's top sizes (each dynamic size at its power of
+two: tiles tuned there are powers of two, which kernels can count at launch). A later call at other sizes of
+the bucket takes the bucket's choice: no search, no tuning.
 
 Where it can, a bucket also keeps one set of kernels for all its sizes (`_Shared`): the chosen µGraph's tiles
 stay those tuned, and only the extents of the dynamic dims, the loop's trip count and the grid's blocks over
@@ -137,28 +138,64 @@ class SizeBuckets:
         return self._at[key]
 
     def _tune(self, b: Shapes, program: KernelGraph) -> OptimizedGraph:
-        """`program` tuned; the first tuning of a bucket becomes its choice, with the kernels its sizes share."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU": said once, by the owner
-            opt = self.optimize(program)
+        """`program` tuned. A bucket's first tuning is at its top sizes (`_top`) and becomes its choice, with the
+        kernels its sizes share; `program` is then served from it (tuned at its own sizes only where the choice is
+        no valid point there)."""
+        first = self._choices.get(b)
+        top = self._top(program) if first is None else program
+        opt = self._optimize(top)
         self.tunings[b] += 1
-        self.compiles[b] += 1
-        best, first = opt.report.best, self._choices.get(b)
+        best = opt.report.best
         if first is not None:
             opt.report.notes.append(f"tuned again in its size bucket: the choice tuned at sizes "
                                     f"{[list(s) for s in first.shapes]} is no valid point here ({first.why})")
         if first is not None or best is None or best.origin == PER_OUTPUT:
+            if top is not program:     # nothing for the bucket to share: tuned at this call's own sizes
+                opt = self._optimize(program)
+                self.tunings[b] += 1
+            self.compiles[b] += 1
             return opt
-        choice = self._choices[b] = _Choice(opt.search_result, opt.report, tuple(t.shape for t in program.inputs))
-        shared = self._share(choice, program, opt.graph)
+        choice = self._choices[b] = _Choice(opt.search_result, opt.report, tuple(t.shape for t in top.inputs))
+        shared = self._share(choice, top, opt.graph)
         if isinstance(shared, str):
             choice.why = shared
             opt.report.notes.append(f"each size of this bucket gets kernels of its own: {shared}")
-            return opt
+            if top is program:
+                self.compiles[b] += 1
+                return opt
+            served = self._reuse(choice, program)
+            if served is None:
+                return self._tune(b, program)
+            self.compiles[b] += 1
+            return served
         choice.shared = shared
         opt.report.notes.append(f"its kernels take {_names(shared.plan)} at launch: one compile serves every size of "
                                 "this bucket")
-        return self._serve(choice, program, opt.report, opt.search_result)
+        self.compiles[b] += 1
+        report = opt.report if top is program else _noted(choice, [t.shape for t in program.inputs], "tuned at the "
+                                                          "bucket's top sizes, served by its kernels")
+        return self._serve(choice, program, report, opt.search_result)
+
+    def _top(self, program: KernelGraph) -> KernelGraph:
+        """`program` with each dynamic size at the top of its bucket (its power of two): tiles tuned there are
+        powers of two, which the bucket's kernels can count at launch (a KV length of 513 = 27·19, tuned at its
+        own size, could get tiles of 27 and kernels per size). `program` itself where it does not hold there."""
+        values = self.values(program)
+        shapes = [list(t.shape) for t in program.inputs]
+        for name, dims in self.dims.items():
+            for i, d in dims:
+                shapes[i][d] = 1 << (values[name] - 1).bit_length()
+        if [list(t.shape) for t in program.inputs] == shapes:
+            return program
+        try:
+            return resize(program, tuple(map(tuple, shapes)))
+        except InputError:
+            return program
+
+    def _optimize(self, program: KernelGraph) -> OptimizedGraph:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU": said once, by the owner
+            return self.optimize(program)
 
     def _reuse(self, choice: _Choice, program: KernelGraph) -> OptimizedGraph | None:
         """The bucket's choice at `program`'s sizes with kernels of its own, or None if it is not a valid point

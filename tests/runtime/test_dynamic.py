@@ -216,3 +216,20 @@ def test_under_the_interpreter_a_new_size_in_a_tuned_bucket_runs_the_buckets_ker
     assert got["compiles"][0] == got["compiles"][1]               # the new sizes compiled nothing
     assert got["plans"][0] == got["plans"][1]                     # ... and generated no source
     assert set(got["kernels"].values()) == {1}                    # one module, one source per bucket
+
+
+def test_a_bucket_is_tuned_at_its_top_sizes():
+    """The first call at kv = 37 tunes at kv = 64, its bucket's top: the tiles tuned there are powers of two, which
+    the bucket's kernels count at launch (at 37 = a prime, a loop over kv could only have tiles of 1 or 37)."""
+    dg = dynamic(attention(37))
+    gen = torch.Generator().manual_seed(5)
+    for kv in (37, 50, 33):
+        q, kt, v = inputs(kv, gen)
+        (out,) = dg(q, kt, v)
+        torch.testing.assert_close(out, torch.softmax(q @ kt * 0.25, -1) @ v, rtol=1e-5, atol=1e-5)
+    (choice,) = dg.buckets._choices.values()
+    assert [list(s) for s in choice.shapes] == [[2, 4, 16], [2, 16, 64], [2, 64, 16]]
+    (b,) = dg.tunings
+    assert dg.tunings[b] == 1
+    assert ("the choice tuned at sizes [[2, 4, 16], [2, 16, 64], [2, 64, 16]] reused at [[2, 4, 16], [2, 16, 37]"
+            in dg.at(*inputs(37, gen)).report.notes[-1])
