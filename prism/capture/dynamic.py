@@ -32,7 +32,7 @@ from prism.capture.layout import Source
 from prism.capture.lower import lower
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph
-from prism.runtime.dynamic import SizeBuckets
+from prism.runtime.dynamic import Recent, SizeBuckets
 
 __all__ = ["Region", "symbolic"]
 
@@ -103,7 +103,7 @@ class Region:
 
             _BUCKETS[key] = superoptimize(self.program, dynamic=dims, device=device, **options).buckets
         self.buckets = _BUCKETS[key]
-        self._sized: dict[tuple[int, ...], _Sized] = {}
+        self._sized: Recent = Recent()
         self.name = f"r{hashlib.sha256(str(self.graph).encode()).hexdigest()[:12]}_{next(_COUNT)}"
         from prism.runtime.torch_op import define
 

@@ -56,7 +56,7 @@ from prism.tune.report import PER_OUTPUT, UNFUSED, Report
 from prism.tune.space import GraphSpace, instantiate
 from prism.tune.target import Target
 
-__all__ = ["DynamicGraph", "SizeBuckets", "bucket", "parse_dynamic", "resize"]
+__all__ = ["DynamicGraph", "Recent", "SizeBuckets", "bucket", "parse_dynamic", "resize"]
 
 Shapes = tuple[tuple[int, ...], ...]
 Dims = dict[str, list[tuple[int, int]]]
@@ -78,6 +78,26 @@ def resize(program: KernelGraph, shapes: Shapes) -> KernelGraph:
     except GraphError as e:
         raise InputError(f"the program does not hold at sizes {[list(s) for s in shapes]}: {e}") from None
     return g
+
+
+class Recent(collections.OrderedDict):
+    """A dict of at most `size` entries, the least recently used dropped first: what a program keeps per size
+    it was called at (a decode loop calls at a new KV length every step, so a dict of every size would grow
+    without end; an entry dropped is made again, without tuning, if that size comes back)."""
+
+    def __init__(self, size: int = 256) -> None:
+        super().__init__()
+        self.size = size
+
+    def __getitem__(self, key: Any) -> Any:
+        self.move_to_end(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -115,7 +135,7 @@ class SizeBuckets:
         self.tunings: collections.Counter[Shapes] = collections.Counter()
         self.compiles: collections.Counter[Shapes] = collections.Counter()
         self._choices: dict[Shapes, _Choice] = {}
-        self._at: dict[tuple, OptimizedGraph] = {}
+        self._at: Recent = Recent()
 
     def get(self, program: KernelGraph) -> OptimizedGraph:
         """The OptimizedGraph of `program` (at its sizes), tuned only if its bucket has no usable choice."""
@@ -360,7 +380,7 @@ class DynamicGraph:
 
     def __init__(self, program: KernelGraph, dims: dict[str, list[tuple[int, int]]], buckets: SizeBuckets) -> None:
         self.program, self.dims, self.buckets = program, dims, buckets
-        self._programs: dict[Shapes, KernelGraph] = {}
+        self._programs: Recent = Recent()
         self.execution = execution_mode(buckets.device)
         if self.execution != CUDA:
             warnings.warn(f"prism: no GPU; this DynamicGraph runs {EXECUTION_TEXT[self.execution]}",

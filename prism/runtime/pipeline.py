@@ -263,14 +263,19 @@ def _identity(result: Any) -> str:
 
 
 def _size_free(graph: KernelGraph) -> str:
-    """The structural hash with sizes and dtypes left out: a search result holds for all of them."""
+    """The structural hash with sizes and dtypes left out: a search result holds for all of them. Inputs are
+    declared first, the ops after them in their order, so where a front end declared an input does not count
+    (the backend's lowering declares each where it is first read; a program resized to other sizes, first)."""
     def strip(v: Any) -> Any:
         if isinstance(v, dict):
             return {k: ("float32" if k == "dtype" else strip(x)) for k, x in v.items()}
         if isinstance(v, list):
             return [strip(x) for x in v]
         return v
-    return KernelGraph.from_json(strip(graph.to_json())).structural_hash(shapes=False)
+    inputs_first = KernelGraph()
+    inputs_first.output(*graph.replay(inputs_first, [inputs_first.input(t.shape, t.dtype, t.name)
+                                                     for t in graph.inputs]))
+    return KernelGraph.from_json(strip(inputs_first.to_json())).structural_hash(shapes=False)
 
 
 def cached_search(graph: KernelGraph, search_options: dict[str, Any] | None = None, cache: Any = True,

@@ -199,3 +199,26 @@ def test_the_cache_on_its_own(tmp_path):
     assert len(c) == 2
     c.clear()
     assert len(c) == 0
+
+
+def test_the_search_key_ignores_where_inputs_are_declared_and_sizes():
+    """The backend's lowering declares each input where it is first read; a program resized to another size
+    declares them first. Both are one program: one search result serves them (no second search)."""
+    import prism
+
+    def attention(kv: int, late: bool) -> prism.KernelGraph:
+        g = prism.KernelGraph()
+        q, kt = g.input((8, 1, 16), "float32", "Q"), g.input((8, 16, kv), "float32", "Kt")
+        v = None if late else g.input((8, kv, 16), "float32", "V")
+        e = g.exp(g.mul_scalar(g.matmul(q, kt), 0.25))
+        v = v if v is not None else g.input((8, kv, 16), "float32", "V")
+        g.output(g.matmul(g.div(e, g.sum(e, 2)), v))
+        return g
+
+    late, early = attention(6, late=True), attention(8, late=False)
+    assert late.structural_hash(shapes=False) != early.structural_hash(shapes=False)   # the node order differs
+    assert pipeline._size_free(late) == pipeline._size_free(early)
+    other = prism.KernelGraph()
+    x = other.input((8, 1, 16), "float32", "Q")
+    other.output(other.exp(x))
+    assert pipeline._size_free(other) != pipeline._size_free(early)

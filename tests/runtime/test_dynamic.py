@@ -233,3 +233,16 @@ def test_a_bucket_is_tuned_at_its_top_sizes():
     assert dg.tunings[b] == 1
     assert ("the choice tuned at sizes [[2, 4, 16], [2, 16, 64], [2, 64, 16]] reused at [[2, 4, 16], [2, 16, 37]"
             in dg.at(*inputs(37, gen)).report.notes[-1])
+
+
+def test_what_a_program_keeps_per_size_is_bounded():
+    """A decode loop calls at a new size every step: the least recently used sizes are dropped."""
+    from prism.runtime.dynamic import Recent
+
+    kept = Recent(3)
+    for n in range(5):
+        kept[n] = n
+    assert list(kept) == [2, 3, 4]
+    assert kept[2] == 2          # used: now the most recent
+    kept[5] = 5
+    assert list(kept) == [4, 2, 5]
