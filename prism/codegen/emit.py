@@ -2,8 +2,10 @@
 
 The kernel reads like the Triton tutorials: program ids, then pointers to each input's first tile, then
 the loop (loads, block ops, accumulators, pointer advances), then the ops after the loop, then the
-write-back. Each node kind writes its own lines (prism.ir.kinds: a loader's load, an accumulator's
-init and update, a saver's store), where the schedule places it; ops render through the op table
+write-back. Each node kind hands its node over in one verb of its contract (prism.ir.passes.Emit: load,
+op, accumulate, running_max, store), which this module writes where the schedule places the node: a
+loader's load, an accumulator's init and update (its combine op's template), a saver's store; ops render
+through the op table
 (prism.codegen.render: a template, or a composite op's decomposition as one expression); this module adds
 only what Triton needs around them: addresses, padding masks, dtype conversions, and matmul shapes.
 A ragged dim's mask compares each lane's global index with the dim's extent (prism.codegen.layout says why
@@ -34,14 +36,17 @@ from prism.codegen.spec import (RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTY
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import INSIDE, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import MATMUL, OPS
+from prism.ir.passes import Emit
 from prism.ir.printer import format_block
 
-__all__ = ["Emitter", "default_warps", "emit_kernel", "indent", "launcher", "phase"]
+__all__ = ["Emitter", "default_warps", "emit_kernel", "indent", "launcher", "phase", "update"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
 _CONSTEXPRS = ("BLOCK", "TILE", "EXTENT")
 """A tile dim's constexprs, in parameter order: its block, its real lanes, a ragged dim's extent."""
+_AUGMENTED = {"add": "+="}
+"""Combine ops whose accumulator update reads as an augmented assignment (`acc += x`)."""
 
 @dataclass
 class _Val:
@@ -68,7 +73,9 @@ def _at(d: int, rank: int) -> str:
 
 
 class Emitter:
-    """One block graph's kernel, generated line by line: node kinds (prism.ir.kinds) call back into it."""
+    """One block graph's kernel, generated line by line: node kinds (prism.ir.kinds) call back into it through
+    their contract's verbs (prism.ir.passes.Emit: load, op, accumulate, running_max, store), which it
+    implements (not inherits: a verb it lacked would do nothing)."""
 
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                  out_dtypes: list[str], num_warps: int | None,
@@ -164,9 +171,6 @@ class Emitter:
         """The lines of a schedule place (prism.ir.kinds: "pre", "loop", "post")."""
         return getattr(self.s, scope)
 
-    def tl_dtype(self, dtype: str) -> str:
-        return TL_DTYPES[dtype]
-
     def define(self, i: int, want: str, expr: str, dtype: str, clean: bool) -> None:
         """Node i's value: a fresh name like `want` set to `expr`, where the schedule places node i."""
         scope = self.schedule[i]
@@ -260,7 +264,7 @@ class Emitter:
         node = self.b.nodes[consumer]
         return node.outputs[0].dtype if _is_dot(node) else self.compute
 
-    def address(self, base: str, dims: tuple[TileDim, ...], maps: dict[str, int], fmap: int | None,
+    def address(self, base: str, dims: tuple[TileDim, ...], maps: Mapping[str, int], fmap: int | None,
                 lines: list[str]) -> tuple[str, str | None, list[str]]:
         """Pointers to this block's tile of tensor `base` (a loader's input or a saver's output), written to
         `lines`: the tile dims `maps` gives grid dims start at the block's offset, the loop walks dim `fmap`.
@@ -287,6 +291,51 @@ class Emitter:
             (self.s.loop if any(t.looped for t in dims) else lines).append(f"{name} = {mask}")
             mask = name
         return ptrs, mask, strides
+
+    # -- node kinds (prism.ir.passes.Emit) -----------------------------------------------------------
+
+    def load(self, i: int, index: int, imap: Mapping[str, int], fmap: int | None) -> None:
+        base, dims = self.bases[index], self.layout.dims[i]
+        ptrs, mask, strides = self.address(base, dims, imap, fmap, self.s.top)
+        dtype = self.load_dtype(i)
+        conv = "" if dtype == self.in_dtypes[index] else f".to({TL_DTYPES[dtype]})"
+        args = f", mask={mask}, other=0.0" if mask else ""
+        args += f", cache_modifier=\"{self.load_modifier}\"" if self.load_modifier else ""
+        self.define(i, base, f"tl.load({ptrs}{args}){conv}", dtype, clean=True)
+        if fmap is not None and self.looped:
+            self.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
+
+    def accumulate(self, i: int, src: int, kind: Accumulator, running: int | None = None) -> None:
+        if not self.looped:  # one iteration: the value is the tile itself
+            self.alias(i, src)
+            return
+        acc = self.accumulator(i, kind.identity)
+        prior = acc if running is None else f"{acc} * {self.rescale(running, i)}"
+        if kind.dot and self.fusable(i):
+            self.s.loop.append(f"{acc} = {self.dot(src, acc=prior)}")
+        else:
+            self.s.loop.append(update(kind, acc, prior, self.operand(src, self.compute)))
+
+    def running_max(self, i: int, src: int) -> None:
+        if not self.looped:
+            self.alias(i, src)
+            return
+        m = self.carried(i, -math.inf, INSIDE)
+        before, alpha = self.fresh(f"{m}_before"), self.fresh(f"alpha_{m}")
+        self.s.loop.append(f"{before} = {m}")
+        self.s.loop.append(f"{m} = tl.maximum({m}, {self.operand(src, self.compute)})")
+        self.s.loop.append(f"{alpha} = tl.exp({before} - {m})  # how much its online sums shrink")
+        self.rescales[i] = alpha
+
+    def store(self, i: int, src: int, index: int, omap: Mapping[str, int]) -> None:
+        base = self.outs[index]
+        ptrs, mask, _ = self.address(base, self.layout.dims[i], omap, None, self.s.store)
+        value = f"{self.operand(src, self.compute)}.to({base}_ptr.dtype.element_ty)"
+        margs = f", mask={mask}" if mask else ""
+        if self.summed(index):
+            self.s.store.append(f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")")
+        else:
+            self.s.store.append(f"tl.store({ptrs}, {value}{margs})")
 
     # -- ops ---------------------------------------------------------------------------------------
 
@@ -382,9 +431,10 @@ class Emitter:
                                    f"{looped[0]}, which the loop splits with a partial last tile; split it evenly")
         fused = {n.inputs[0][0] for i, n in b.topo()
                  if isinstance(kind_of(n), Accumulator) and kind_of(n).dot and self.fusable(i)}
+        em: Emit = self
         for i in sorted(range(len(b.nodes)), key=lambda i: isinstance(kind_of(b.nodes[i]), Saver)):
             if i not in fused:
-                kind_of(b.nodes[i]).emit(self, i, b.nodes[i])
+                kind_of(b.nodes[i]).emit(em, i, b.nodes[i])
 
     def body(self, program_ids: bool = True) -> list[str]:
         """The kernel's lines; without `program_ids` the pids are the caller's (a helper's parameters)."""
@@ -553,6 +603,18 @@ def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], cons
             *([f"        {', '.join(s.source(names) for _, s in runtime)},"] if runtime else []),
             f"        {', '.join(meta)},",
             "    )"]
+
+
+def update(kind: Accumulator, acc: str, prior: str, x: str) -> str:
+    """The statement folding tile `x` into accumulator `acc` of `kind`, from `prior` (`acc`, or `acc` rescaled):
+    its combine op's template (prism.ir.ops) on (prior, x), or `acc += x` where the combine has an augmented
+    assignment. CodegenError names the accumulator whose combine op has no template."""
+    if prior == acc and kind.combine in _AUGMENTED:
+        return f"{acc} {_AUGMENTED[kind.combine]} {x}"
+    template = OPS[kind.combine].triton if kind.combine in OPS else ""
+    if not template:
+        raise CodegenError(f"{kind.name}: its combine op {kind.combine!r} has no Triton template to update it with")
+    return f"{acc} = {template.format(prior, x)}"
 
 
 def indent(items: list[str]) -> list[str]:

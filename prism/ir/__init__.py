@@ -1,9 +1,9 @@
 """Prism's IR: the op table, node kinds, kernel graphs (full tensors) and block graphs (fused kernels).
 
 Modules, each importing only those above it: ops (the op table), builder (tensors, nodes, the shared
-builder), kinds (block-graph node kinds and the schedule), launch (how a kernel is compiled: warps, stages),
-printer and serialize (text, JSON and hashing, as functions over graphs), block (BlockGraph), graph
-(KernelGraph).
+builder), passes (what a node kind asks of code generation, a typed contract; it names kinds only as types),
+kinds (block-graph node kinds and the schedule), launch (how a kernel is compiled: warps, stages), printer
+and serialize (text, JSON and hashing, as functions over graphs), block (BlockGraph), graph (KernelGraph).
 """
 
 from prism.ir.block import GRID_DIMS, BlockGraph

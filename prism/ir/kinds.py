@@ -4,16 +4,18 @@ A block graph has four kinds of node: loaders (a tile of a kernel input), comput
 prism.ir.ops), accumulators (a tile combined over all loop iterations) and savers (a tile written to a
 kernel output). Each kind is one record holding its part of every pass: its phase (which side of the loop
 its value is on, what the builder checks), its place in the schedule (before, inside or after the loop),
-the executor's step, the verification encoding, the Triton it generates (init, update, finalize) and its
-cost. A pass calls a record with its own context (prism.interp.executor, prism.verify.encode,
-prism.codegen.emit, prism.tune.cost), whose small vocabulary the records are written in.
+the executor's step, the verification encoding, what it asks of code generation and its cost. A pass calls
+a record with its own context (prism.interp.executor, prism.verify.encode, prism.codegen.emit,
+prism.tune.cost), whose small vocabulary the records are written in; code generation's is a typed contract
+of intent-level verbs (prism.ir.passes.Emit), and the Triton each verb becomes is the emitter's.
 
 An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
 (the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
-the loop (red), the Triton update statement, and whether `tl.dot` can accumulate into it. A new accumulator
-(a max, a running max with rescaling) is one record here plus its reducer term: the term (prism.verify.expr),
-its numeric meaning (prism.verify.model) and its axioms (prism.verify.axioms); its combine op must be in
-the op table, and the search tries it once the generator's vocabulary names it.
+the loop (red), and whether a matmul can accumulate straight into it. A new accumulator (a max, a running
+max with rescaling) is one record here plus its reducer term: the term (prism.verify.expr), its numeric
+meaning (prism.verify.model) and its axioms (prism.verify.axioms); its combine op must be in the op table
+(code generation writes its update from the op's template), and the search tries it once the generator's
+vocabulary names it.
 
 `schedule(block)` places every node once; the executor, the emitter and the cost model all read it.
 """
@@ -28,6 +30,7 @@ import torch
 
 from prism.errors import GraphError, MappingError
 from prism.ir.ops import OPS
+from prism.ir.passes import Emit
 
 __all__ = [
     "LOOP", "POST", "SAVED", "INVARIANT", "BEFORE", "INSIDE", "AFTER", "joined",
@@ -84,8 +87,8 @@ class Kind:
         """The node's verification term (prism.verify.encode)."""
         raise NotImplementedError
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
-        """The node's Triton lines (prism.codegen.emit), in the scope the schedule places it."""
+    def emit(self, em: Emit, i: int, node: Any) -> None:
+        """The node, handed to code generation (prism.codegen.emit) in its contract's verbs."""
         raise NotImplementedError
 
     def cost(self, cw: Any, i: int, node: Any) -> None:
@@ -126,17 +129,8 @@ class Loader(Kind):
             t = en.term("repl", t, attrs=(p,)) if d is None else en.term("part", t, attrs=(en.axis(t, d), p))
         en.env[i] = t
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
-        k, fmap = node.attrs["index"], node.attrs["fmap"]
-        base, dims = em.bases[k], em.layout.dims[i]
-        ptrs, mask, strides = em.address(base, dims, node.attrs["imap"], fmap, em.s.top)
-        dtype = em.load_dtype(i)
-        conv = "" if dtype == em.in_dtypes[k] else f".to({em.tl_dtype(dtype)})"
-        args = f", mask={mask}, other=0.0" if mask else ""
-        args += f", cache_modifier=\"{em.load_modifier}\"" if em.load_modifier else ""
-        em.define(i, base, f"tl.load({ptrs}{args}){conv}", dtype, clean=True)
-        if fmap is not None and em.looped:
-            em.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
+    def emit(self, em: Emit, i: int, node: Any) -> None:
+        em.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"])
 
     def cost(self, cw: Any, i: int, node: Any) -> None:
         k = node.attrs["index"]
@@ -166,7 +160,7 @@ class Compute(Kind):
     def encode(self, en: Any, i: int, node: Any) -> None:
         en.env[i] = en.apply(node.op, [en.operand(i, r) for r in node.inputs], node.attrs)
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
+    def emit(self, em: Emit, i: int, node: Any) -> None:
         em.op(i)
 
     def cost(self, cw: Any, i: int, node: Any) -> None:
@@ -177,14 +171,12 @@ class Compute(Kind):
 class Accumulator(Kind):
     """A loop tile combined over all iterations: `combine` (a table op) folds each iteration's tile into the
     value, which starts at `identity`. Verification writes it as term `reducer` over the loop's parallel
-    dim; Triton updates it with `update` (a template over `{acc}` and `{x}`); `dot` says `tl.dot` can
-    accumulate a matmul straight into it (its accumulator argument adds)."""
+    dim; `dot` says a matmul can accumulate straight into it (Triton's dot adds its accumulator argument)."""
 
     name: str
     combine: str
     identity: float
     reducer: str
-    update: str
     dot: bool = False
     arity = 1
 
@@ -211,16 +203,8 @@ class Accumulator(Kind):
         t = en.looped(node.inputs[0])
         en.env[i] = en.term(self.reducer, t, attrs=(en.loop,)) if en.loop else t
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
-        src = node.inputs[0][0]
-        if not em.looped:  # one iteration: the value is the tile itself
-            em.alias(i, src)
-            return
-        acc = em.accumulator(i, self.identity)
-        if self.dot and em.fusable(i):
-            em.s.loop.append(f"{acc} = {em.dot(src, acc=acc)}")
-        else:
-            em.s.loop.append(self.update.format(acc=acc, x=em.operand(src, em.compute)))
+    def emit(self, em: Emit, i: int, node: Any) -> None:
+        em.accumulate(i, node.inputs[0][0], self)
 
     def cost(self, cw: Any, i: int, node: Any) -> None:
         cw.live += cw.numel(i)
@@ -255,17 +239,8 @@ class RunningMax(Kind):
         t = en.looped(node.inputs[0])
         en.env[i] = en.term("repl", en.term("redmax", t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
-        src = node.inputs[0][0]
-        if not em.looped:
-            em.alias(i, src)
-            return
-        m = em.carried(i, -math.inf, INSIDE)
-        before, alpha = em.fresh(f"{m}_before"), em.fresh(f"alpha_{m}")
-        em.s.loop.append(f"{before} = {m}")
-        em.s.loop.append(f"{m} = tl.maximum({m}, {em.operand(src, em.compute)})")
-        em.s.loop.append(f"{alpha} = tl.exp({before} - {m})  # how much its online sums shrink")
-        em.rescales[i] = alpha
+    def emit(self, em: Emit, i: int, node: Any) -> None:
+        em.running_max(i, node.inputs[0][0])
 
     def cost(self, cw: Any, i: int, node: Any) -> None:
         cw.live += cw.numel(i)
@@ -343,17 +318,9 @@ class Online(Accumulator):
         x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
         ex.env[i] = acc * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + x
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
+    def emit(self, em: Emit, i: int, node: Any) -> None:
         src, r = (ref[0] for ref in node.inputs)
-        if not em.looped:
-            em.alias(i, src)
-            return
-        acc = em.accumulator(i, self.identity)
-        alpha = em.rescale(r, i)
-        if self.dot and em.fusable(i):
-            em.s.loop.append(f"{acc} = {em.dot(src, acc=f'{acc} * {alpha}')}")
-        else:
-            em.s.loop.append(f"{acc} = {acc} * {alpha} + {em.operand(src, em.compute)}")
+        em.accumulate(i, src, self, running=r)
 
 
 class Saver(Kind):
@@ -392,16 +359,8 @@ class Saver(Kind):
             t = en.term("red", t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
         en.output(node.attrs["index"], t)
 
-    def emit(self, em: Any, i: int, node: Any) -> None:
-        k = node.attrs["index"]
-        base = em.outs[k]
-        ptrs, mask, _ = em.address(base, em.layout.dims[i], node.attrs["omap"], None, em.s.store)
-        value = f"{em.operand(node.inputs[0][0], em.compute)}.to({base}_ptr.dtype.element_ty)"
-        margs = f", mask={mask}" if mask else ""
-        if em.summed(k):
-            em.s.store.append(f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")")
-        else:
-            em.s.store.append(f"tl.store({ptrs}, {value}{margs})")
+    def emit(self, em: Emit, i: int, node: Any) -> None:
+        em.store(i, node.inputs[0][0], node.attrs["index"], node.attrs["omap"])
 
     def cost(self, cw: Any, i: int, node: Any) -> None:
         k = node.attrs["index"]
@@ -410,10 +369,9 @@ class Saver(Kind):
 
 
 LOADER, COMPUTE, SAVER, RUNNING_MAX = Loader(), Compute(), Saver(), RunningMax()
-SUM = Accumulator("accum", combine="add", identity=0.0, reducer="red", update="{acc} += {x}", dot=True)
-MAX = Accumulator("accum_max", combine="maximum", identity=-math.inf, reducer="redmax",
-                  update="{acc} = tl.maximum({acc}, {x})")
-ONLINE = Online("accum_online", combine="add", identity=0.0, reducer="red", update="", dot=True)
+SUM = Accumulator("accum", combine="add", identity=0.0, reducer="red", dot=True)
+MAX = Accumulator("accum_max", combine="maximum", identity=-math.inf, reducer="redmax")
+ONLINE = Online("accum_online", combine="add", identity=0.0, reducer="red", dot=True)
 ACCUMULATORS: dict[str, Accumulator] = {a.name: a for a in (SUM, MAX, ONLINE)}
 KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), RUNNING_MAX, SAVER)}
 """The structural kinds by node op; every other node is a COMPUTE node (its op is a table op)."""

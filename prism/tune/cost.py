@@ -27,7 +27,7 @@ charged at DRAM speed (`pre_bytes`, `iter_bytes`) and the rest at L2 speed (`pre
 the tensor fits in L2, since the first reader brought it there; `dram_bytes` counts every read. Stores
 count real bytes once per block; an output summed across blocks (split-K) is an fp32 atomic add
 (read-modify-write: twice the bytes) into a memset buffer. FLOPs use the padded tiles code generation
-computes on (a `tl.dot` padded to 16, a tile padded to a power of two), so padding waste costs compute;
+computes on (Triton's dot padded to 16, a tile padded to a power of two), so padding waste costs compute;
 an op counts its `OpDef.flops` per element (several for exp, sqrt, silu, gelu, div, rms_norm:
 prism.ir.ops). Which loads and ops repeat every iteration is the block graph's schedule (prism.ir.kinds),
 the one code generation follows; each node kind adds its part (`cost` in its record).
@@ -93,7 +93,7 @@ class KernelWork:
     stages: int = TRITON_STAGES
     fused: bool = False       # one of the graph's own block graphs (its launch is the candidate's), not a lowered op
     tail: bool = False        # run by the last block of each row of the kernel before (no launch of its own)
-    staged_smem: int = 0      # bytes of one copy of the `tl.dot` operands loaded anew every iteration
+    staged_smem: int = 0      # bytes of one copy of the operands of Triton's dot loaded anew every iteration
     live: float = 0.0         # 32-bit values a block holds (the register estimate at other warp counts)
 
     def with_launch(self, warps: int, stages: int, target: Target) -> KernelWork:

@@ -1,7 +1,7 @@
 """Which candidates can overflow: an exp of a value with no upper bound.
 
 exp overflows float16 above 11 and float32 above 88, logits of real models reach 100, and the generated
-kernels store exp's tiles in the input dtype for `tl.dot`. A candidate is safe when every exp it computes,
+kernels store exp's tiles in the input dtype for Triton's dot. A candidate is safe when every exp it computes,
 in a kernel or between kernels, is of `x - max(x, d)`, `x - running_max(max(x, d))` or `x - group_max(x, d, s)`
 (split-KV's combine: each split's max against the largest) for the same x: a value at most 0, so exp is at
 most 1 (sums of such values are bounded by their count). Everything else is

@@ -23,9 +23,9 @@ thread has a lane; one warp always qualifies), and stages ∈ STAGE_VALUES when 
 iteration (Triton pipelines loop loads; with one iteration stages change nothing, so only its default).
 
 Tiles are padded as code generation pads them: to the next power of two, and to at least 16 on the
-dims a `tl.dot` uses (so small tiles are allowed; the cost model charges for the waste, and for a partial
+dims Triton's dot uses (so small tiles are allowed; the cost model charges for the waste, and for a partial
 last tile's: it counts f whole tiles, ceil(extent / t) · t elements, as the kernel computes them). Shared
-memory is estimated as Triton spends it on sm_90: each `tl.dot` operand is staged through shared
+memory is estimated as Triton spends it on sm_90: each operand of Triton's dot is staged through shared
 memory in the matmul's dtype, `staged_copies(stages)` deep when it is loaded anew every loop iteration
 (software pipelining), once otherwise. Against Triton 3.7's own figure for sm_90 this is within about 2x
 either way (measured on sampled rmsnorm and attention points); the tuner compiles the survivors
@@ -75,7 +75,7 @@ TRITON_STAGES = 3
 
 
 def staged_copies(stages: int) -> int:
-    """Copies of a per-iteration `tl.dot` operand in shared memory at `stages` (Triton 3.7 on sm_90 was
+    """Copies of a per-iteration operand of Triton's dot in shared memory at `stages` (Triton 3.7 on sm_90 was
     measured to use 1 to 3 times the operand size at its default of 3 stages; stages - 1 sits in the middle)."""
     return max(1, stages - 1)
 
@@ -263,15 +263,15 @@ class GraphSpace:
 
     def _padded_sizes(self, sizes: np.ndarray) -> np.ndarray:
         """What a tensor dim's entry in `_dims` indexes (columns), at each row of `sizes`: a unit dim (1), a unit
-        `tl.dot` dim (MIN_DOT), then every class's tile padded to a power of two, then the same at least
-        MIN_DOT (the class on a `tl.dot` dim)."""
+        dim of Triton's dot (MIN_DOT), then every class's tile padded to a power of two, then the same at least
+        MIN_DOT (the class on a dim of Triton's dot)."""
         pow2 = _next_pow2(self._class_tiles(sizes))
         n = len(sizes)
         return np.concatenate([np.ones((n, 1), np.int64), np.full((n, 1), MIN_DOT, np.int64), pow2,
                                np.maximum(pow2, MIN_DOT)], axis=1)
 
     def padded(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
-        """Tensor k's tile as code generation pads it (power of two; at least 16 on `tl.dot` dims)."""
+        """Tensor k's tile as code generation pads it (power of two; at least 16 on dims of Triton's dot)."""
         sizes = self._padded_sizes(np.array([[*grid, loop]], dtype=np.int64))[0].tolist()
         return tuple(sizes[i] for i in self._dims[k])
 
@@ -280,7 +280,7 @@ class GraphSpace:
         return Footprint(math.prod(grid), fixed + staged * staged_copies(stages), numel)
 
     def _tiles(self, grid: tuple[int, ...], loop: int) -> tuple[int, int, int]:
-        """(largest padded tile, shared-memory bytes of `tl.dot` operands held once, bytes of one copy of
+        """(largest padded tile, shared-memory bytes of operands of Triton's dot held once, bytes of one copy of
         those staged every iteration): a tiling's share of every footprint, whatever its stages (computed
         once per tiling)."""
         key = (grid, loop)
