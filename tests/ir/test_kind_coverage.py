@@ -109,17 +109,17 @@ def test_each_context_implements_its_contract(name):
 
 class _Strict:
     """A pass's context with nothing but its contract's members: its data members hold `values`, each verb
-    records its call and returns a placeholder; asking for anything else names the kind, pass and member."""
+    records its call (and returns None); asking for anything else names the kind, pass and member."""
 
     def __init__(self, name: str, kind: Kind, **values: Any) -> None:
-        self.contract, self.name, self.kind, self.calls = CONTRACTS[name][0], name, kind.name, []
-        assert set(values) == set(data(self.contract))
+        self._contract, self._pass, self._kind, self.calls = CONTRACTS[name][0], name, kind.name, []
+        assert set(values) == set(data(self._contract))
         vars(self).update(values)
 
     def __getattr__(self, member: str) -> Any:
-        if member not in verbs(self.contract):
-            raise AttributeError(f"kind {self.kind} asked the {self.name} pass for {member!r}, no member of "
-                                 f"prism.ir.passes.{self.contract.__name__}")
+        if member not in verbs(self._contract):
+            raise AttributeError(f"kind {self._kind} asked the {self._pass} pass for {member!r}, no member of "
+                                 f"prism.ir.passes.{self._contract.__name__}")
         return lambda *args, **kwargs: self.calls.append(member)
 
 
@@ -166,5 +166,6 @@ class _Nosy(Kind):
 
 
 def test_a_kind_past_its_contract_is_named():
+    nosy = _Nosy()
     with pytest.raises(AttributeError, match="kind nosy asked the executor pass for 'inputs'"):
-        _Nosy().run(_context("executor", _Nosy()), 2, _node(_Nosy()))
+        nosy.run(_context("executor", nosy), 2, _node(nosy))
