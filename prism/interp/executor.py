@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -101,14 +101,14 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
 
 @dataclass
 class _Block:
-    """One block's run: what a node kind's step (prism.ir.kinds) reads and writes."""
+    """One block's run: what a node kind's step (prism.ir.kinds) reads and writes (prism.ir.passes.Execute)."""
 
     block: BlockGraph
     inputs: list[torch.Tensor]
     outs: list[torch.Tensor]
     at: dict[str, int] = field(default_factory=dict)
     it: int = 0
-    env: dict[int, torch.Tensor] = field(default_factory=dict)
+    env: dict[int, torch.Tensor | None] = field(default_factory=dict)
     carry: dict = field(default_factory=dict)  # what a node keeps from one iteration to the next (a running max)
 
     @property
@@ -119,7 +119,17 @@ class _Block:
         for i, node, step in steps:
             step(self, i, node)
 
-    def tile(self, shape: Sequence[int], maps: dict[str, int], fmap: int | None) -> tuple[slice, ...]:
+    def load(self, i: int, index: int, imap: Mapping[str, int], fmap: int | None) -> None:
+        """Node i's value is this block's tile, this iteration, of input `index`."""
+        self.env[i] = self.inputs[index][self.tile(self.block.nodes[i].outputs[0].shape, imap, fmap)]
+
+    def store(self, src: int, index: int, omap: Mapping[str, int]) -> None:
+        """Add node src's value into this block's tile of output `index`: at the slices of src's nominal tile,
+        since a ragged split leaves its value short in the block that holds the partial tile."""
+        nominal = self.block.nodes[src].outputs[0].shape
+        self.outs[index][self.tile(nominal, omap, None)] += self.env[src]
+
+    def tile(self, shape: Sequence[int], maps: Mapping[str, int], fmap: int | None) -> tuple[slice, ...]:
         """The slices of this block's tile, this iteration, of a tensor whose data dims the grid dims in
         `maps` split and the loop walks dim `fmap`: a dim split by grid dim g and the loop is cut into
         grid-size chunks, and each chunk into loop-range tiles (so a block's stride is tile * loop)."""

@@ -6,8 +6,8 @@ kernel output). Each kind is one record holding its part of every pass: its phas
 its value is on, what the builder checks), its place in the schedule (before, inside or after the loop),
 the executor's step, the verification encoding, what it asks of code generation and its cost. A pass calls
 a record with its own context (prism.interp.executor, prism.verify.encode, prism.codegen.emit,
-prism.tune.cost), whose small vocabulary the records are written in; code generation's is a typed contract
-of intent-level verbs (prism.ir.passes.Emit), and the Triton each verb becomes is the emitter's.
+prism.tune.cost), whose small vocabulary the records are written in: each is a typed contract of
+intent-level members (prism.ir.passes: Execute, Encode, Emit, Count), and what a member does is the pass's.
 
 An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
 (the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
@@ -30,7 +30,7 @@ import torch
 
 from prism.errors import GraphError, MappingError
 from prism.ir.ops import OPS
-from prism.ir.passes import Emit
+from prism.ir.passes import Count, Emit, Encode, Execute
 
 __all__ = [
     "LOOP", "POST", "SAVED", "INVARIANT", "BEFORE", "INSIDE", "AFTER", "joined",
@@ -79,11 +79,11 @@ class Kind:
         """The right-hand side of the node's line in a printed block graph."""
         return f"{node.op}({args}{''.join(f', {k}={v}' for k, v in node.attrs.items())})"
 
-    def run(self, ex: Any, i: int, node: Any) -> None:
+    def run(self, ex: Execute, i: int, node: Any) -> None:
         """The executor's step (prism.interp.executor), where the schedule places the node."""
         raise NotImplementedError
 
-    def encode(self, en: Any, i: int, node: Any) -> None:
+    def encode(self, en: Encode, i: int, node: Any) -> None:
         """The node's verification term (prism.verify.encode)."""
         raise NotImplementedError
 
@@ -91,7 +91,7 @@ class Kind:
         """The node, handed to code generation (prism.codegen.emit) in its contract's verbs."""
         raise NotImplementedError
 
-    def cost(self, cw: Any, i: int, node: Any) -> None:
+    def cost(self, cw: Count, i: int, node: Any) -> None:
         """The node's bytes, FLOPs and live registers, as the cost model counts them (prism.tune.cost)."""
         raise NotImplementedError
 
@@ -114,15 +114,14 @@ class Loader(Kind):
         a = node.attrs
         return f"load in{a['index']} imap={a['imap']} fmap={a['fmap']}"
 
-    def run(self, ex: Any, i: int, node: Any) -> None:
-        ex.env[i] = ex.inputs[node.attrs["index"]][ex.tile(node.outputs[0].shape, node.attrs["imap"],
-                                                           node.attrs["fmap"])]
+    def run(self, ex: Execute, i: int, node: Any) -> None:
+        ex.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"])
 
-    def encode(self, en: Any, i: int, node: Any) -> None:
+    def encode(self, en: Encode, i: int, node: Any) -> None:
         """part along each mapped dim, repl for each grid dim that maps none; part along the loop for the
         dim it walks, and no loop dim at all for a loop-invariant tile (`en.looped` replicates it over the
         loop where it meets loop values)."""
-        t = en.args[node.attrs["index"]]
+        t = en.input(node.attrs["index"])
         splits = [(p, node.attrs["imap"].get(g)) for g, p in en.pdims.items()]
         splits += [(en.loop, node.attrs["fmap"])] if en.loop and node.attrs["fmap"] is not None else []
         for p, d in splits:
@@ -132,10 +131,8 @@ class Loader(Kind):
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"])
 
-    def cost(self, cw: Any, i: int, node: Any) -> None:
-        k = node.attrs["index"]
-        copies = math.prod(g for p, g in zip(cw.block.grid_dims, cw.block.grid) if p not in node.attrs["imap"])
-        cw.read(i, node.outputs[0].shape, cw.block.input_types[k].shape, cw.in_dtypes[k], copies)
+    def cost(self, cw: Count, i: int, node: Any) -> None:
+        cw.read(i, node.attrs["index"], node.attrs["imap"])
 
 
 class Compute(Kind):
@@ -154,16 +151,16 @@ class Compute(Kind):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.apply(node.op, args, node.attrs)
 
-    def run(self, ex: Any, i: int, node: Any) -> None:
+    def run(self, ex: Execute, i: int, node: Any) -> None:
         ex.env[i] = OPS[node.op].torch_fn(*(ex.env[r[0]] for r in node.inputs), **node.attrs)
 
-    def encode(self, en: Any, i: int, node: Any) -> None:
+    def encode(self, en: Encode, i: int, node: Any) -> None:
         en.env[i] = en.apply(node.op, [en.operand(i, r) for r in node.inputs], node.attrs)
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.op(i)
 
-    def cost(self, cw: Any, i: int, node: Any) -> None:
+    def cost(self, cw: Count, i: int, node: Any) -> None:
         cw.compute(i, node)
 
 
@@ -186,28 +183,28 @@ class Accumulator(Kind):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.accum(args[0], self.name)
 
-    def start(self, ex: Any, i: int, node: Any) -> None:
+    def start(self, ex: Execute, i: int, node: Any) -> None:
         """The executor, before the loop: nothing yet (the first step starts from the identity, in the shape of
         the block's first tile: short along a dim a ragged split leaves partial in this block)."""
         ex.env[i] = None
 
-    def step(self, ex: Any, i: int, node: Any) -> None:
+    def step(self, ex: Execute, i: int, node: Any) -> None:
         """The executor, at the end of every iteration: combine the iteration's tile into the value."""
         x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
         ex.env[i] = OPS[self.combine].torch_fn(acc, x)
 
-    def run(self, ex: Any, i: int, node: Any) -> None:
+    def run(self, ex: Execute, i: int, node: Any) -> None:
         """After the loop: the value is final as it is."""
 
-    def encode(self, en: Any, i: int, node: Any) -> None:
+    def encode(self, en: Encode, i: int, node: Any) -> None:
         t = en.looped(node.inputs[0])
         en.env[i] = en.term(self.reducer, t, attrs=(en.loop,)) if en.loop else t
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.accumulate(i, node.inputs[0][0], self)
 
-    def cost(self, cw: Any, i: int, node: Any) -> None:
-        cw.live += cw.numel(i)
+    def cost(self, cw: Count, i: int, node: Any) -> None:
+        cw.hold(i)
 
 
 class RunningMax(Kind):
@@ -230,20 +227,20 @@ class RunningMax(Kind):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.running_max(args[0])
 
-    def run(self, ex: Any, i: int, node: Any) -> None:
+    def run(self, ex: Execute, i: int, node: Any) -> None:
         x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], -math.inf)
         ex.carry[("before", i)] = before
         ex.env[i] = ex.carry[i] = torch.maximum(before, x)
 
-    def encode(self, en: Any, i: int, node: Any) -> None:
+    def encode(self, en: Encode, i: int, node: Any) -> None:
         t = en.looped(node.inputs[0])
         en.env[i] = en.term("repl", en.term("redmax", t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.running_max(i, node.inputs[0][0])
 
-    def cost(self, cw: Any, i: int, node: Any) -> None:
-        cw.live += cw.numel(i)
+    def cost(self, cw: Count, i: int, node: Any) -> None:
+        cw.hold(i)
 
 
 def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]],
@@ -313,7 +310,7 @@ class Online(Accumulator):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.accum(args[0], self.name, running=args[1])
 
-    def step(self, ex: Any, i: int, node: Any) -> None:
+    def step(self, ex: Execute, i: int, node: Any) -> None:
         r = node.inputs[1][0]
         x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
         ex.env[i] = acc * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + x
@@ -346,12 +343,10 @@ class Saver(Kind):
     def show(self, node: Any, args: str) -> str:
         return f"save {args} omap={node.attrs['omap']}"
 
-    def run(self, ex: Any, i: int, node: Any) -> None:
-        tile = ex.env[node.inputs[0][0]]   # short where a ragged split leaves this block's tile partial
-        nominal = ex.block.nodes[node.inputs[0][0]].outputs[0].shape
-        ex.outs[node.attrs["index"]][ex.tile(nominal, node.attrs["omap"], None)] += tile
+    def run(self, ex: Execute, i: int, node: Any) -> None:
+        ex.store(node.inputs[0][0], node.attrs["index"], node.attrs["omap"])
 
-    def encode(self, en: Any, i: int, node: Any) -> None:
+    def encode(self, en: Encode, i: int, node: Any) -> None:
         """comb along each mapped dim, red over each grid dim that maps none."""
         t = en.env[node.inputs[0][0]]
         for g, p in en.pdims.items():
@@ -362,10 +357,8 @@ class Saver(Kind):
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.store(i, node.inputs[0][0], node.attrs["index"], node.attrs["omap"])
 
-    def cost(self, cw: Any, i: int, node: Any) -> None:
-        k = node.attrs["index"]
-        tile = cw.block.nodes[node.inputs[0][0]].outputs[0].shape
-        cw.write(tile, node.outputs[0].shape, cw.out_dtypes[k], cw.summed[k])
+    def cost(self, cw: Count, i: int, node: Any) -> None:
+        cw.write(i, node.inputs[0][0], node.attrs["index"])
 
 
 LOADER, COMPUTE, SAVER, RUNNING_MAX = Loader(), Compute(), Saver(), RunningMax()

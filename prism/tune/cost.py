@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from prism.codegen.emit import default_warps
 from prism.codegen.layout import Layout
@@ -190,7 +190,8 @@ def _run_bytes(tile: Sequence[int], full: Sequence[int], itemsize: int, sector: 
 
 @dataclass
 class _Work:
-    """One block's work as a node kind's `cost` (prism.ir.kinds) adds it up: bytes, FLOPs, live elements."""
+    """One block's work as a node kind's `cost` (prism.ir.kinds) adds it up (prism.ir.passes.Count): bytes,
+    FLOPs, live elements."""
 
     block: BlockGraph
     layout: Layout
@@ -212,8 +213,12 @@ class _Work:
         """Elements of node i's padded tile."""
         return math.prod(self.layout.shape(i))
 
-    def read(self, i: int, tile: Sequence[int], full: Sequence[int], dtype: str, copies: int) -> None:
-        """Loader i reads a `tile` of a `full` tensor, which `copies` blocks read alike (replicated)."""
+    def read(self, i: int, index: int, imap: Mapping[str, int]) -> None:
+        """Loader i reads its tile of input `index`, which the blocks along grid dims not in `imap` read alike
+        (replicated: `copies` of it)."""
+        tile, full = self.block.nodes[i].outputs[0].shape, self.block.input_types[index].shape
+        dtype = self.in_dtypes[index]
+        copies = math.prod(g for p, g in zip(self.block.grid_dims, self.block.grid) if p not in imap)
         size = TORCH_DTYPES[dtype].itemsize
         b = _run_bytes(tile, full, size, self.target.sector)
         in_loop = self.schedule[i] == INSIDE
@@ -228,10 +233,16 @@ class _Work:
         self.padded += self.numel(i)
         self.live += self.numel(i) * size / 4
 
-    def write(self, tile: Sequence[int], full: Sequence[int], dtype: str, summed: bool) -> None:
-        """A saver writes a `tile` of a `full` output; a sum across blocks is an atomic read-modify-write."""
-        b = _run_bytes(tile, full, TORCH_DTYPES[dtype].itemsize, self.target.sector)
-        self.bytes["store"] += 2 * b if summed else b
+    def write(self, i: int, src: int, index: int) -> None:
+        """Saver i writes node src's tile of its output (`index`); a sum across blocks is an atomic
+        read-modify-write."""
+        tile, full = self.block.nodes[src].outputs[0].shape, self.block.nodes[i].outputs[0].shape
+        b = _run_bytes(tile, full, TORCH_DTYPES[self.out_dtypes[index]].itemsize, self.target.sector)
+        self.bytes["store"] += 2 * b if self.summed[index] else b
+
+    def hold(self, i: int) -> None:
+        """Node i's padded tile stays live across the loop."""
+        self.live += self.numel(i)
 
     def compute(self, i: int, node: Any) -> None:
         """A table op: tensor-core FLOPs and staged operands for a matmul, vector FLOPs for the rest."""

@@ -79,8 +79,9 @@ def _axis(rank: int, d: int) -> int:
 
 @dataclass
 class _Block:
-    """What a node kind's `encode` (prism.ir.kinds) writes with: the kernel's input terms, its grid dims'
-    parallel dims and the loop's (None: no loop), the terms so far, and the term constructors."""
+    """What a node kind's `encode` (prism.ir.kinds) writes with (prism.ir.passes.Encode): the kernel's input
+    terms, its grid dims' parallel dims and the loop's (None: no loop), the terms so far, and the term
+    constructors."""
 
     args: list[E.Term]
     pdims: dict[str, str]
@@ -90,6 +91,9 @@ class _Block:
     outs: dict[int, E.Term] = field(default_factory=dict)
 
     term = staticmethod(E.make)
+
+    def input(self, k: int) -> E.Term:
+        return self.args[k]
 
     def looped(self, ref: tuple[int, int]) -> E.Term:
         """Node ref's term as a loop value: a loop-invariant one (encoded with no loop dim, so that it also
