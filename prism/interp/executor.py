@@ -111,10 +111,6 @@ class _Block:
     env: dict[int, torch.Tensor | None] = field(default_factory=dict)
     carry: dict = field(default_factory=dict)  # what a node keeps from one iteration to the next (a running max)
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.outs[0].dtype
-
     def run(self, steps: list[tuple[int, Any, Callable[..., None]]]) -> None:
         for i, node, step in steps:
             step(self, i, node)
