@@ -233,7 +233,7 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
                 "dropped": []}
     else:
         opt, pending = superoptimize(graph, device=device, **_options(device, opts)), None
-        done = {"program": str(graph)} | _said(opt)
+        done = {"program": str(graph), "op": str(opt.op)} | _said(opt)
     args = []
     for s in sources:
         value = s.node
@@ -259,9 +259,10 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
 
 
 def _said(opt: Any) -> dict[str, Any]:
-    """What a cone's record says about the OptimizedGraph chosen for it."""
+    """What a cone's record says about the OptimizedGraph chosen for it (not its op: in the background, the graph
+    calls the job's op, which runs it)."""
     best = opt.report.best
-    return {"op": str(opt.op), "chosen": best.label if best else None, "launches": opt.launches,
+    return {"chosen": best.label if best else None, "launches": opt.launches,
             "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
             "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries if e.status.startswith("dropped")]}
 

@@ -65,7 +65,12 @@ Dims = dict[str, list[tuple[int, int]]]
 
 def bucket(shapes: Sequence[Sequence[int]]) -> Shapes:
     """Every dim rounded up to a power of two: sizes in one bucket share a tuning."""
-    return tuple(tuple(1 << max(0, int(n) - 1).bit_length() for n in s) for s in shapes)
+    return tuple(tuple(_top_of(n) for n in s) for s in shapes)
+
+
+def _top_of(n: int) -> int:
+    """The top of `n`'s bucket: the least power of two at least `n`."""
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def resize(program: KernelGraph, shapes: Shapes) -> KernelGraph:
@@ -204,7 +209,7 @@ class SizeBuckets:
         shapes = [list(t.shape) for t in program.inputs]
         for name, dims in self.dims.items():
             for i, d in dims:
-                shapes[i][d] = 1 << (values[name] - 1).bit_length()
+                shapes[i][d] = _top_of(values[name])
         if [list(t.shape) for t in program.inputs] == shapes:
             return program
         try:
@@ -272,8 +277,8 @@ class SizeBuckets:
         less when tuned there) and must be the same code, with the buffers and grids the sizes give: so nothing
         they compute depends on a size (a mean's 1/n, a tiling)."""
         values = self.values(program)
-        top = {n: 1 << (v - 1).bit_length() for n, v in values.items()}
-        free = sorted(n for n in values if top[n] > 2)
+        tops = {n: _top_of(v) for n, v in values.items()}
+        free = sorted(n for n in values if tops[n] > 2)
         if not free:
             return ("no dynamic size is declared" if not values else
                     "its dynamic sizes are 1 or 2, so the bucket holds one size")
@@ -281,7 +286,7 @@ class SizeBuckets:
         tiles = _tiles(graph, marks)
         if isinstance(tiles, str):
             return tiles
-        other = {**values, **{n: top[n] if values[n] != top[n] else top[n] - 1 for n in free}}
+        other = {**values, **{n: tops[n] if values[n] != tops[n] else tops[n] - 1 for n in free}}
         shapes = [list(t.shape) for t in program.inputs]
         for (i, d), n in marks.items():
             shapes[i][d] = other[n]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
-from dataclasses import replace
 from typing import Any, Callable
 
 from prism.errors import GraphError, InputError, check_positive
@@ -56,8 +55,8 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
 
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default (None)
         `prism.verify.equivalent`, imported only where candidates are verified (with worker processes,
-        not in this one: egglog's import is half a second). Workers import it by name: one defined in the `__main__` script (or
-        a lambda) makes the search run in this process, with a warning.
+        not in this one: egglog's import is half a second). Workers import it by name: one defined in
+        the `__main__` script (or a lambda) makes the search run in this process, with a warning.
     workers: processes (default: all cores; 1 runs everything in this process, as does a process
         that cannot start workers, with a warning). Results are the same either way.
     backend: "local" (worker processes here) or "ray": the work runs as Ray tasks (needs
@@ -83,14 +82,14 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
                          "superoptimize (prism optimize) takes several, searching each output's part of the "
                          "program (KernelGraph.output_cone) on its own")
     mode = Modes.parse(modes)
-    limits = Limits(max_block_ops, max_accums, max_outputs, max_kernel_ops, max_grid, time_limit)
     start = time.time()
     deadline = start + time_limit
     space = AtomSpace(tuple(t.shape for t in graph.inputs))
     (root,) = from_graph(graph)
     target = closure(root, space)
     # the default op budget is computed once here, not by every worker task's generator
-    limits = replace(limits, max_block_ops=max_block_ops or default_max_ops(target, max_accums))
+    limits = Limits(max_block_ops or default_max_ops(target, max_accums), max_accums, max_outputs, max_kernel_ops,
+                    max_grid, time_limit)
     stats: dict[str, Any] = {"modes": mode.code, "limits": dict(limits.__dict__)}
     checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
     pool = _workers(backend, workers, ray_address)

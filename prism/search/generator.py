@@ -86,10 +86,9 @@ class Generator:
                 self.parents.setdefault(c, []).append(t)
         self.index = {t: k for k, t in enumerate(self.target.subterms)}
         """Subterm -> number: the bound's tables are keyed by these (hashing a deep term costs its size)."""
-        self.up_ids = [[self.index[p] for p in self.parents.get(t, ())] for t in self.index]
-        self.made_from = [[(p, tuple(self.index[c] for c in p[2:])) for p in self.parents.get(t, ())]
+        self.made_from = [[(self.index[p], p, tuple(self.index[c] for c in p[2:])) for p in self.parents.get(t, ())]
                           for t in self.index]
-        """Per subterm: the terms with it as an operand, each with its operands' numbers."""
+        """Per subterm: the terms with it as an operand (number, term, its operands' numbers)."""
         self.kernel_operand_of: dict[int, list[int]] = {}
         """Per term a block output may have: the roots it may become (itself, or an operand of up to
         `max_kernel_ops` kernel-level elementwise ops above that root)."""
@@ -121,7 +120,7 @@ class Generator:
         while changed:
             changed = False
             for _, k in order:
-                best = min((dist[p] + 1 for p in self.up_ids[k] if p in dist), default=None)
+                best = min((dist[p] + 1 for p, _, _ in self.made_from[k] if p in dist), default=None)
                 if best is not None and best < dist.get(k, best + 1):
                     dist[k] = best
                     changed = True
@@ -133,7 +132,7 @@ class Generator:
             seen, frontier, n = {k: 0}, [k], 0
             while frontier:
                 n += 1
-                frontier = [p for c in frontier for p in self.up_ids[c] if p not in seen]
+                frontier = [p for c in frontier for p, _, _ in self.made_from[c] if p not in seen]
                 for p in frontier:
                     seen.setdefault(p, n)
             self._ups[k] = seen
@@ -260,7 +259,7 @@ class Generator:
             by_id.setdefault(k, []).append(i)
         for i in range(lo, n):
             ops = [(bop, s.terms[i]) for bop in structural[i]]
-            for parent, operands in self.made_from[ids[i]] if ids[i] is not None else ():
+            for _, parent, operands in self.made_from[ids[i]] if ids[i] is not None else ():
                 ops.extend(self._instances(parent, operands, i, by_id))
             for bop, term in ops:
                 built += 1

@@ -87,7 +87,7 @@ class Workers:
         """(i, fn(*tasks[i])) for every task, as each finishes (in task order in this process). A lone task
         goes to workers only if they are running already (starting them would cost more than it saves; a
         verification here would import egglog, half a second, that they have)."""
-        workers = self._started() if len(tasks) > 1 or (self.n > 1 and self.n in _POOLS) else None
+        workers = self._started() if len(tasks) > 1 or running(self.n) else None
         if workers is None:
             return ((i, fn(*t)) for i, t in enumerate(tasks))
         return self._pooled(workers, fn, tasks)
