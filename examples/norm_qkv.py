@@ -5,7 +5,9 @@ are a quarter of Q's width).
     prism optimize examples/norm_qkv.py
 
 searches, proves and tunes each output's part of the program on its own (prism.superoptimize with several
-outputs) and joins the chosen kernels into one graph; `prism search` takes one output only.
+outputs); Q, K and V, whose parts share their forms, are also searched jointly, and one kernel writes all three
+where the tuner finds it faster than three (prism.search.joint). `prism search` searches all four outputs
+jointly: the kernels that write every one of them.
 """
 
 from prism import KernelGraph

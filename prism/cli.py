@@ -342,7 +342,7 @@ def _searched(args: argparse.Namespace, prog: Program, opt: Any, bars: Any) -> A
     parts = opt.report.search.get("parts")
     if parts is not None:
         _say(args, "search     per output: " + "; ".join(
-            f"output {k}: {p.get('graphs', '?')} verified sGraphs ({p.get('source', 'result cache')})"
+            f"{p.get('name', f'output {k}')}: {p.get('graphs', '?')} verified sGraphs ({p.get('source', 'result cache')})"
             for k, p in enumerate(parts)))
         return None
     result = opt.search_result

@@ -1,7 +1,8 @@
 """`torch.compile(model, backend="prism")`: Prism's verified kernels for what it can fuse, torch for the rest.
 
 Dynamo hands the backend an FX graph; it is traced to ATen ops (make_fx, fake tensors), cut into
-single-output cones around matmuls (prism.capture.partition), and each cone is lowered to a KernelGraph
+cones around matmuls, cones that compute a node in common joined into regions with several outputs (the
+norm that Q, K and V project: prism.capture.partition), and each is lowered to a KernelGraph
 (prism.capture.lower) and superoptimized through the result cache, so a second compile of the same model
 searches and tunes nothing, and a new batch size re-tunes without re-searching (search results are
 size-free). Each cone is replaced by a call of its OptimizedGraph's custom op; what is left goes to
@@ -33,7 +34,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from prism.capture.background import Pending, submit
 from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
-from prism.capture.partition import Cone, cones
+from prism.capture.partition import Cone, cones, hoisted, regions
 from prism.errors import InputError, PrismError, UnsupportedOp
 from prism.ir.ops import TORCH_DTYPES
 
@@ -121,7 +122,7 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
           opts: Options) -> torch.fx.GraphModule:
     """`aten` with each cone Prism takes replaced by a call of its op; what is left is named in `record`."""
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
-    for cone in cones(aten.graph, max_ops=opts.max_ops):
+    for cone in regions(cones(aten.graph, max_ops=opts.max_ops)):
         _take(aten, cone, device, record, opts)
     aten.graph.eliminate_dead_code()
     aten.recompile()
@@ -151,7 +152,20 @@ def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
 def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options) -> None:
     """Replace `cone` by a Prism op; where an op in it cannot be lowered, leave that op and everything the cone
     computes before it to torch, and replace the rest if it still has a matmul (RoPE's products before
-    attention stay with torch, and attention is still Prism's)."""
+    attention stay with torch, and attention is still Prism's). A region of several cones that Prism cannot
+    take whole (symbolic sizes, an op it does not have) is taken cone by cone."""
+    if cone.parts:
+        sizes = [n for x in [*cone.inputs(), *cone.roots] for n in _shape(x.meta.get("val"))]
+        why = "symbolic sizes" if any(isinstance(n, torch.SymInt) for n in sizes) else None
+        if why is None:
+            try:
+                return _replace(gm, cone, device, record, opts)
+            except Exception as e:  # the cones one by one say what stops each
+                why = f"{type(e).__name__}: {e}"
+        log.info("prism: the region of %s is taken cone by cone (%s)", cone.name, why)
+        for part in cone.parts:
+            _take(gm, part, device, record, opts)
+        return
     while True:
         try:
             return _replace(gm, cone, device, record, opts)
@@ -163,7 +177,7 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
                 record["left"].append({"what": node.name, "ops": [op_name(node)],
                                        "why": f"cut from the cone ending at {cone.root.name}: {e}"})
             log.info("prism: cut %d op(s) from %s: %s", len(cut), cone.root.name, e)
-            cone = Cone(cone.root, [n for n in cone.nodes if n not in cut])
+            cone = Cone(cone.roots, [n for n in cone.nodes if n not in cut])
             if not cone.matmuls:
                 return _leave(cone, UnsupportedOp("no matmul left after the cut"), record)
         except PrismError as e:  # Prism cannot take this cone: it stays with torch, and says why
@@ -187,16 +201,20 @@ def _before(cone: Cone, node: Any) -> set[Any]:
 
 def _leave(cone: Cone, e: PrismError, record: dict[str, Any]) -> None:
     ops = [op_name(n) for n in cone.nodes]
-    record["left"].append({"what": f"cone ending at {cone.root.name}", "ops": ops, "why": str(e)})
-    log.info("prism: left %s (%d ops) to torch: %s", cone.root.name, len(ops), e)
+    record["left"].append({"what": f"cone ending at {cone.name}", "ops": ops, "why": str(e)})
+    log.info("prism: left %s (%d ops) to torch: %s", cone.name, len(ops), e)
 
 
 def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: dict[str, Any],
              opts: Options) -> None:
-    """Superoptimize `cone` and put a call of its custom op in place of its root: an op for its sizes, or,
+    """Superoptimize `cone` and put a call of its custom op in place of its roots: an op for its sizes, or,
     where they are symbolic, a Region's op for every size (prism.capture.dynamic)."""
     nodes, inputs = cone.live(), cone.inputs()
-    sizes = [n for x in [*inputs, cone.root] for n in _shape(x.meta.get("val"))]
+    sizes = [n for x in [*inputs, *cone.roots] for n in _shape(x.meta.get("val"))]
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for node in inputs:  # a region's weights read after its first root move up to its op
+        if order[node] > order[cone.root] and hoisted(node):
+            cone.root.prepend(node)
     made: list[Any] = []
 
     def call(target: Any, *args: Any, **kwargs: Any) -> Any:
@@ -206,27 +224,28 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
     with warnings.catch_warnings(), gm.graph.inserting_before(cone.root):
         warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU: reference executor" is in the record
         if any(isinstance(n, torch.SymInt) for n in sizes):
-            (out, done), pending = _region(cone, nodes, inputs, device, call, opts), None
+            (outs, done), pending = _region(cone, nodes, inputs, device, call, opts), None
         else:
-            out, done, pending = _static(cone, nodes, inputs, device, call, opts)
+            outs, done, pending = _static(cone, nodes, inputs, device, call, opts)
     for node in made:
         node.meta["prism"] = True  # the call and its input views, not ops left to torch
-    cone.root.replace_all_uses_with(out)
-    entry = {"root": cone.root.name, "ops": [op_name(n) for n in cone.nodes]} | done
+    for root, out in zip(cone.roots, outs):
+        root.replace_all_uses_with(out)
+    entry = {"root": cone.name, "ops": [op_name(n) for n in cone.nodes]} | done
     record["replaced"].append(entry)
     if pending is not None:
         pending.attach(entry)
-    log.info("prism: replaced %s (%d ops: %s) by %s, %s", cone.root.name, len(cone.nodes),
+    log.info("prism: replaced %s (%d ops: %s) by %s, %s", cone.name, len(cone.nodes),
              ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), entry["op"], entry["chosen"])
 
 
 def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any], opts: Options) -> tuple[Any, dict[str, Any], Pending | None]:
-    """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the node standing for the
-    root's value, what the record says, the background job if it is superoptimized in the background)."""
+            call: Callable[..., Any], opts: Options) -> tuple[list[Any], dict[str, Any], Pending | None]:
+    """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the nodes standing for the
+    roots' values, what the record says, the background job if it is superoptimized in the background)."""
     from prism.runtime import superoptimize
 
-    graph, sources, (shape,) = lower(nodes, inputs, [cone.root])
+    graph, sources, _ = lower(nodes, inputs, cone.roots)
     if opts.background:
         opt = pending = submit(graph, device, _options(device, opts), _said)
         done = {"program": str(graph), "op": str(pending.op), "launches": None, "cached": None, "search": None,
@@ -241,21 +260,28 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
             value = STEPS[kind](call, value, arg)
         args.append(value)
     outs = call(getattr(opt.op, "default"), args)
-    out = call(operator.getitem, outs, 0)
-    val = cone.root.meta["val"]  # a fake tensor: later cones read shapes and dtypes from it
-    held = graph.output_tensors[0]  # the same elements, dims merged where views merged them
+    results = [_result(call, outs, k, root.meta["val"], held)
+               for k, (root, held) in enumerate(zip(cone.roots, graph.output_tensors))]
+    outs.meta["val"] = [r.meta["val"] for r in results]
+    return results, done, pending
+
+
+def _result(call: Callable[..., Any], outs: Any, k: int, val: Any, held: Any) -> Any:
+    """Output k of the op as the root whose value was `val` (a fake tensor: later cones read shapes and
+    dtypes from it) had it: `held` (the graph's output) has its elements, dims merged where views merged them;
+    torch's ops after it (a view of attention's transposed output) see the root's dtype and strides."""
+    out = call(operator.getitem, outs, k)
     with val.fake_mode:
         out.meta["val"] = torch.empty(held.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
-        outs.meta["val"] = [out.meta["val"]]
         if tuple(held.shape) != tuple(val.shape):
             out = call(torch.ops.aten.view.default, out, list(val.shape))
             out.meta["val"] = torch.empty(val.shape, dtype=TORCH_DTYPES[held.dtype], device=val.device)
-    if out.meta["val"].dtype != val.dtype or not val.is_contiguous():  # torch's ops after it (a view of
-        like = call(torch.ops.aten.empty_strided.default, list(val.shape), list(val.stride()),  # attention's
-                    dtype=val.dtype, device=val.device)                # transposed output) see its strides
+    if out.meta["val"].dtype != val.dtype or not val.is_contiguous():
+        like = call(torch.ops.aten.empty_strided.default, list(val.shape), list(val.stride()),
+                    dtype=val.dtype, device=val.device)
         out = call(torch.ops.aten.copy.default, like, out)
         out.meta["val"] = val
-    return out, done, pending
+    return out
 
 
 def _said(opt: Any) -> dict[str, Any]:
@@ -268,7 +294,7 @@ def _said(opt: Any) -> dict[str, Any]:
 
 
 def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any], opts: Options) -> tuple[Any, dict[str, Any]]:
+            call: Callable[..., Any], opts: Options) -> tuple[list[Any], dict[str, Any]]:
     """The cone, whose sizes are symbolic, as a Region's op over its input tensors (it applies their steps
     itself, at each call's sizes); tuned at the first call of each size bucket, not here."""
     from prism.capture.dynamic import Region
@@ -276,7 +302,7 @@ def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
     region = Region(nodes, inputs, cone.root, device, _options(device, opts))
     out = call(region.op.default, [n for n in inputs if isinstance(n.meta.get("val"), torch.Tensor)])
     out.meta["val"] = cone.root.meta["val"]
-    return out, {"program": str(region.program), "op": str(region.op), "chosen": "per size bucket, at run time",
+    return [out], {"program": str(region.program), "op": str(region.op), "chosen": "per size bucket, at run time",
                  "launches": None,
                  "cached": None, "search": None, "dropped": [],
                  "why": f"symbolic sizes {region.symbols}: lowered again at each new size, tuned once per size "

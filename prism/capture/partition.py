@@ -1,4 +1,5 @@
-"""Which parts of an ATen graph Prism takes: single-output cones around matmuls, each small enough to search.
+"""Which parts of an ATen graph Prism takes: cones around matmuls, each small enough to search, and regions of
+cones that share work.
 
 A cone grows backward from a root (a compute node Prism has, whose value leaves the cone) through
 producers Prism has:
@@ -11,21 +12,25 @@ producers Prism has:
     own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
     side (SwiGLU's gate and up) join freely;
   - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable.
-Cones without a matmul are left to torch: elementwise fusion is what Inductor does well. Each cone has
-one output (the root), as the search requires. A producer that depends on a matmul only through a value
-used several times (a residual that feeds the next norm) does not count as depending on it.
+Cones without a matmul are left to torch: elementwise fusion is what Inductor does well. A producer that
+depends on a matmul only through a value used several times (a residual that feeds the next norm) does not
+count as depending on it.
+
+Cones that compute a node in common (a norm that Q, K and V each project) join into one region with several
+outputs (`regions`): Prism searches each output's part and their joint forms, one kernel writing all of them
+(prism.search.joint), so the norm is computed once and the three projections are one launch.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prism.capture.lower import ATEN, IGNORED, op_name
 from prism.capture.sdpa import ATTENTION_OPS
 
-__all__ = ["Cone", "cones", "MATMULS", "VIEWS"]
+__all__ = ["Cone", "cones", "regions", "MATMULS", "VIEWS"]
 
 MATMULS = {"aten.mm.default": 1, "aten.bmm.default": 1, "aten.matmul.default": 1, "aten.linear.default": 1,
            "aten.addmm.default": 1} | dict.fromkeys(ATTENTION_OPS, 2)
@@ -45,18 +50,29 @@ of a fused projection is the projection of a sliced weight, prism.capture.lower)
 
 @dataclass
 class Cone:
-    """A region to hand to Prism: its output node and its nodes (in graph order)."""
+    """A region to hand to Prism: its output nodes (roots, in graph order) and its nodes (in graph order); a
+    region of several joined cones keeps them as `parts` (taken one by one where the region cannot be)."""
 
-    root: Any
+    roots: list[Any]
     nodes: list[Any]
+    parts: list[Cone] = field(default_factory=list)
+
+    @property
+    def root(self) -> Any:
+        """The first root: where the region's op goes (before it), and its name in messages."""
+        return self.roots[0]
+
+    @property
+    def name(self) -> str:
+        return ", ".join(r.name for r in self.roots)
 
     @property
     def matmuls(self) -> int:
         return sum(MATMULS.get(op_name(n), 0) for n in self.nodes)
 
     def live(self) -> list[Any]:
-        """The cone's nodes its root still depends on (an earlier cone's replacement can cut some off)."""
-        members, found, stack = set(self.nodes), {self.root}, [self.root]
+        """The cone's nodes its roots still depend on (an earlier cone's replacement can cut some off)."""
+        members, found, stack = set(self.nodes), set(self.roots), list(self.roots)
         while stack:
             for p in stack.pop().all_input_nodes:
                 if p in members and p not in found:
@@ -88,11 +104,46 @@ def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:
         if root in owned or not _prism(root) or op_name(root) in VIEWS | IGNORED:
             continue
         members = _grow(root, max_ops, max_matmuls)
-        cone = Cone(root, sorted(members, key=order.__getitem__))
+        cone = Cone([root], sorted(members, key=order.__getitem__))
         if cone.matmuls:
             found.append(cone)
             owned |= {n for n in members if n is root or all(u in members for u in n.users)}
     return sorted(found, key=lambda c: order[c.root])
+
+
+def regions(found: list[Cone], max_outputs: int = 4) -> list[Cone]:
+    """`found` (cones of one graph, in root order) with cones that compute a node in common (not a layout op)
+    joined into regions of up to `max_outputs` roots, in order of their first root. A region's op goes before
+    its first root, so cones join only where everything they read is there by then (a weight read later is
+    a graph input or attribute, and moves up: `hoisted`)."""
+    order = {n: i for i, n in enumerate(found[0].root.graph.nodes)} if found else {}
+    out: list[Cone] = []
+    for cone in found:
+        shared = {n for n in cone.nodes if op_name(n) not in VIEWS}
+        home = next((r for r in out if len(r.roots) < max_outputs and shared & set(r.nodes)
+                     and _in_time(r, cone, order)), None)
+        if home is None:
+            out.append(Cone(cone.roots, cone.nodes, [cone]))
+            continue
+        home.roots = sorted(home.roots + cone.roots, key=order.__getitem__)
+        home.nodes = sorted(set(home.nodes) | set(cone.nodes), key=order.__getitem__)
+        home.parts.append(cone)
+    for r in out:
+        if len(r.parts) == 1:
+            r.parts = []
+    return out
+
+
+def _in_time(region: Cone, cone: Cone, order: dict[Any, int]) -> bool:
+    """Whether everything `cone` and `region` read is computed before their first root (or can move there)."""
+    first = min(order[r] for r in region.roots + cone.roots)
+    joined = Cone(region.roots + cone.roots, sorted(set(region.nodes) | set(cone.nodes), key=order.__getitem__))
+    return all(order[n] < first or hoisted(n) for n in joined.inputs())
+
+
+def hoisted(node: Any) -> bool:
+    """Whether `node` reads nothing, so it can move before any other node (a module's weight, get_attr)."""
+    return node.op in ("get_attr", "placeholder") and not node.all_input_nodes
 
 
 def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:

@@ -100,10 +100,19 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
     def output_cone(self, k: int) -> tuple[KernelGraph, list[int]]:
         """Output k as a program of its own: the ops it depends on and the inputs it reads (same names, in
         order), with the indices of those inputs among this graph's. What a program with several outputs
-        is searched and tuned by, one output at a time."""
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(self.outputs):
-            raise GraphError(f"output_cone: output {k!r} does not exist; the graph has {len(self.outputs)}")
-        return self._cone([self.outputs[k]], self._needed([self.outputs[k]]))
+        is searched and tuned by, one output at a time (and joined: prism.search.joint)."""
+        return self.outputs_cone([k])
+
+    def outputs_cone(self, ks: Sequence[int]) -> tuple[KernelGraph, list[int]]:
+        """Outputs `ks` (in that order) as a program of their own, like `output_cone`: what a joint form of
+        several outputs is searched for (prism.search.joint)."""
+        for k in ks:
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(self.outputs):
+                raise GraphError(f"output_cone: output {k!r} does not exist; the graph has {len(self.outputs)}")
+        if not ks:
+            raise GraphError("output_cone: no output given")
+        refs = [self.outputs[k] for k in ks]
+        return self._cone(refs, self._needed(refs))
 
     def pruned(self) -> tuple[KernelGraph, list[int]]:
         """This graph without the ops and inputs no output depends on, with the indices of the inputs it

@@ -8,6 +8,7 @@ when there is one), store the chosen µGraph and its report; wrap it in an Optim
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import time
 from pathlib import Path
@@ -94,7 +95,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
                   backend: str = "local", ray_address: str | None = None,
                   dynamic: dict[str, Any] | None = None) -> OptimizedGraph | DynamicGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph. A program with several outputs
-    is searched and tuned one output at a time (`_per_output`), its kernels joined into one graph.
+    is searched and tuned one output at a time, and outputs whose parts share forms also jointly, as one kernel
+    (`_per_output`); the chosen kernels are joined into one graph.
 
     dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the dims
         under one name always have one size). Returns a DynamicGraph (prism.runtime.dynamic), callable at any
@@ -168,22 +170,76 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
 
 def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) -> tuple[KernelGraph, Report]:
     """A program with several outputs: each output's cone (`KernelGraph.output_cone`, the ops it depends on) is
-    searched, proven equal to its part of the program, and tuned as a program of its own (and cached as one);
-    the chosen kernels are joined into one graph, in output order, and their reports into one
-    (`Report.joined`). Work two outputs share (a norm both project) is done once per output."""
+    searched (and cached) as a program of its own. Outputs whose parts share forms (Q, K and V of one norm:
+    `prism.search.joint.groups`) are also searched jointly (`prism.search.join`: one kernel writing all of them,
+    each output proven on its own) and tuned as one program; that kernel is taken where it is at least as fast
+    as the outputs' own kernels together (measured on a GPU, estimated by the cost model on the CPU), and the
+    report says so. Every output of another group is tuned on its own. The chosen kernels are joined into one
+    graph, in output order, and their reports into one (`Report.joined`)."""
+    from prism.search.joint import groups
+
+    store = _open_cache(options["cache"])
+    run: list[str] = []
+    cones = [graph.output_cone(k) for k in range(len(graph.outputs))]
+    parts = [_cached_search(cone, options["search_options"], options["log"], options["progress"], store, run)
+             for cone, _ in cones]
     joined = KernelGraph()
     args = [joined.input(t.shape, t.dtype, t.name) for t in graph.inputs]
-    outs, parts = [], []
-    for k in range(len(graph.outputs)):
-        cone, used = graph.output_cone(k)
-        if options["log"]:
-            options["log"](f"output {k} of {len(graph.outputs)}")
-        chosen, report, _ = _optimize(cone, dev, None, **options)
-        outs += chosen.replay(joined, [args[j] for j in used])
-        parts.append(report)
-    joined.output(*outs)
+    outs: dict[int, Any] = {}
+    reports, members = [], []
+    for group in groups(graph, [p.graphs for p in parts]):
+        picks = []
+        for k in group:
+            if options["log"]:
+                options["log"](f"output {k} of {len(graph.outputs)}")
+            chosen, report, _ = _optimize(cones[k][0], dev, parts[k], **options)
+            report.search["source"] = parts[k].stats.get("source", "searched")
+            picks.append(([k], chosen, report))
+        if len(group) > 1:
+            picks = _joint(graph, group, parts, picks, dev, options, store, run)
+        for ks, chosen, report in picks:
+            used = graph.outputs_cone(ks)[1]
+            outs.update(zip(ks, chosen.replay(joined, [args[j] for j in used])))
+            reports.append(report)
+            members.append(ks)
+    joined.output(*(outs[k] for k in range(len(graph.outputs))))
     target = tuning_target(dev.type == "cuda", dev, options["target"])
-    return joined, Report.joined(parts, baseline_us=estimate(graph, target).seconds * 1e6)
+    report = Report.joined(reports, baseline_us=estimate(graph, target).seconds * 1e6, outputs=members)
+    report.notes = _events(store, run) + report.notes
+    return joined, report
+
+
+def _joint(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], picks: list[tuple[list[int], KernelGraph,
+           Report]], dev: torch.device, options: dict[str, Any], store: ResultCache | None, run: list[str]
+           ) -> list[tuple[list[int], KernelGraph, Report]]:
+    """`picks` (the group's outputs each tuned on its own), or the group's joint kernel where it is at least as
+    fast as they are together."""
+    sub, _ = graph.outputs_cone(list(group))
+    result = _cached_search(sub, options["search_options"], options["log"], options["progress"], store, run,
+                            parts=[parts[k] for k in group])
+    names = "outputs " + "+".join(map(str, group))
+    if not result.graphs:
+        picks[0][2].notes.append(f"{names}: no joint form verified ({result.stats['joint']['forms']} tried); "
+                                 "each has a kernel of its own")
+        return picks
+    if options["log"]:
+        options["log"](f"{names} in one kernel")
+    chosen, report, _ = _optimize(sub, dev, result, **options)
+    report.search["source"] = result.stats.get("source", "searched")
+    own, one = sum(_us(r) for _, _, r in picks), _us(report)
+    said = f"{names} in one kernel: {one:.2f} us, against {own:.2f} us for their own kernels together"
+    if one <= own:
+        report.notes.append(said + ": taken")
+        return [(list(group), chosen, report)]
+    picks[0][2].notes.append(said + ": each has a kernel of its own")
+    return picks
+
+
+def _us(report: Report) -> float:
+    """The chosen candidate's time: measured where it was timed, else the cost model's estimate."""
+    best = report.best
+    value = best.measured_us if best.measured_us is not None else best.estimate_us
+    return float("inf") if value is None else value
 
 
 def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budget: int, time_budget: float | None,
@@ -286,14 +342,17 @@ def cached_search(graph: KernelGraph, search_options: dict[str, Any] | None = No
 
 
 def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
-                   progress: Progress | None, store: ResultCache | None, notes: list[str]) -> Any:
+                   progress: Progress | None, store: ResultCache | None, notes: list[str],
+                   parts: list[Any] | None = None) -> Any:
     """The search result for `graph`'s program: from the cache if this program (at any sizes and dtypes:
-    search results are size-free) was searched with the same options, else searched and stored."""
+    search results are size-free) was searched with the same options, else searched and stored. With `parts`
+    (the search results of its outputs' parts), its joint forms (`prism.search.join`)."""
     from prism.search import SearchResult
 
     if store is None:
-        return _search(graph, options, log, progress)
-    key, fields = cache_key("search:" + _size_free(graph), [], [], "any", build_id(), _options_text(options))
+        return _search(graph, options, log, progress, parts)
+    key, fields = cache_key(("search:" if parts is None else "join:") + _size_free(graph), [], [], "any", build_id(),
+                            _options_text(options))
     try:
         hit = store.get(key, lambda payload: SearchResult.from_json(payload))
     except Exception as e:  # an unreadable cache never stops the optimizer
@@ -303,7 +362,7 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
         hit.stats["source"] = "search cache"
         notes.append("search result from the result cache (searched earlier at other sizes or dtypes)")
         return hit
-    result = _search(graph, options, log, progress)
+    result = _search(graph, options, log, progress, parts)
     try:
         store.put(key, result.to_json(), fields)
     except Exception as e:
@@ -318,12 +377,17 @@ def _options_text(options: dict[str, Any] | None) -> str:
 
 
 def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
-            progress: Progress | None):
-    from prism.search import search
+            progress: Progress | None, parts: list[Any] | None = None):
+    """`search(graph)`, or with `parts`, `join(graph, parts)` with the search options it takes."""
+    from prism.search import join, search
 
-    if log:
-        log("searching fused µGraphs")
-    return search(graph, **({"progress": progress} | (options or {})))
+    options = {"progress": progress} | (options or {})
+    if parts is None:
+        if log:
+            log("searching fused µGraphs")
+        return search(graph, **options)
+    taken = inspect.signature(join).parameters
+    return join(graph, parts, **{k: v for k, v in options.items() if k in taken})
 
 
 def _decode(payload: Any, program: KernelGraph) -> tuple[KernelGraph, Report]:

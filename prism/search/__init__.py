@@ -1,6 +1,6 @@
 """The symbolic search: generate sGraphs, instantiate mappings, verify, cross-check (`prism.search`)."""
 
-from prism.search.driver import default_verify, search
+from prism.search.driver import default_verify, join, search
 from prism.search.result import SearchResult, SymbolicGraph
 
-__all__ = ["SearchResult", "SymbolicGraph", "default_verify", "search"]
+__all__ = ["SearchResult", "SymbolicGraph", "default_verify", "join", "search"]

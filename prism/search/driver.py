@@ -18,9 +18,9 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from prism.errors import GraphError, InputError, check_positive
+from prism.errors import InputError, check_positive
 from prism.ir import KernelGraph, serialize
 from prism.pool import importable
 from prism.progress import Progress, report
@@ -29,6 +29,7 @@ from prism.search.concrete import Modes, label_choices, matches_fixed, size_choi
 from prism.search.generator import Generator, Limits, default_max_ops
 from prism.search.parallel import (Checker, Workers, concrete_task, default_verify, generate_task, mirage_task,
                                    prefilter_task, verify_task)
+from prism.search.joint import joint_forms
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
@@ -36,7 +37,7 @@ from prism.symbolic.mapping import Mapping, enumerate_mappings, partial_variant
 from prism.symbolic.structure import Structure, tail_variant
 from prism.symbolic.terms import from_graph, mk, render
 
-__all__ = ["search", "default_verify"]
+__all__ = ["search", "join", "default_verify"]
 
 INLINE_STATES = 20000
 """Generation explores this many states in-process before handing the rest to worker processes."""
@@ -44,6 +45,8 @@ CHUNK = 64
 """(structure, mapping) pairs per prefilter task, at least; a task takes whole structures (`_by_structure`)."""
 BATCH = 16
 """Candidates per verification task, checked in one e-graph run (more than about 32 slow it down)."""
+JOINT_FORMS = 64
+"""Joint forms of a program with several outputs checked, at most (prism.search.joint gives the order)."""
 
 
 def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, workers: int | None = None,
@@ -77,13 +80,18 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     """
     _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout, backend, ray_address)
     graph.check()
-    if len(graph.outputs) != 1:
-        raise GraphError(f"search: the program must have exactly one output, it has {len(graph.outputs)}; "
-                         "superoptimize (prism optimize) takes several, searching each output's part of the "
-                         "program (KernelGraph.output_cone) on its own")
     mode = Modes.parse(modes)
     start = time.time()
     deadline = start + time_limit
+    if len(graph.outputs) > 1:
+        if mode.code != "SSS":
+            raise InputError(f"search: a program with several outputs is searched with symbolic maps only "
+                             f"(modes 'SSS'), not {modes!r}")
+        return _joint(graph, dict(verify=verify, workers=workers, max_block_ops=max_block_ops,
+                                  max_accums=max_accums, max_outputs=max_outputs, max_kernel_ops=max_kernel_ops,
+                                  max_grid=max_grid, cross_check=cross_check, prefilter=prefilter,
+                                  verify_timeout=verify_timeout, progress=progress, backend=backend,
+                                  ray_address=ray_address), deadline)
     space = AtomSpace(tuple(t.shape for t in graph.inputs))
     (root,) = from_graph(graph)
     target = closure(root, space)
@@ -103,7 +111,7 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         pairs = _instantiate(structures, mode, limits, deadline, stats)
         t0 = time.time()
         results = _check(pairs, checker, deadline, pool, progress)
-        graphs = _tally(graph, pairs, results, cross_check, prefilter, stats, target)
+        graphs = _tally(graph, pairs, results, cross_check, prefilter, stats)
         stats["check_wall_seconds"] = time.time() - t0
     else:
         graphs = _mirage(graph, target, limits, mode, checker, deadline, pool, stats, progress)
@@ -112,6 +120,60 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
         stats["instantiate"]["timed_out"]
     stats["seconds"] = time.time() - start
     stats["workers"] = pool.n  # 1 if workers could not be started
+    return SearchResult(graph, graphs, stats)
+
+
+def _joint(graph: KernelGraph, options: dict[str, Any], deadline: float) -> SearchResult:
+    """A program with several outputs: each output's part searched on its own, then `join`ed."""
+    parts = []
+    for k in range(len(graph.outputs)):
+        cone, _ = graph.output_cone(k)
+        parts.append(search(cone, time_limit=max(deadline - time.time(), 1e-3), **options))
+    joint = {k: options[k] for k in ("verify", "workers", "cross_check", "prefilter", "verify_timeout", "progress",
+                                     "backend", "ray_address")}
+    return join(graph, parts, time_limit=max(deadline - time.time(), 1e-3), **joint)
+
+
+def join(graph: KernelGraph, parts: Sequence[SearchResult], *, verify: Callable[..., Any] | None = None,
+         workers: int | None = None, time_limit: float = 3600.0, cross_check: bool = True, prefilter: bool = True,
+         verify_timeout: float | None = None, progress: Progress | None = None, backend: str = "local",
+         ray_address: str | None = None) -> SearchResult:
+    """The joint forms of a program with several outputs (prism.search.joint: one kernel writing them all),
+    from the search result of each output's part (`graph.output_cone(k)`, in output order), checked against
+    the whole program like any candidates: the prefilter, the verifier proving each output for all parallel
+    sizes, the numeric cross-check. The parts' stats are kept under "parts"; no graphs where the parts
+    cannot share a kernel. The arguments are `search`'s."""
+    _check_arguments(graph, workers, time_limit, None, verify_timeout, backend, ray_address)
+    graph.check()
+    if len(parts) != len(graph.outputs) or len(parts) < 2:
+        raise InputError(f"join: a program with {len(graph.outputs)} outputs needs one search result per output "
+                         f"(at least 2), got {len(parts)}")
+    start = time.time()
+    deadline = start + time_limit
+    lifts = []
+    for k, part in enumerate(parts):
+        cone, used = graph.output_cone(k)
+        if not isinstance(part, SearchResult) or \
+                [len(t.shape) for t in part.program.inputs] != [len(t.shape) for t in cone.inputs]:
+            raise InputError(f"join: parts[{k}] is not a search result of output {k}'s part of the program "
+                             "(graph.output_cone)")
+        lifts.append(used)
+    stats: dict[str, Any] = {"modes": "SSS", "parts": [p.stats for p in parts]}
+    forms = joint_forms(AtomSpace(tuple(t.shape for t in graph.inputs)), [(p.graphs, lift) for p, lift in
+                                                                           zip(parts, lifts)], JOINT_FORMS)
+    stats["joint"] = {"forms": len(forms), "seconds": time.time() - start}
+    checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
+    pool = _workers(backend, workers, ray_address)
+    t0 = time.time()
+    graphs = _tally(graph, forms, _check(forms, checker, deadline, pool, progress), cross_check, prefilter, stats)
+    stats["check_wall_seconds"] = time.time() - t0
+    for phase, counts in (("generate", ("structures", "states")), ("instantiate", ("mappings",))):
+        stats[phase] = {c: sum(p[phase].get(c, 0) for p in stats["parts"]) for c in counts}
+    stats["instantiate"]["candidates"] = len(forms)
+    stats["cross_check"]["unsound"] += sum(p["cross_check"]["unsound"] for p in stats["parts"])
+    stats["timed_out"] = time.time() > deadline or any(p["timed_out"] for p in stats["parts"])
+    stats["workers"], stats["backend"] = pool.n, backend
+    stats["seconds"] = time.time() - start + sum(p["seconds"] for p in stats["parts"])
     return SearchResult(graph, graphs, stats)
 
 
@@ -282,7 +344,7 @@ def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, che
     stats["generate"] = dict(sorted(counts.items())) | {"starts": sum(len(s) for _, s in starts),
                                                         "structures": len(pairs), "seconds": time.time() - t0}
     stats["instantiate"] = {"mappings": len(pairs), "candidates": len(pairs), "timed_out": False, "seconds": 0.0}
-    graphs = _tally(graph, pairs, results, checker.numeric, checker.prefilter, stats, target)
+    graphs = _tally(graph, pairs, results, checker.numeric, checker.prefilter, stats)
     stats["check_wall_seconds"] = 0.0
     return graphs
 
@@ -299,7 +361,7 @@ def _expressions(graph: KernelGraph, sg: SymbolicGraph, names: list[str]) -> tup
 
 
 def _tally(graph: KernelGraph, pairs: list[tuple[Structure, Mapping]], results: list[dict], numeric: bool,
-           prefilter: bool, stats: dict, target: Target) -> list[SymbolicGraph]:
+           prefilter: bool, stats: dict) -> list[SymbolicGraph]:
     """Count the check results, record unsound events, and keep the verified, cross-checked graphs."""
     v = Counter()
     graphs, events = [], []
@@ -325,7 +387,7 @@ def _tally(graph: KernelGraph, pairs: list[tuple[Structure, Mapping]], results: 
             if not rec["numeric_ok"]:
                 sg = SymbolicGraph(st, m)
                 ref_expr, cand_expr = _expressions(graph, sg, names)
-                events.append({"reference": ref_expr, "candidate": cand_expr, "program": render(target.root, names),
+                events.append({"reference": ref_expr, "candidate": cand_expr, "program": "; ".join(render(t, names) for t in from_graph(graph)),
                                "graph": sg.describe(names), "verifier": rec["reason"],
                                "max_error": rec["numeric_error"], "detail": rec["numeric_detail"]})
                 continue

@@ -31,9 +31,10 @@ class Structure:
     """An emitted sGraph: the block graph, the tensors it saves, and the kernel-level ops after it.
 
     Kernel op inputs index the kernel values: the saved outputs 0..m-1, then the kernel ops in order;
-    the program's output is the last value. In the ablation modes `omaps` fixes each output's grid row
-    (data dim or None per grid dim) and `sizes` the (grid sizes, loop range) it was generated for;
-    `graph.labels` holds the concrete imap/fmap choices.
+    the program's output is the last value, or, for a program with several outputs (a joint form,
+    prism.search.joint), the values `results` names, in the program's output order. In the ablation modes
+    `omaps` fixes each output's grid row (data dim or None per grid dim) and `sizes` the (grid sizes, loop
+    range) it was generated for; `graph.labels` holds the concrete imap/fmap choices.
     """
 
     graph: SGraph
@@ -41,6 +42,12 @@ class Structure:
     kernel_ops: tuple[BOp, ...] = ()
     omaps: tuple[tuple[int | None, ...], ...] | None = None
     sizes: tuple[tuple[int, ...], int] | None = None
+    results: tuple[int, ...] = ()
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        """The kernel values that are the program's outputs, in its output order."""
+        return self.results or (len(self.outputs) + len(self.kernel_ops) - 1,)
 
     def key(self) -> tuple:
         """A canonical sort key (op lists, outputs, kernel ops; then the ablation-mode choices)."""
@@ -55,7 +62,7 @@ class Structure:
     @cached_property
     def _key(self) -> tuple:
         return (len(self.graph.ops), tuple(o.key() for o in self.graph.ops), self.outputs,
-                tuple(o.key() for o in self.kernel_ops), repr(self.omaps), repr(self.sizes))
+                tuple(o.key() for o in self.kernel_ops), repr(self.omaps), repr(self.sizes), self.results)
 
     @cached_property
     def _problem(self) -> MappingProblem:
@@ -68,7 +75,8 @@ class Structure:
                 "ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]]
                         for o in self.graph.ops[self.graph.n_loaders:]],
                 "outputs": list(self.outputs),
-                "kernel_ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]] for o in self.kernel_ops]}
+                "kernel_ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]] for o in self.kernel_ops]} | \
+            ({"results": list(self.results)} if self.results else {})
 
 
 def structure_from_json(data: dict[str, Any]) -> Structure:
@@ -81,7 +89,7 @@ def structure_from_json(data: dict[str, Any]) -> Structure:
         g = nxt
     kops = tuple(BOp(op, tuple(ins), tuple(attr_from_json(a) for a in attrs))
                  for op, ins, attrs in data["kernel_ops"])
-    return Structure(g, tuple(data["outputs"]), kops)
+    return Structure(g, tuple(data["outputs"]), kops, results=tuple(data.get("results", ())))
 
 
 def _resolve(attrs: tuple, opname: str, shapes: Sequence[Sequence[int]]) -> dict[str, Any]:
@@ -127,6 +135,8 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     if not m.loop and loop != 1:
         raise MappingError(f"instantiate: this graph has no loop (the loop splits no dim), so its range is 1, "
                            f"got {loop}")
+    if m.partials and st.results:
+        raise MappingError("instantiate: a joint form (several program outputs) keeps no partials")
     if m.tail and not m.partials:
         raise MappingError("instantiate: a tail mapping runs a partials form's second kernel in its first; this "
                            "one keeps no partials (Mapping.tail needs Mapping.partials)")
@@ -183,7 +193,7 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
         return g
     for op in st.kernel_ops:
         values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
-    g.output(values[-1])
+    g.output(*(values[v] for v in st.values))
     return g
 
 

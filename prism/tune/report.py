@@ -44,7 +44,10 @@ class Entry:
         if self.text is not None:
             return self.text
         name = "unfused program" if self.candidate.graph == UNFUSED else str(self.candidate)
-        return name if self.output is None else f"output {self.output}: {name}"
+        if self.output is None:
+            return name
+        return f"output {self.output}: {name}" if isinstance(self.output, int) else \
+            f"outputs {'+'.join(map(str, self.output))}: {name}"
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate.to_json(), "origin": self.origin, "estimate_us": self.estimate_us,
@@ -78,15 +81,18 @@ class Report:
     cached: bool = False
 
     @classmethod
-    def joined(cls, parts: Sequence[Report], baseline_us: float | None = None) -> Report:
-        """The report of a program with several outputs, each tuned as a program of its own: first the parts'
-        choices together (chosen: their kernels run one after another, so times and estimates add up), then
-        the whole program unfused (the baseline, estimated at `baseline_us`: the parts' own baselines each
-        recompute what outputs share), then every part's entries marked with their output. No DRAM floor:
-        the parts' floors count an input they share once each."""
+    def joined(cls, parts: Sequence[Report], baseline_us: float | None = None,
+               outputs: Sequence[Sequence[int]] | None = None) -> Report:
+        """The report of a program with several outputs, tuned in parts (`outputs`: each part's outputs; default
+        one output each): first the parts' choices together (chosen: their kernels run one after another, so
+        times and estimates add up), then the whole program unfused (the baseline, estimated at `baseline_us`:
+        the parts' own baselines each recompute what outputs share), then every part's entries marked with
+        their outputs. No DRAM floor: the parts' floors count an input they share once each."""
+        names = [f"output {k}" for k in range(len(parts))] if outputs is None else \
+            [f"output {o[0]}" if len(o) == 1 else f"outputs {'+'.join(map(str, o))}" for o in outputs]
         for k, part in enumerate(parts):
             for e in part.entries:
-                e.output = k
+                e.output = k if outputs is None else outputs[k][0] if len(outputs[k]) == 1 else list(outputs[k])
         picks = [p.best for p in parts]
         bases = [next(e for e in p.entries if e.origin == "baseline") for p in parts]
         if any(e is None for e in picks):
@@ -104,15 +110,16 @@ class Report:
         first = parts[0]
         out = cls(first.method, first.target, execution=first.execution, chosen=0)
         out.entries = [chosen, base] + [e for p in parts for e in p.entries]
-        out.reason = "each output tuned as a program of its own: " + "; ".join(
-            f"output {k}: {p.reason}" for k, p in enumerate(parts))
+        out.reason = ("each output" if outputs is None or all(len(o) == 1 for o in outputs) else "each part") + \
+            " tuned as a program of its own: " + "; ".join(
+            f"{name}: {p.reason}" for name, p in zip(names, parts))
         out.space = {"outputs": len(parts), "points": sum(p.space.get("points", 0) for p in parts)}
         out.search = {"source": "per output", "graphs": sum(p.search.get("graphs", 0) for p in parts),
                       "seconds": sum(p.search.get("seconds") or 0.0 for p in parts),
-                      "parts": [dict(p.search) for p in parts]}
+                      "parts": [dict(p.search) | {"name": name} for name, p in zip(names, parts)]}
         phases = dict.fromkeys(k for p in parts for k in p.seconds)
         out.seconds = {key: sum(p.seconds.get(key, 0.0) for p in parts) for key in phases}
-        out.notes = [f"output {k}: {n}" for k, p in enumerate(parts) for n in p.notes]
+        out.notes = [f"{name}: {n}" for name, p in zip(names, parts) for n in p.notes]
         out.cached = all(p.cached for p in parts)
         return out
 
@@ -158,7 +165,8 @@ class Report:
     def _sort_key(self, i: int) -> tuple:
         e = self.entries[i]
         key = e.measured_us if self.method == GPU_PROFILE else e.estimate_us
-        return (e.output is not None, e.output or 0, not e.ok, e.risk is not None, key if key is not None else
+        first = e.output if isinstance(e.output, int) or e.output is None else e.output[0]
+        return (e.output is not None, first or 0, not e.ok, e.risk is not None, key if key is not None else
                 float("inf"), i)
 
     def summary(self) -> str:

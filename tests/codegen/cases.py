@@ -156,6 +156,20 @@ def searched_split_kv_partials() -> Case:
     return Case(result.instantiate(i, grid=(2, 2), loop=2), w.inputs(SMALL_ATT, 0, torch.float16))
 
 
+def searched_joint_qkv() -> Case:
+    """One kernel writing Q, K and V of one norm (prism.search.joint), the first joint form the search finds whose
+    loop walks the norm's dim (the sum of squares accumulated once for the three), at a grid of 2 and a loop of 2."""
+    from prism.search import search
+    from tests.search.test_joint import norm_qkv, torch_norm_qkv
+
+    program = norm_qkv(dtype="float16")
+    result = search(program, workers=1, max_block_ops=12, max_grid=1)
+    i = next(i for i, sg in enumerate(result.graphs)
+             if sg.mapping.loop and sg.n_grid == 1 and sg.mapping.grid and not sg.structure.kernel_ops)
+    xs = [_rand(t.shape, "float16", 30 + k) for k, t in enumerate(program.inputs)]
+    return Case(result.instantiate(i, grid=(2,), loop=2), xs, torch_reference=torch_norm_qkv)
+
+
 def long_rows_softmax() -> Case:
     """The max-subtracted softmax over rows of 3000 (a looped max kernel with masked lanes), unfused."""
     g = KernelGraph()
@@ -381,6 +395,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "group_sums": group_sums,
     "searched_split_kv_partials": searched_split_kv_partials,
     "searched_softmax_matmul": searched_softmax_matmul,
+    "searched_joint_qkv": searched_joint_qkv,
     "long_rows_softmax": long_rows_softmax,
     "lora": lora,
     # GQA's safe split-KV form: grid (batch, KV head, split), kernel 2 a block per (batch, KV head, row)

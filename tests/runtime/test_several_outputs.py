@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from prism import interp
-from prism.cli import EXIT_OK, EXIT_USAGE, main
+from prism.cli import EXIT_OK, main
 from prism.errors import InputError
 from prism.runtime import superoptimize
+from prism.search import SearchResult
 from prism.tune.cost import estimate
 from prism.tune.report import Report
 from prism.tune.target import get_target
@@ -86,7 +87,7 @@ def test_a_search_result_is_refused_for_several_outputs(optimized):
         superoptimize(g, search_result=object(), cache=False, device="cpu")
 
 
-def test_the_command_line_optimizes_several_outputs_and_search_refuses(capsys, tmp_path):
+def test_the_command_line_optimizes_and_searches_several_outputs(capsys, tmp_path):
     prog = tmp_path / "residual.py"
     prog.write_text(PROGRAM)
     out = tmp_path / "o"
@@ -97,11 +98,11 @@ def test_the_command_line_optimizes_several_outputs_and_search_refuses(capsys, t
     assert "search     per output: output 0: " in text and "; output 1: " in text
     assert "chosen     output 0: " in text and "check      chosen kernel vs the reference executor" in text
     assert "(ok," in text and (out / "kernel.py").is_file()
-    assert main(["search", str(prog), "--workers", "1", "-q"]) == EXIT_USAGE
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["prism: error: search: the program must have exactly one output, it has 2; superoptimize "
-                   "(prism optimize) takes several, searching each output's part of the program "
-                   "(KernelGraph.output_cone) on its own"]
+    # searched jointly: the residual and the projection of its norm in one kernel (prism.search.joint)
+    saved = tmp_path / "joint.json"
+    assert main(["search", str(prog), "--workers", "1", "--max-block-ops", "10", "--out", str(saved), "-q"]) == EXIT_OK
+    result = SearchResult.load(saved)
+    assert result.graphs and all(len(result.instantiate(i).outputs) == 2 for i in range(len(result.graphs)))
 
 
 def test_the_example_program_splits_into_its_four_outputs():

@@ -1,0 +1,74 @@
+"""prism.capture.partition.regions: cones that compute a node in common join into one region with several
+outputs (the norm that Q, K and V project), only where everything they read is there before the region's op;
+the backend takes such a region whole, or cone by cone where it cannot."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import prism.capture as pc
+from prism.capture.lower import op_name
+from prism.capture.partition import cones, regions
+from tests.conftest import example
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _aten(module: torch.nn.Module, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    with torch.no_grad():
+        return make_fx(module)(*inputs)   # weights become get_attr nodes, read where used
+
+
+def test_the_norm_joins_q_k_and_v_into_one_region():
+    layer, inputs = example("decoder_layer").example()
+    found = cones(_aten(layer, *inputs).graph)
+    joined = regions(found)
+    (qkv,) = [r for r in joined if len(r.roots) > 1]
+    assert len(qkv.roots) == 3 and len(qkv.parts) == 3 and all(op_name(n) == "aten.mm.default" for n in qkv.roots)
+    assert sum("aten.rsqrt.default" == op_name(n) for n in qkv.nodes) == 1        # the norm, once
+    assert len(joined) == len(found) - 2 and all(not r.parts for r in joined if r is not qkv)
+
+
+class LateRead(torch.nn.Module):
+    """Two projections of one norm, the second's input scaled by a value computed from the first: their cones
+    share the norm, but the second reads what exists only after the first root."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wq, self.wk = torch.nn.Linear(16, 8, bias=False), torch.nn.Linear(16, 8, bias=False)
+
+    def forward(self, x):
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        q = self.wq(n)
+        return q, self.wk(n * q.mean())
+
+
+def test_cones_that_read_a_later_value_stay_apart():
+    graph = _aten(LateRead(), torch.rand(4, 16)).graph
+    found = cones(graph)
+    assert len(found) == 2 and set(found[0].nodes) & set(found[1].nodes)   # they share the norm
+    assert [len(r.roots) for r in regions(found)] == [1, 1]
+
+
+def test_a_region_prism_cannot_take_whole_is_taken_cone_by_cone(options, monkeypatch):
+    """A region whose joint lowering fails is not lost: each of its cones is taken as it would be alone."""
+    from prism.capture import backend
+
+    layer, inputs = example("decoder_layer").example()
+    real = backend._static
+
+    def refuse_regions(cone, *args, **kwargs):
+        if len(cone.roots) > 1:
+            raise RuntimeError("no region today")
+        return real(cone, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "_static", refuse_regions)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = layer(*inputs)
+        got = torch.compile(layer, backend="prism")(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    replaced = pc.history[-1]["replaced"]
+    assert len(replaced) == 7 and not [r for r in replaced if "," in r["root"]]
