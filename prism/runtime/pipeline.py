@@ -349,8 +349,11 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
     (the search results of its outputs' parts), its joint forms (`prism.search.join`)."""
     from prism.search import SearchResult
 
+    def searched() -> Any:
+        return _search(graph, options, log, progress) if parts is None else _join(graph, parts, options, progress)
+
     if store is None:
-        return _search(graph, options, log, progress, parts)
+        return searched()
     key, fields = cache_key(("search:" if parts is None else "join:") + _size_free(graph), [], [], "any", build_id(),
                             _options_text(options))
     try:
@@ -362,7 +365,7 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
         hit.stats["source"] = "search cache"
         notes.append("search result from the result cache (searched earlier at other sizes or dtypes)")
         return hit
-    result = _search(graph, options, log, progress, parts)
+    result = searched()
     try:
         store.put(key, result.to_json(), fields)
     except Exception as e:
@@ -377,17 +380,20 @@ def _options_text(options: dict[str, Any] | None) -> str:
 
 
 def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
-            progress: Progress | None, parts: list[Any] | None = None):
-    """`search(graph)`, or with `parts`, `join(graph, parts)` with the search options it takes."""
-    from prism.search import join, search
+            progress: Progress | None):
+    from prism.search import search
 
-    options = {"progress": progress} | (options or {})
-    if parts is None:
-        if log:
-            log("searching fused µGraphs")
-        return search(graph, **options)
+    if log:
+        log("searching fused µGraphs")
+    return search(graph, **({"progress": progress} | (options or {})))
+
+
+def _join(graph: KernelGraph, parts: list[Any], options: dict[str, Any] | None, progress: Progress | None):
+    """`join(graph, parts)` with the search options it takes (the others are for the parts' searches)."""
+    from prism.search import join
+
     taken = inspect.signature(join).parameters
-    return join(graph, parts, **{k: v for k, v in options.items() if k in taken})
+    return join(graph, parts, **{k: v for k, v in ({"progress": progress} | (options or {})).items() if k in taken})
 
 
 def _decode(payload: Any, program: KernelGraph) -> tuple[KernelGraph, Report]:
