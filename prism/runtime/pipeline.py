@@ -96,7 +96,8 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
                   dynamic: dict[str, Any] | None = None) -> OptimizedGraph | DynamicGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph. A program with several outputs
     is searched and tuned one output at a time, and outputs whose parts share forms also jointly, as one kernel
-    (`_per_output`); the chosen kernels are joined into one graph.
+    (`_per_output`); the chosen kernels are joined into one graph. Given a search result of such a program
+    (`prism.search.search`: its joint forms), the kernel writing every output is tuned from it.
 
     dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the dims
         under one name always have one size). Returns a DynamicGraph (prism.runtime.dynamic), callable at any
@@ -138,10 +139,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
                    ray_address=ray_address)
     if dynamic is not None:
         return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, options)
-    if len(graph.outputs) > 1:
-        if search_result is not None:
-            raise InputError(f"superoptimize: the program has {len(graph.outputs)} outputs and is searched one output "
-                             "at a time; a search result holds for one output (give none)")
+    if len(graph.outputs) > 1 and search_result is None:
         chosen, report = _per_output(graph, dev, options)
         return OptimizedGraph(graph, chosen, report, dev)
     chosen, report, result = _optimize(graph, dev, search_result, **options)
@@ -251,6 +249,10 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
     start = time.time()
     gpu = dev.type == "cuda"
     given = None if search_result is None else check_search_result(_load_result(search_result), graph)
+    if given is not None and not given.graphs and len(graph.outputs) > 1:
+        raise InputError(f"superoptimize: the search result has no joint form of the program's {len(graph.outputs)} "
+                         "outputs (no kernel writes them all); give none, and each output is searched and tuned on "
+                         "its own, with joint forms where outputs share them")
     store = _open_cache(cache)
     notes: list[str] = []  # about the result: stored with it
     run: list[str] = []    # about this run's use of the cache: never stored, or every later hit would repeat them

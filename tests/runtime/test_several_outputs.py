@@ -10,7 +10,7 @@ from prism import interp
 from prism.cli import EXIT_OK, main
 from prism.errors import InputError
 from prism.runtime import superoptimize
-from prism.search import SearchResult
+from prism.search import SearchResult, search
 from prism.tune.cost import estimate
 from prism.tune.report import Report
 from prism.tune.target import get_target
@@ -81,10 +81,16 @@ def test_the_cache_answers_each_output(optimized):
     assert again.graph.to_json() == opt.graph.to_json()
 
 
-def test_a_search_result_is_refused_for_several_outputs(optimized):
+def test_a_joint_search_result_tunes_one_kernel_for_every_output(optimized):
+    """`search` on a program with several outputs gives its joint forms; superoptimize tunes one of them: the
+    norm's projection and the residual it normalizes, written by one kernel."""
     g, _, _ = optimized
-    with pytest.raises(InputError, match="searched one output at a time"):
-        superoptimize(g, search_result=object(), cache=False, device="cpu")
+    result = search(g, **QUICK)
+    opt = superoptimize(g, search_result=result, budget=2, compile=False, cache=False, device="cpu")
+    assert opt.launches == 1 and opt.check()["ok"]
+    empty = SearchResult(g, [], result.stats)
+    with pytest.raises(InputError, match="no joint form"):
+        superoptimize(g, search_result=empty, cache=False, device="cpu")
 
 
 def test_the_command_line_optimizes_and_searches_several_outputs(capsys, tmp_path):
