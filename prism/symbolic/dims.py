@@ -12,6 +12,7 @@ extent 1 that no op can ever partition (a `sum` result, a size-1 input dim) is t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Sequence
 
 __all__ = ["UNIT", "AtomSpace", "InvExtent", "MVar", "TileDim", "UnionFind", "match_dims"]
@@ -26,9 +27,10 @@ class AtomSpace:
 
     shapes: tuple[tuple[int, ...], ...]
 
-    @property
+    @cached_property
     def atoms(self) -> tuple[tuple[int, int], ...]:
-        """(input index, data dim) for every atom id, in id order."""
+        """(input index, data dim) for every atom id, in id order (made once: the generator asks for an atom's
+        owner and extent at every dim match)."""
         return tuple((i, d) for i, s in enumerate(self.shapes) for d in range(len(s)))
 
     def offset(self, index: int) -> int:
