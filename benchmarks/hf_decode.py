@@ -183,7 +183,8 @@ def main() -> None:
     for label, r in rows:
         print(f"| {label} | {r['compile_s']:.1f} | {r['ready_s']:.1f} | {r['called_us']:.0f} | "
               f"{r['called_us'] / eager:.2f} |")
-    print(f"prism replaced {fused} region(s) in the prefill's and the decode step's graphs")
+    print(f"prism replaced {fused} region(s) in the prefill's and the decode step's graphs; "
+          f"{launches_per_layer(start, args.layers):.0f} Prism kernel launches per layer in the decode step's")
 
 
 if __name__ == "__main__":

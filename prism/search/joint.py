@@ -41,13 +41,24 @@ def joint_forms(space: AtomSpace, parts: Sequence[Part], limit: int = 64, same: 
                 ) -> list[tuple[Structure, Mapping]]:
     """Up to `limit` joint forms of `parts` (one per output, in output order) over the inputs of `space`,
     each once, in the order the module docstring gives; with `same`, only those of one form in every part."""
+    lifts = [lift for _, lift in parts]
+    if {i for lift in lifts for i in lift} != set(range(len(space.shapes))):
+        return []   # an input no part reads: no loader of its own in a joint form
     found: dict[tuple, tuple[Structure, Mapping]] = {}
-    for combo in _combinations(parts, same):
+    made: dict[tuple, tuple[Structure, list[int]] | None] = {}
+    for combo, raws in _agreeing(parts, same):
         if len(found) >= limit:
             break
-        for form in _joined(space, combo, [lift for _, lift in parts]):
-            found.setdefault((form[0].key(), form[1]), form)
-    return list(found.values())[:limit]
+        if combo not in made:
+            made[combo] = _structure(space, combo, lifts)
+        if made[combo] is None:
+            continue
+        st, saved_parts = made[combo]  # type: ignore[misc]
+        raw = _joint_raw(raws, lifts, saved_parts)
+        mapping = None if raw is None else st.problem().canonical(raw)
+        if mapping is not None:
+            found.setdefault((st.key(), mapping), (st, mapping))
+    return list(found.values())
 
 
 def groups(graph: KernelGraph, parts: Sequence[Sequence[SymbolicGraph]]) -> list[tuple[int, ...]]:
@@ -74,45 +85,37 @@ def _share(graph: KernelGraph, parts: Sequence[Sequence[SymbolicGraph]], outputs
     return bool(joint_forms(space, lifted, limit=1, same=True))
 
 
-def _combinations(parts: Sequence[Part], same: bool) -> Iterator[tuple[SymbolicGraph, ...]]:
-    """One graph per part: first each form of the first part with the same form of every other part, then
-    every other combination (graphs with partials or a tail are left out: their second kernel holds one
-    output's sums)."""
-    plain = [[g for g in graphs if not g.mapping.partials] for graphs, _ in parts]
-    by_key = [{g.key(): g for g in graphs} for graphs in plain]
-    same_forms = [tuple(keys[g.key()] for keys in by_key) for g in plain[0]
-                  if all(g.key() in keys for keys in by_key[1:])]
-    yield from same_forms
-    if same:
-        return
-    taken = set(same_forms)
-    for combo in itertools.product(*plain):
-        if combo not in taken:
-            yield combo
+def _agreeing(parts: Sequence[Part], same: bool) -> Iterator[tuple[tuple[SymbolicGraph, ...], list[RawMapping]]]:
+    """One graph per part, each with its raw maps (its grid dims matched with the first part's in some order),
+    where every input two parts load is loaded the same way: first each form of the first part with the same
+    form of every other part, then every other such choice, depth first (a choice that disagrees is dropped
+    before any later part is tried). Graphs with partials or a tail are left out: their second kernel holds
+    one output's sums."""
+    plain = [[(g, g.structure.problem().raw(g.mapping)) for g in graphs if not g.mapping.partials]
+             for graphs, _ in parts]
+    lifts = [lift for _, lift in parts]
+    by_key = [{g.key(): (g, raw) for g, raw in options} for options in plain]
+    twins = [tuple(keys[g.key()] for keys in by_key) for g, _ in plain[0] if all(g.key() in keys for keys in by_key)]
 
-
-def _joined(space: AtomSpace, combo: Sequence[SymbolicGraph], lifts: Sequence[Sequence[int]]
-            ) -> Iterator[tuple[Structure, Mapping]]:
-    """The joint forms of one graph per part: one per way of matching each later part's grid dims with the
-    first's that makes the raw maps agree and the whole a valid mapping."""
-    raws = [g.structure.problem().raw(g.mapping) for g in combo]
-    k = raws[0].k
-    if any(r.k != k for r in raws):
-        return
-    structure = None
-    for perms in itertools.product(itertools.permutations(range(k)), repeat=len(combo) - 1):
-        raw = _raw(space, combo, lifts, [r if p is None else _permuted(r, p) for r, p in
-                                         zip(raws, (None, *perms))])
-        if raw is None:
-            continue
-        structure = structure or _structure(space, combo, lifts)
-        if structure is None:
+    def extend(chosen: tuple, loaded: dict[int, tuple], options: Sequence[Sequence[tuple]]) -> Iterator:
+        p = len(chosen)
+        if p == len(options):
+            yield tuple(g for g, _ in chosen), [raw for _, raw in chosen]
             return
-        st, saved_parts = structure
-        rows = _saved_rows(raw, saved_parts, st)
-        mapping = None if rows is None else st.problem().canonical(rows)
-        if mapping is not None:
-            yield st, mapping
+        for g, raw in options[p]:
+            if chosen and raw.k != chosen[0][1].k:
+                continue
+            for perm in itertools.permutations(range(raw.k)) if chosen else [tuple(range(raw.k))]:
+                moved = _permuted(raw, perm)
+                rows = dict(loaded)
+                if all(rows.setdefault(lifts[p][i], r) == r for i, r in enumerate(zip(moved.imaps, moved.fmaps))):
+                    yield from extend(chosen + ((g, moved),), rows, options)
+
+    for twin in twins:
+        yield from extend((), {}, [[option] for option in twin])
+    if not same:
+        taken = {tuple(g for g, _ in twin) for twin in twins}
+        yield from (found for found in extend((), {}, plain) if found[0] not in taken)
 
 
 def _permuted(raw: RawMapping, perm: Sequence[int]) -> RawMapping:
@@ -123,20 +126,6 @@ def _permuted(raw: RawMapping, perm: Sequence[int]) -> RawMapping:
             out[perm[p]] = d
         return tuple(out)
     return RawMapping(raw.k, tuple(map(move, raw.imaps)), raw.fmaps, tuple(map(move, raw.omaps)))
-
-
-def _raw(space: AtomSpace, combo: Sequence[SymbolicGraph], lifts: Sequence[Sequence[int]],
-         raws: Sequence[RawMapping]) -> tuple[dict[int, tuple], list[tuple]] | None:
-    """The joint loaders' rows ({input: (imap row, fmap)}) and every part's saved rows in order, or None
-    where two parts load an input differently."""
-    loaders: dict[int, tuple] = {}
-    for raw, lift in zip(raws, lifts):
-        for i, (row, fmap) in enumerate(zip(raw.imaps, raw.fmaps)):
-            if loaders.setdefault(lift[i], (row, fmap)) != (row, fmap):
-                return None
-    if len(loaders) != len(space.shapes):
-        return None
-    return loaders, [row for raw in raws for row in raw.omaps]
 
 
 def _structure(space: AtomSpace, combo: Sequence[SymbolicGraph], lifts: Sequence[Sequence[int]]
@@ -182,17 +171,17 @@ def _structure(space: AtomSpace, combo: Sequence[SymbolicGraph], lifts: Sequence
     return Structure(g, tuple(saved), ops, results=tuple(number(v) for v in results)), saved_parts
 
 
-def _saved_rows(raw: tuple[dict[int, tuple], list[tuple]], saved_parts: Sequence[int], st: Structure
-                ) -> RawMapping | None:
-    """The joint raw mapping: loader rows by input, each joint saved tensor's row (from the part that saved
-    it); None where two parts save one tensor concatenated two ways."""
-    loaders, part_rows = raw
-    rows: dict[int, tuple] = {}
-    for j, row in zip(saved_parts, part_rows):
-        if rows.setdefault(j, row) != row:
+def _joint_raw(raws: Sequence[RawMapping], lifts: Sequence[Sequence[int]], saved_parts: Sequence[int]
+               ) -> RawMapping | None:
+    """The joint raw mapping: each input's loader rows (the parts agree), each joint saved tensor's row (from
+    the parts that saved it); None where two parts save one tensor concatenated two ways."""
+    loaders = {lift[i]: row for raw, lift in zip(raws, lifts) for i, row in enumerate(zip(raw.imaps, raw.fmaps))}
+    saved: dict[int, tuple] = {}
+    for j, row in zip(saved_parts, [row for raw in raws for row in raw.omaps]):
+        if saved.setdefault(j, row) != row:
             return None
-    return RawMapping(len(part_rows[0]), tuple(loaders[i][0] for i in range(len(loaders))),
-                      tuple(loaders[i][1] for i in range(len(loaders))), tuple(rows[j] for j in range(len(rows))))
+    return RawMapping(raws[0].k, tuple(loaders[i][0] for i in range(len(loaders))),
+                      tuple(loaders[i][1] for i in range(len(loaders))), tuple(saved[j] for j in range(len(saved))))
 
 
 def _lifted(a: object, lift: Sequence[int]) -> object:

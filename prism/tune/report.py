@@ -113,7 +113,9 @@ class Report:
         out.reason = ("each output" if outputs is None or all(len(o) == 1 for o in outputs) else "each part") + \
             " tuned as a program of its own: " + "; ".join(
             f"{name}: {p.reason}" for name, p in zip(names, parts))
-        out.space = {"outputs": len(parts), "points": sum(p.space.get("points", 0) for p in parts)}
+        out.space = {"outputs": sum(map(len, outputs)) if outputs else len(parts)} | \
+            ({"parts": len(parts)} if outputs and len(outputs) != sum(map(len, outputs)) else {}) | \
+            {"points": sum(p.space.get("points", 0) for p in parts)}
         out.search = {"source": "per output", "graphs": sum(p.search.get("graphs", 0) for p in parts),
                       "seconds": sum(p.search.get("seconds") or 0.0 for p in parts),
                       "parts": [dict(p.search) | {"name": name} for name, p in zip(names, parts)]}
