@@ -1,5 +1,7 @@
 """The decoder layer of examples/decoder_layer.py on a GPU: eager, torch.compile (Inductor, as called and in
-reduce-overhead mode), and torch.compile(backend="prism"), side by side in one process, fp16.
+reduce-overhead mode), and torch.compile(backend="prism") (as called, and with the rest in Inductor's CUDA
+graphs, Prism's ops captured inside), side by side in one process, fp16; with device time per step and
+Prism's launches per layer.
 
     PYTHONPATH=. python benchmarks/decoder_bench.py [--dim 1024 --heads 8 --hidden 2816 --batch 8 --length 512]
 
@@ -18,6 +20,21 @@ ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT, ROOT / "examples"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
+
+
+def device_us(fn, inputs, calls: int = 20) -> float:
+    """The device's kernel time per call: CUDA time of every kernel torch.profiler records over `calls` calls,
+    divided by `calls` (what the host's launches and gaps between kernels do not count)."""
+    import torch
+
+    fn(*inputs)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in kernels) / calls
 
 
 def profile(fn, inputs) -> str:
@@ -69,7 +86,9 @@ def main() -> int:
         for label, make in [("eager", lambda: layer),
                             ("torch.compile (Inductor)", lambda: torch.compile(layer)),
                             ("torch.compile (Inductor, reduce-overhead)", lambda: torch.compile(layer, mode="reduce-overhead")),
-                            ('torch.compile(backend="prism")', lambda: torch.compile(layer, backend="prism"))]:
+                            ('torch.compile(backend="prism")', lambda: torch.compile(layer, backend="prism")),
+                            ('torch.compile(backend="prism", mode="reduce-overhead")',
+                             lambda: torch.compile(layer, backend="prism", mode="reduce-overhead"))]:
             torch._dynamo.reset()
             t0 = time.time()
             fn = make()
@@ -78,17 +97,20 @@ def main() -> int:
             warm = time.time() - t0
             err = ((out.float() - want).norm() / want.norm()).item()
             us = triton.testing.do_bench(lambda: fn(*inputs), warmup=25, rep=200, return_mode="median") * 1e3
-            rows.append((label, us, err, warm))
-            if args.profile and "prism" in label:
+            launches = sum(r["launches"] or 0 for r in pc.history[-1]["replaced"]) if "prism" in label else None
+            rows.append((label, us, device_us(fn, inputs), launches, err, warm))
+            if args.profile and label == 'torch.compile(backend="prism")':
                 Path(args.profile).write_text(profile(fn, inputs))
             print(f"{label}: {us:.1f} us (relative error {err:.1e}, first calls {warm:.0f} s)", file=sys.stderr)
     fused = pc.history[-1]["replaced"] if pc.history else []
     print(f"device {torch.cuda.get_device_name()}; batch {args.batch}, dim {args.dim}, heads {args.heads}, hidden "
-          f"{args.hidden}, KV cache {args.length}; fp16; µs per decode step (do_bench median, as called)")
-    print("| variant | µs | vs eager | relative error | first calls (compile) s |")
-    print("|---|---|---|---|---|")
-    for label, us, err, warm in rows:
-        print(f"| {label} | {us:.1f} | {rows[0][1] / us:.2f}x | {err:.1e} | {warm:.0f} |")
+          f"{args.hidden}, KV cache {args.length}; fp16; µs per decode step (do_bench median, as called), the device's "
+          "kernel time per step (torch.profiler, 20 calls), Prism's kernel launches per layer")
+    print("| variant | µs | vs eager | device µs | Prism launches | relative error | first calls (compile) s |")
+    print("|---|---|---|---|---|---|---|")
+    for label, us, dev, launches, err, warm in rows:
+        print(f"| {label} | {us:.1f} | {rows[0][1] / us:.2f}x | {dev:.1f} | {'' if launches is None else launches} | "
+              f"{err:.1e} | {warm:.0f} |")
     print(f"Prism fused {len(fused)} regions:")
     for r in fused:
         ops = ", ".join(sorted({o.split(".")[1] for o in r["ops"]}))
