@@ -8,6 +8,7 @@ __all__ = [
     "ShapeError",
     "DTypeError",
     "MappingError",
+    "ConstraintError",
     "InputError",
     "SerializationError",
     "VerificationError",
@@ -37,6 +38,11 @@ class MappingError(GraphError):
     """A block graph's imap/fmap/omap or grid/loop size is invalid for the tensors it maps."""
 
 
+class ConstraintError(MappingError):
+    """A graph's parallel sizes break a size constraint its proof needs (prism.ir.sizes): at those sizes it
+    is not the program it was proved equal to, so it must not run. Also a constraint that is itself bad."""
+
+
 class InputError(PrismError):
     """Tensors handed to a graph at run time do not match its inputs (count, shape, dtype, device)."""
 
@@ -58,7 +64,14 @@ class UnsupportedOp(PrismError):
 
 class IllFormedTerm(VerificationError):
     """A verification term means nothing: a dim that is not there, a parallel dim split twice or combined
-    when not live, operands that do not broadcast. Raised when the term is built, before any proof."""
+    when not live, operands that do not broadcast. Raised when the term is built, before any proof.
+
+    `need`: where the term means something for some parallel sizes only, what those sizes must satisfy
+    (a prism.verify.sizes.Need, from which a proof under size constraints starts); None otherwise."""
+
+    def __init__(self, message: str, need: object = None) -> None:
+        super().__init__(message)
+        self.need = need
 
 
 def check_positive(who: str, name: str, value: object, whole: bool = False) -> None:

@@ -17,6 +17,7 @@ from prism.codegen.spec import KernelSpec
 from prism.errors import InputError
 from prism.ir.graph import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
+from prism.ir.sizes import check as check_sizes
 
 __all__ = ["Allocator", "CompiledGraph", "check_inputs", "compile_graph"]
 
@@ -121,6 +122,7 @@ class CompiledGraph:
                 self.persistent(j, torch.device(device))
 
     def _check(self, tensors: Sequence[Any]) -> torch.device:
+        check_sizes(self.graph, "the compiled graph")   # ConstraintError outside what its proof holds for
         device = check_inputs(self.graph, tensors, "the compiled graph")
         if self.interpret and device.type != "cpu":
             raise InputError(f"Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors; "

@@ -1,17 +1,18 @@
 """The kernel graph: a tensor program over full tensors in global memory, whose ops are table ops or fused
-kernels (custom ops, each a block graph)."""
+kernels (custom ops, each a block graph), and the size constraints its proof needs (prism.ir.sizes)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Callable, Sequence
 
-from prism.errors import DTypeError, GraphError, ShapeError
+from prism.errors import ConstraintError, DTypeError, GraphError, ShapeError
 from prism.ir.block import BlockGraph
 from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
 from prism.ir.ops import TType, check_dtype
 from prism.ir.printer import format_graph
 from prism.ir.serialize import KERNEL_FORMAT, Stored
+from prism.ir.sizes import Constraint, kernel_of, parallel_sizes
 
 __all__ = ["KernelGraph"]
 
@@ -22,6 +23,27 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
     def __init__(self) -> None:
         super().__init__()
         self.outputs: list[Ref] = []
+        self._constraints: tuple[Constraint, ...] = ()
+
+    @property
+    def constraints(self) -> tuple[Constraint, ...]:
+        """The size constraints this graph's proof needs (prism.ir.sizes; a verdict's, prism.verify.equiv):
+        the graph computes its program only at parallel sizes that satisfy them, and a launch checks that.
+        Empty for a graph proved for all sizes. Copies of the graph (replay, map_blocks, cones) keep them."""
+        return self._constraints
+
+    @constraints.setter
+    def constraints(self, constraints: Sequence[Constraint]) -> None:
+        if isinstance(constraints, Constraint) or not isinstance(constraints, (list, tuple)) \
+                or not all(isinstance(c, Constraint) for c in constraints):
+            raise ConstraintError(f"constraints: expected a list or tuple of prism.ir.sizes.Constraint, got "
+                                  f"{constraints!r}")
+        have = parallel_sizes(self)
+        for c in constraints:
+            if not c.names <= have.keys():
+                raise ConstraintError(f"constraint {c} names sizes this graph does not have: "
+                                      f"{', '.join(sorted(c.names - have.keys()))} (it has {', '.join(have)})")
+        self._constraints = tuple(dict.fromkeys(constraints))
 
     def input(self, shape: Sequence[int], dtype: Any = "float16", name: str | None = None) -> Tensor:
         """Declare an input tensor of `shape` and `dtype`; names default to in0, in1, ..."""
@@ -152,18 +174,22 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
     def _copy_ops(self, into: KernelGraph, refs: dict[Ref, Ref], keep: set[int] | None = None,
                   blocks: Callable[[int, BlockGraph], BlockGraph] | None = None) -> None:
         """Append the non-input ops (those in `keep`, if given) to `into`; `refs` maps this graph's refs to
-        `into`'s, inputs first, and gains every ref copied."""
-        kernel = 0
+        `into`'s, inputs first, and gains every ref copied. The size constraints of the kernels copied go
+        along, each kernel's sizes renamed by its index in `into`."""
+        index = {i: k for k, i in enumerate(i for i, n in self.topo() if n.op == "custom")}
+        moved: dict[int, int] = {}   # kernel index here -> in `into`
         for i, node in self.topo():
             if node.op == "input" or (keep is not None and i not in keep):
                 continue
             ins = [into.tensor(refs[r]) for r in node.inputs]
             if node.op == "custom":
-                block = node.attrs["block"] if blocks is None else blocks(kernel, node.attrs["block"])
-                kernel += 1
+                block = node.attrs["block"] if blocks is None else blocks(index[i], node.attrs["block"])
+                moved[index[i]] = len(into.blocks)
                 refs.update(((i, j), t.ref) for j, t in enumerate(into.custom(block, ins)))
             else:
                 refs[(i, 0)] = into.apply(node.op, ins, node.attrs).ref
+        into.constraints = into.constraints + tuple(c.renamed(moved) for c in self.constraints
+                                                    if all(kernel_of(p)[1] in moved for p in c.names))
 
     @property
     def blocks(self) -> list[BlockGraph]:

@@ -17,6 +17,7 @@ from prism.ir.builder import GraphBuilder, Ref, Tensor
 from prism.ir.kinds import KINDS, LOADER, kind_of
 from prism.ir.launch import Launch
 from prism.ir.ops import DTYPES, OPS, TType, check_dtype
+from prism.ir.sizes import Constraint
 
 __all__ = [
     "BLOCK_FORMAT",
@@ -39,8 +40,9 @@ _FIELDS = {
     BLOCK_FORMAT: ("format", "version", "grid", "loop", "nodes"),
 }
 _CLASSES: dict[str, type] = {}
-_OPTIONAL = {KERNEL_FORMAT: (), BLOCK_FORMAT: ("launch",)}
-"""Fields a document may leave out: a block graph compiled with the default launch (prism.ir.Launch) has none."""
+_OPTIONAL = {KERNEL_FORMAT: ("constraints",), BLOCK_FORMAT: ("launch",)}
+"""Fields a document may leave out: a kernel graph proved for all sizes has no constraints (prism.ir.sizes), a
+block graph compiled with the default launch (prism.ir.Launch) has no launch."""
 _NODE_FIELDS = ("op", "inputs", "attrs", "outputs")
 _STRUCTURAL = {KERNEL_FORMAT: ("input", "custom"), BLOCK_FORMAT: tuple(KINDS)}
 _ARITY = {"input": 0, **{name: k.arity for name, k in KINDS.items()}}  # custom: as many as its block loads
@@ -85,7 +87,9 @@ def to_json(graph: Any) -> Doc:
     fmt = getattr(graph, "FORMAT", None) if isinstance(graph, Stored) else None
     nodes = [_node_json(graph, i) for i in range(len(graph.nodes))] if fmt else []
     if fmt == KERNEL_FORMAT:
-        return {"format": fmt, "version": VERSION, "nodes": nodes, "outputs": [list(r) for r in graph.outputs]}
+        kept = {"constraints": [c.to_json() for c in graph.constraints]} if graph.constraints else {}
+        return {"format": fmt, "version": VERSION, "nodes": nodes, "outputs": [list(r) for r in graph.outputs],
+                **kept}
     if fmt == BLOCK_FORMAT:
         launch = {"launch": graph.launch.to_json()} if not graph.launch.default else {}
         return {"format": fmt, "version": VERSION, "grid": list(graph.grid), "loop": graph.loop, **launch,
@@ -253,6 +257,9 @@ def _kernel_from(data: Doc) -> Any:
     outs = [g.tensor(_ref_from(r, g, len(nodes), len(nodes), f"outputs[{k}]")) for k, r in enumerate(refs)]
     if outs:
         _guard("outputs", lambda: g.output(*outs))
+    stored = _field(data, "constraints", list, "document") if "constraints" in data else []
+    constraints = [Constraint.from_json(c, f"constraints[{k}]") for k, c in enumerate(stored)]
+    _guard("constraints", lambda: setattr(g, "constraints", constraints))
     return g
 
 

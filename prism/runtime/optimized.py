@@ -21,6 +21,7 @@ from prism.codegen.runtime import CompiledGraph, check_inputs
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
+from prism.ir.sizes import check as check_sizes
 from prism.tune.report import Report
 
 __all__ = ["CUDA", "INTERPRETER", "REFERENCE", "EXECUTION_TEXT", "OptimizedGraph", "execution_mode"]
@@ -163,7 +164,9 @@ class OptimizedGraph:
         return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
     def check_inputs(self, tensors: Sequence[Any]) -> None:
-        """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device)."""
+        """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device);
+        ConstraintError if the chosen graph's sizes break a constraint its proof needs (prism.ir.sizes)."""
+        check_sizes(self.graph, "this optimized graph's µGraph")
         check_inputs(self.program, tensors, "this optimized graph", self._device_rule)
 
     def cuda_graph(self, *example: torch.Tensor, static: bool = False) -> Any:

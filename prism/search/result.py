@@ -11,6 +11,7 @@ from prism.errors import SerializationError
 from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS
 from prism.ir.kinds import ONLINE
+from prism.ir.sizes import Constraint
 from prism.outputs import write_text
 from prism.provenance import build_id
 from prism.symbolic.mapping import Mapping
@@ -25,10 +26,13 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class SymbolicGraph:
-    """One verified sGraph: a structure with concrete maps; grid sizes and loop range stay symbolic."""
+    """One verified sGraph: a structure with concrete maps; grid sizes and loop range stay symbolic.
+    `constraints`: the size constraints its proof needs (prism.ir.sizes; none: it holds for all sizes),
+    which the tuner's points keep to (prism.tune.space) and every graph it instantiates carries."""
 
     structure: Structure
     mapping: Mapping
+    constraints: tuple[Constraint, ...] = ()
 
     @property
     def n_grid(self) -> int:
@@ -45,7 +49,9 @@ class SymbolicGraph:
 
     def instantiate(self, shapes: Sequence[Sequence[int]] | None = None, grid: Sequence[int] | None = None,
                     loop: int = 1, dtype: str = "float16", names: Sequence[str] | None = None) -> KernelGraph:
-        return instantiate(self.structure, self.mapping, shapes, grid, loop, dtype, names)
+        g = instantiate(self.structure, self.mapping, shapes, grid, loop, dtype, names)
+        g.constraints = self.constraints
+        return g
 
     def describe(self, names: Sequence[str] | None = None) -> str:
         """One line per op, with symbolic grid dims and the loop: what a reader needs to compare graphs."""
@@ -77,11 +83,13 @@ class SymbolicGraph:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"structure": self.structure.to_json(), "mapping": self.mapping.to_json()}
+        kept = {"constraints": [c.to_json() for c in self.constraints]} if self.constraints else {}
+        return {"structure": self.structure.to_json(), "mapping": self.mapping.to_json(), **kept}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SymbolicGraph:
-        return cls(structure_from_json(data["structure"]), Mapping.from_json(data["mapping"]))
+        return cls(structure_from_json(data["structure"]), Mapping.from_json(data["mapping"]),
+                   tuple(Constraint.from_json(c) for c in data.get("constraints", ())))
 
 
 class SearchResult:

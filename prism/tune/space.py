@@ -17,6 +17,8 @@ splits the dims of one or more *classes* (atoms that dimension matching made equ
     ∏ grid ≤ target.max_blocks,  grid[y], grid[z] ≤ 65535  a cap on blocks; CUDA's limit on y and z
     every tile ≤ 2^20 elements (padded)                     Triton's largest block (a tail's too, below)
     smem(grid, loop, stages) ≤ target.smem_per_block        the estimate below (227 KiB on sm_90)
+    the sGraph's size constraints hold                      what its proof needs (prism.ir.sizes), at the
+                                                            sizes of every kernel the point instantiates
 
 and its launch (warps, stages) is valid when warps ∈ WARPS with 32·warps ≤ the largest padded tile (every
 thread has a lane; one warp always qualifies), and stages ∈ STAGE_VALUES when the loop has more than one
@@ -56,6 +58,7 @@ from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, split
 from prism.ir.kinds import ACCUMULATORS
 from prism.ir.ops import TORCH_DTYPES
+from prism.ir.sizes import parallel_sizes, violations
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX
 from prism.symbolic.structure import tail_rows
@@ -222,6 +225,7 @@ class GraphSpace:
                               for op in g.ops if op.op == "matmul" for o in op.inputs]
         self._tail_tiles = self._tail(st, m, slot) if m.tail else []
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
+        self._broken: dict[tuple[tuple[int, ...], int], list[str]] = {}
         self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
 
@@ -250,6 +254,18 @@ class GraphSpace:
     @property
     def n_grid(self) -> int:
         return self.mapping.n_grid
+
+    def broken(self, grid: tuple[int, ...], loop: int) -> list[str]:
+        """The sGraph's size constraints a tiling breaks (prism.ir.sizes), in words: read off the µGraph it
+        instantiates, whose later kernels' sizes follow from the first's (computed once per tiling, and only
+        for an sGraph proved under constraints)."""
+        if not self.sgraph.constraints:
+            return []
+        key = (grid, loop)
+        if key not in self._broken:
+            g = self.sgraph.instantiate(self.shapes, grid, loop)
+            self._broken[key] = violations(g.constraints, parallel_sizes(g))
+        return self._broken[key]
 
     # -- one point ------------------------------------------------------------------------------
 
@@ -361,6 +377,7 @@ class GraphSpace:
                 out.append(why)
         if out:
             return out
+        out += self.broken(grid, loop)
         fp = self.footprint(grid, loop, stages or min(STAGE_VALUES))
         if warps > 1 and 32 * warps > fp.max_numel:
             out.append(f"{warps} warps for tiles of at most {fp.max_numel} elements: some threads would have no lane")
@@ -400,7 +417,7 @@ class GraphSpace:
             self._measure(even)
             least = staged_copies(min(STAGE_VALUES))
             self._tilings = sorted(key for key in even if (fp := self._footprints[key])[0] <= MAX_NUMEL
-                                   and fp[1] + fp[2] * least <= t.smem_per_block)
+                                   and fp[1] + fp[2] * least <= t.smem_per_block and not self.broken(*key))
         return list(self._tilings)
 
     def _splits_evenly(self, p: int | None, value: int, loop: int) -> bool:

@@ -7,7 +7,9 @@ for all parallel sizes (paper Definition 1). What the terms cannot express, that
 another only for some sizes, shows in the terms' types (prism.verify.types): each extent is the full
 extent over the sizes of the parallel dims that split it, and a term whose extents agree only for some
 sizes is ill formed (NotEncodable here). Broadcasting is made explicit with `bcast`, against extents of 1
-only.
+only. A graph that is valid only for some sizes can be encoded under assumptions about them (`Assumed`,
+prism.verify.sizes): a parallel dim written as a product of others, a group op's group count made a
+parallel dim of its own.
 """
 
 from __future__ import annotations
@@ -20,14 +22,23 @@ from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import INVARIANT, LOADER, LOOP, kind_of
 from prism.ir.ops import OPS
+from prism.ir.sizes import ONE, Extent, grid_size_name, loop_size_name
 from prism.verify import expr as E
-from prism.verify.types import ONE
+from prism.verify.sizes import Assumed, Cancel, Need, Whole
 
-__all__ = ["Encoding", "NotEncodable", "PARALLEL_FORMS", "encode", "loop_dim", "grid_pdim"]
+__all__ = ["Encoding", "FOR_ALL_SIZES", "NotEncodable", "PARALLEL_FORMS", "encode"]
+
+FOR_ALL_SIZES = Assumed()
+"""No assumption: terms that hold for all parallel sizes."""
 
 
 class NotEncodable(Exception):
-    """The graph computes a well-defined function only for some parallel sizes (a shape coincidence)."""
+    """The graph computes a well-defined function only for some parallel sizes (a shape coincidence);
+    `need` says what those sizes satisfy, where it is known (prism.verify.sizes)."""
+
+    def __init__(self, message: str, need: Need | None = None) -> None:
+        super().__init__(message)
+        self.need = need
 
 
 @dataclass(frozen=True)
@@ -38,16 +49,8 @@ class Encoding:
     pdims: frozenset[str]
 
 
-def grid_pdim(dim: str, kernel: int) -> str:
-    return f"{dim}{kernel}"
-
-
-def loop_dim(kernel: int) -> str:
-    return f"i{kernel}"
-
-
-def encode(graph: KernelGraph) -> Encoding:
-    """Encode every output of `graph`; raises NotEncodable on a size-dependent shape match."""
+def encode(graph: KernelGraph, assumed: Assumed = FOR_ALL_SIZES) -> Encoding:
+    """Encode every output of `graph` (under `assumed`); raises NotEncodable on a size-dependent shape match."""
     graph.check()
     values: dict[tuple[int, int], E.Term] = {}
     for k, ref in enumerate(graph.input_refs):
@@ -57,18 +60,20 @@ def encode(graph: KernelGraph) -> Encoding:
         for i, node in graph.topo():
             args = [values[r] for r in node.inputs]
             if node.op == "custom":
-                outs = _encode_block(node.attrs["block"], args, kernels)
+                outs = _encode_block(node.attrs["block"], args, kernels, assumed)
                 kernels += 1
                 values.update(((i, j), o) for j, o in enumerate(outs))
             elif node.op != "input":
-                values[(i, 0)] = apply(node.op, args, node.attrs)
+                values[(i, 0)] = apply(node.op, args, node.attrs, assumed)
     except IllFormedTerm as e:
-        raise NotEncodable(str(e)) from None
+        raise NotEncodable(str(e), e.need) from None
     outputs = tuple(values[r] for r in graph.outputs)
     for k, t in enumerate(outputs):
-        if any(e.mono for e in t.type.extents):
+        moving = [e for e in t.type.extents if e.mono]
+        if moving:
             raise NotEncodable(f"output {k} has type {t.type}: its extents depend on parallel sizes (a grid dim "
-                               "concatenates along a dim it does not split, and no group sum folds it back)")
+                               "concatenates along a dim it does not split, and no group sum folds it back)",
+                               Cancel(Extent(1, moving[0].mono)))
     return Encoding(outputs, frozenset().union(*(E.pdims_of(t) for t in outputs)))
 
 
@@ -81,16 +86,28 @@ def _axis(rank: int, d: int) -> int:
 class _Block:
     """What a node kind's `encode` (prism.ir.kinds) writes with (prism.ir.passes.Encode): the kernel's input
     terms, its grid dims' parallel dims and the loop's (None: no loop), the terms so far, and the term
-    constructors."""
+    constructors, which write the parallel dims as the assumptions say."""
 
     args: list[E.Term]
     pdims: dict[str, str]
     loop: str | None
     block: BlockGraph
+    assumed: Assumed
     env: dict[int, E.Term] = field(default_factory=dict)
     outs: dict[int, E.Term] = field(default_factory=dict)
 
-    term = staticmethod(E.make)
+    def term(self, op: str, *args: E.Term, attrs: tuple[Any, ...] = ()) -> E.Term:
+        """Term `op` on `args`. A parallel op over a dim the assumptions write as a product of dims is the
+        same op over each of them: part by the outer one first and comb by the inner one first, so that
+        member a·f + b of the product is member b of member a (prism.verify.sizes)."""
+        if op not in E.PARALLEL:
+            return E.make(op, *args, attrs=attrs)
+        *head, p = attrs
+        parts = self.assumed.factors(p)
+        t = args[0]
+        for q in reversed(parts) if op == "comb" else parts:
+            t = E.make(op, t, attrs=(*head, q))
+        return t
 
     def input(self, k: int) -> E.Term:
         return self.args[k]
@@ -109,9 +126,8 @@ class _Block:
     def axis(t: E.Term, d: int) -> int:
         return _axis(t.type.rank, d)
 
-    @staticmethod
-    def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
-        return apply(op, args, attrs)
+    def apply(self, op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
+        return apply(op, args, attrs, self.assumed)
 
     def output(self, k: int, t: E.Term) -> None:
         """A kernel output is one tensor (no live parallel dim); its extents may still depend on parallel sizes
@@ -121,21 +137,24 @@ class _Block:
         self.outs[k] = t
 
 
-def _encode_block(block: BlockGraph, args: list[E.Term], kernel: int) -> list[E.Term]:
+def _encode_block(block: BlockGraph, args: list[E.Term], kernel: int, assumed: Assumed) -> list[E.Term]:
     has_loop = any(kind_of(n) is LOADER and n.attrs["fmap"] is not None for n in block.nodes) or block.loop > 1
-    en = _Block(args, {g: grid_pdim(g, kernel) for g in block.grid_dims}, loop_dim(kernel) if has_loop else None,
-                block)
+    en = _Block(args, {g: grid_size_name(g, kernel) for g in block.grid_dims},
+                loop_size_name(kernel) if has_loop else None, block, assumed)
     for i, node in block.topo():
         kind_of(node).encode(en, i, node)
     return [en.outs[k] for k in range(len(en.outs))]
 
 
+@dataclass(frozen=True)
 class _Terms:
     """The term builder a decomposition (prism.ir.ops) is written with: a mean's 1/N is a constant, so the
     extent must not depend on parallel sizes."""
 
+    assumed: Assumed
+
     def __call__(self, op: str, *args: E.Term, **attrs: Any) -> E.Term:
-        return apply(op, list(args), attrs)
+        return apply(op, list(args), attrs, self.assumed)
 
     def rank(self, t: E.Term) -> int:
         return t.type.rank
@@ -147,15 +166,15 @@ class _Terms:
         return 1.0 / e.coef
 
 
-def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
+def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any], assumed: Assumed = FOR_ALL_SIZES) -> E.Term:
     """Table op `op` on term operands: its term, or its decomposition's where it has none."""
     d = OPS[op]
     if op in PARALLEL_FORMS:
-        return PARALLEL_FORMS[op](args, _axis(args[0].type.rank, attrs["dim"]), attrs["size"])
+        return PARALLEL_FORMS[op](args, _axis(args[0].type.rank, attrs["dim"]), attrs["size"], assumed)
     if d.term is None:
         if d.decompose is None:
             raise NotEncodable(f"op {op} has no verification term, decomposition or parallel form")
-        return d.decompose(_Terms(), *args, **attrs)
+        return d.decompose(_Terms(assumed), *args, **attrs)
     if d.family.rule == "broadcast":
         args = _broadcast(*args)
     term_attrs = tuple(_axis(args[0].type.rank, attrs[a]) if kind == "dim" else attrs[a]
@@ -163,14 +182,20 @@ def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
     return E.make(d.term, *args, attrs=term_attrs)
 
 
-def _members(x: E.Term, d: int, size: int) -> list[str]:
+def _members(x: E.Term, d: int, size: int, assumed: Assumed) -> list[str]:
     """The parallel dims that concatenated x's groups of `size` along term dim d (its extent is size·p·q...),
-    or NotEncodable: groups of a dim of known extent (no parallel dim made them) have no such form."""
+    or the group count an assumption made a parallel dim of its own, or NotEncodable: groups of a dim of
+    known extent (no parallel dim made them) have no such form for all sizes."""
     e = x.type.extents[d]
-    if d in x.type.bcast or e.coef != size or not e.mono or any(k != 1 for _, k in e.mono):
+    if d in x.type.bcast:
+        raise NotEncodable(f"a group op of size {size} over broadcast dim {d} of {x.type}: its extent is unknown")
+    if e.coef == size and e.mono and all(k == 1 for _, k in e.mono):
+        return assumed.outer_first([p for p, _ in e.mono])
+    counted = assumed.groups(e, size)
+    if counted is None:
         raise NotEncodable(f"a group op of size {size} over extent {e}: only the groups a grid dim concatenated "
-                           "(extent size·p) can be verified")
-    return [p for p, _ in e.mono]
+                           "(extent size·p) can be verified", Whole(e, size))
+    return [counted]
 
 
 def _split(x: E.Term, d: int, pdims: list[str]) -> E.Term:
@@ -182,9 +207,11 @@ def _split(x: E.Term, d: int, pdims: list[str]) -> E.Term:
 def _grouped(reducer: str):
     """A group reduction of the groups of `size` along term dim d, for x concatenated there by parallel dims
     p, q, ...: groups are then the members, so it is part along d by each of them, then `reducer` (red for
-    the sum, redmax for the max) over each. That is the op at every size, hence sound for all of them."""
-    def form(args: list[E.Term], d: int, size: int) -> E.Term:
-        pdims = _members(args[0], d, size)
+    the sum, redmax for the max) over each. That is the op at every size, hence sound for all of them, in
+    any order of p, q, ... (every group is one member either way); the order comb concatenated them in is
+    the one the e-graph can cancel against."""
+    def form(args: list[E.Term], d: int, size: int, assumed: Assumed = FOR_ALL_SIZES) -> E.Term:
+        pdims = _members(args[0], d, size, assumed)
         x = _split(args[0], d, pdims)
         for p in reversed(pdims):
             x = E.make(reducer, x, attrs=(p,))
@@ -192,12 +219,12 @@ def _grouped(reducer: str):
     return form
 
 
-def _group_scale(args: list[E.Term], d: int, size: int) -> E.Term:
+def _group_scale(args: list[E.Term], d: int, size: int, assumed: Assumed = FOR_ALL_SIZES) -> E.Term:
     """x times one scale per group: member by member, x's member times its scale (broadcast along d unless
     the groups are one wide), concatenated back in the same order."""
     x, s = args
-    pdims = _members(x, d, size)
-    if _members(s, d, 1) != pdims:
+    pdims = _members(x, d, size, assumed)
+    if _members(s, d, 1, assumed) != pdims:
         raise NotEncodable(f"group_scale: the scales' groups ({s.type}) are not the operand's ({x.type})")
     out = apply("mul", [_split(x, d, pdims), _split(s, d, pdims)], {})
     for p in reversed(pdims):

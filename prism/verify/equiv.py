@@ -4,45 +4,63 @@ Both kernel graphs are encoded as part/comb/red/repl terms (prism.verify.encode)
 outputs is checked on the e-graph (prism.verify.egraph). Concrete grid sizes and loop ranges are never
 looked at, so an accepted candidate is correct at every size (paper Definition 1). "Not equal" means
 "no proof found": the axioms are sound but not complete.
+
+With `constrained=True`, a candidate that is a valid µGraph only for some sizes is proved, where it can be,
+under size constraints derived from why it is not valid for all (prism.verify.sizes): the verdict's
+`constraints` then say for which sizes it is equal, and whoever runs it must keep to them (prism.ir.sizes).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prism.errors import VerificationError
 from prism.ir.graph import KernelGraph
+from prism.ir.sizes import Constraint, describe
 from prism.verify import egraph
 from prism.verify import expr as E
 from prism.verify.encode import NotEncodable, encode
+from prism.verify.sizes import Assumed, Need, options
 
 __all__ = ["Verdict", "equivalent", "equivalent_all"]
 
 
+MAX_ASSUMPTIONS = 3
+"""Assumptions a proof under size constraints makes at most (each lifts one refusal)."""
+MAX_ENCODINGS = 16
+"""Sets of assumptions a candidate is encoded under at most, looking for one its proof holds under."""
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """equal: proven equal for all parallel sizes; reason: why (or why not); stats: e-graph figures."""
+    """equal: proven equal for all parallel sizes that satisfy `constraints` (none: all sizes); reason: why
+    (or why not), the constraints in words; stats: e-graph figures."""
 
     equal: bool
     reason: str
     stats: dict = field(default_factory=dict)
+    constraints: tuple[Constraint, ...] = ()
 
     def __bool__(self) -> bool:
         return self.equal
 
 
 def equivalent(reference: KernelGraph, candidate: KernelGraph, *, timeout: float = 2.0, max_iters: int = 40,
-               max_nodes: int = 50_000) -> Verdict:
-    """Prove `candidate` equal to `reference` for all parallel sizes, within the given bounds.
+               max_nodes: int = 50_000, constrained: bool = False) -> Verdict:
+    """Prove `candidate` equal to `reference` for all parallel sizes, within the given bounds; with
+    `constrained`, for the sizes that satisfy the verdict's constraints where it is not valid for all.
 
     Inputs are matched by position (names may differ); shapes and dtypes must agree.
     """
-    return equivalent_all(reference, [candidate], timeout=timeout, max_iters=max_iters, max_nodes=max_nodes)[0]
+    return equivalent_all(reference, [candidate], timeout=timeout, max_iters=max_iters, max_nodes=max_nodes,
+                          constrained=constrained)[0]
 
 
 def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *, timeout: float = 2.0,
-                   max_iters: int = 40, max_nodes: int = 50_000, cache: dict | None = None) -> list[Verdict]:
+                   max_iters: int = 40, max_nodes: int = 50_000, cache: dict | None = None,
+                   constrained: bool = False) -> list[Verdict]:
     """`equivalent(reference, c)` for each candidate c, with the e-graph work shared: the reference is
     encoded once, each output is checked for all candidates still open in one e-graph run
     (`egraph.check_batch`: the bounds stay per candidate, and no proof one check finds is lost), and
@@ -50,9 +68,11 @@ def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *,
 
     cache: a dict the caller keeps to remember verdicts in, by both sides' terms and the bounds (so a
     candidate whose terms were checked before, in this call or an earlier one, is not checked again).
+    constrained: prove a candidate that is valid only for some sizes under size constraints, one at a time
+    (`_constrained`), where the reference has no parallel dims of its own.
     """
     _graph("reference", reference)
-    ref_terms = None
+    ref = None
     out: list[Verdict | None] = []
     open_: dict[tuple, list[int]] = {}  # candidates to prove, by their terms' text and the bounds
     terms: dict[tuple, tuple[E.Term, ...]] = {}
@@ -61,23 +81,56 @@ def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *,
         verdict = _mismatch(reference, candidate)
         if verdict is None:
             try:
-                ref_terms = ref_terms or encode(reference).outputs
+                ref = ref or encode(reference)
                 outs = encode(candidate).outputs
             except NotEncodable as e:
                 verdict = Verdict(False, f"not a valid µGraph for all parallel sizes: {e}")
+                if constrained and e.need is not None and ref is not None and not ref.pdims:
+                    verdict = _constrained(verdict, ref.outputs, candidate, e.need, timeout, max_iters, max_nodes)
             else:
-                key = (tuple(t.text for t in ref_terms), tuple(t.text for t in outs), timeout, max_iters, max_nodes)
+                key = (tuple(t.text for t in ref.outputs), tuple(t.text for t in outs), timeout, max_iters, max_nodes)
                 verdict = cache.get(key) if cache is not None else None
                 if verdict is None:
                     open_.setdefault(key, []).append(i)
                     terms[key] = outs
         out.append(verdict)
-    for key, verdict in _prove(ref_terms or (), terms, timeout, max_iters, max_nodes).items():
+    for key, verdict in _prove(ref.outputs if ref else (), terms, timeout, max_iters, max_nodes).items():
         if cache is not None:
             cache[key] = verdict
         for i in open_[key]:
             out[i] = verdict
     return out  # type: ignore[return-value]
+
+
+def _constrained(refused: Verdict, ref_terms: Sequence[E.Term], candidate: KernelGraph, need: Need, timeout: float,
+                 max_iters: int, max_nodes: int) -> Verdict:
+    """The candidate proved under the first set of assumptions (prism.verify.sizes) its proof holds under, or
+    `refused` saying what was tried. Sets grow one assumption at a time from the refusals: breadth first,
+    each refusal's options weakest first, so that fewer and weaker constraints are found before more and
+    stronger ones."""
+    queue: deque[tuple[Assumed, Need]] = deque([(Assumed(), need)])
+    encodings = 0
+    unproved: list[str] = []
+    while queue and encodings < MAX_ENCODINGS:
+        assumed, need = queue.popleft()
+        for a in options(need, assumed)[:MAX_ENCODINGS - encodings]:
+            tried = assumed.plus(a)
+            encodings += 1
+            try:
+                outs = encode(candidate, tried).outputs
+            except NotEncodable as e:
+                if e.need is not None and len(tried) < MAX_ASSUMPTIONS:
+                    queue.append((tried, e.need))
+                continue
+            verdict = _prove(ref_terms, {0: outs}, timeout, max_iters, max_nodes)[0]
+            where = "; ".join(map(str, tried.constraints))
+            if verdict.equal:
+                names = set().union(*(c.names for c in tried.constraints))
+                return Verdict(True, f"equal for all parallel sizes where {where} ({describe(names)})",
+                               verdict.stats, tried.constraints)
+            unproved.append(f"where {where}, {verdict.reason}")
+    return Verdict(False, f"{refused.reason}; nor under size constraints: "
+                   + (" / ".join(unproved) if unproved else "none that sizes could satisfy makes it valid"))
 
 
 def _graph(name: str, g: object) -> None:

@@ -142,7 +142,8 @@ class Term:
             return step(TERMS[self.op].rule, self.op, self.attrs, [a._type for a in self.args])
         except IllFormedTerm as e:
             text = str(self)
-            raise IllFormedTerm(f"ill-formed term {text if len(text) < 200 else text[:197] + '...'}: {e}") from None
+            raise IllFormedTerm(f"ill-formed term {text if len(text) < 200 else text[:197] + '...'}: {e}",
+                                e.need) from None
 
     @property
     def type(self) -> TermType | None:

@@ -1,8 +1,9 @@
 """Random numeric testing: the second, independent soundness check behind every e-graph proof.
 
 A candidate is run in the reference executor at two different concrete choices of its parallel sizes
-(grid sizes and loop ranges that divide the dims they split) and compared with the reference program on
-random inputs. The e-graph claims equality for all sizes, so any disagreement at any size is a bug.
+(grid sizes and loop ranges that divide the dims they split, and satisfy the size constraints its proof
+needs, prism.ir.sizes) and compared with the reference program on random inputs. The e-graph claims
+equality for all those sizes, so any disagreement at any of them is a bug.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prism import interp
 from prism.errors import GraphError
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
+from prism.ir.sizes import parallel_sizes, violations
 
 __all__ = ["NumericVerdict", "random_test", "size_choices", "with_sizes"]
 
@@ -48,7 +50,8 @@ def size_choices(graph: KernelGraph, count: int = 2) -> list[list[tuple[tuple[in
     """Up to `count` valid size assignments for the custom ops, with as many sizes > 1 as possible.
 
     Each custom op's choices are checked alone first, then each combination as a whole graph (a later
-    kernel's input shapes depend on an earlier kernel's sizes when its outputs concatenate blocks).
+    kernel's input shapes depend on an earlier kernel's sizes when its outputs concatenate blocks), which
+    must satisfy the graph's size constraints.
     """
     per_kernel = [_block_choices(b) for b in graph.blocks]
     combos = [list(c) for c in itertools.islice(itertools.product(*per_kernel), 256)]
@@ -56,8 +59,10 @@ def size_choices(graph: KernelGraph, count: int = 2) -> list[list[tuple[tuple[in
     valid = []
     for combo in combos:
         try:
-            with_sizes(graph, combo)
+            sized = with_sizes(graph, combo)
         except GraphError:
+            continue
+        if violations(graph.constraints, parallel_sizes(sized)):
             continue
         valid.append(combo)
         if len(valid) == count:

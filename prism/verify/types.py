@@ -2,14 +2,17 @@
 
 A term denotes a *family* of tensors: one member per combination of its live parallel dims, each member
 with the same data dims. Its type is that set of live parallel dims, the extent of each data dim and which
-data dims are broadcast. An extent is a coefficient times a product of parallel sizes with integer powers
-(`4096/x0`: dim 1 of a [8, 4096] input after `part(_, 0, x0)`), so a type holds for all parallel sizes.
+data dims are broadcast. An extent (prism.ir.sizes.Extent) is a coefficient times a product of parallel
+sizes with integer powers (`4096/x0`: dim 1 of a [8, 4096] input after `part(_, 0, x0)`), so a type holds
+for all parallel sizes.
 
 The rules, one per op family (`RULES`, keyed as the op table's families are): `part`/`repl` over p need p
 not live (one parallel dim splits at most one dim of a tensor), `comb`/`red` need it live; dims must
 exist; `bcast` needs extent 1; operands of one op must be of one family and have equal extents except
 where one is broadcast; a contraction needs equal extents. A dim of extent 1 cannot be split (it would be
-well formed only when the size is 1).
+well formed only when the size is 1). A refusal that some sizes would lift (extents equal for some sizes, a
+split of an extent that is 1 for some) says what they must satisfy (`IllFormedTerm.need`): a proof under
+size constraints starts there (prism.verify.sizes).
 
 Axioms preserve types (their numeric test checks every instance), so a well-formed term's e-class holds
 only well-formed terms of its type, and two terms of different types are never proved equal.
@@ -20,43 +23,14 @@ The same rules infer input shapes for test instances: `Extents` compares known e
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
 from prism.errors import IllFormedTerm
+from prism.ir.sizes import ONE, Extent
+from prism.verify.sizes import Cancel, Divisible
 
 __all__ = ["Extent", "ONE", "TermType", "Extents", "input_type", "step", "KNOWN", "RULES"]
-
-Mono = tuple[tuple[str, int], ...]
-"""A product of parallel sizes: (parallel dim, power) pairs, sorted, no zero powers."""
-
-
-def _mono(powers: Counter) -> Mono:
-    return tuple(sorted((p, k) for p, k in powers.items() if k))
-
-
-@dataclass(frozen=True)
-class Extent:
-    """`coef` times the sizes in `mono`; `coef` is a known extent (int) or an unknown one (str, inference)."""
-
-    coef: int | str
-    mono: Mono = ()
-
-    def times(self, mono: Mono, sign: int = 1) -> Extent:
-        powers = Counter(dict(self.mono))
-        for p, k in mono:
-            powers[p] += sign * k
-        return Extent(self.coef, _mono(powers))
-
-    def __str__(self) -> str:
-        ups = [p if k == 1 else f"{p}^{k}" for p, k in self.mono if k > 0]
-        downs = [p if k == -1 else f"{p}^{-k}" for p, k in self.mono if k < 0]
-        head = "·".join(([str(self.coef)] if self.coef != 1 or not ups else []) + ups)
-        return head + (f"/{'·'.join(downs)}" if downs else "")
-
-
-ONE = Extent(1)
 
 
 @dataclass(frozen=True)
@@ -87,14 +61,16 @@ class Extents:
     def unify(self, x: Extent, y: Extent, why: str) -> None:
         x, y = self.resolve(x), self.resolve(y)
         if x != y:
-            some = " (equal only for some parallel sizes)" if x.coef == y.coef else ""
-            raise IllFormedTerm(f"{why}: {x} vs {y}{some}")
+            some = x.coef == y.coef
+            raise IllFormedTerm(f"{why}: {x} vs {y}{' (equal only for some parallel sizes)' if some else ''}",
+                                Cancel(Extent(1, x.times(y.mono, -1).mono)) if some else None)
 
     def split(self, e: Extent, p: str, why: str) -> Extent:
         """e divided by the size of p; a known extent 1 cannot be split for every size."""
         out = self.resolve(e).times(((p, 1),), -1)
         if out.coef == 1 and any(k < 0 for _, k in out.mono):
-            raise IllFormedTerm(f"{why}: splits extent {self.resolve(e)}, which is 1 for some sizes")
+            raise IllFormedTerm(f"{why}: splits extent {self.resolve(e)}, which is 1 for some sizes",
+                                Divisible(self.resolve(e), p))
         return out
 
 
