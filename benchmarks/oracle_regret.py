@@ -4,6 +4,7 @@ Spearman's ρ of the model against the measurements, with the shipped calibratio
 Needs no GPU: the measurements are stored.
 
     python benchmarks/oracle_regret.py [FILES ...]     # default: benchmarks/results/tune_samples_*.json
+        [--left-out]     # add each config's regret when the calibration is fitted on the other configs only
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # a checkout that is not installed
     sys.path.insert(0, str(ROOT))
 
-from prism.tune.oracle import load, regrets  # noqa: E402
+from prism.tune.oracle import left_out, load, regrets  # noqa: E402
 from prism.tune.target import TARGETS, get_target  # noqa: E402
 
 
@@ -24,6 +25,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", help="files written by tune_calibrate.py collect")
     ap.add_argument("--kind", default="h100", help="the GPU kind they were measured on")
+    ap.add_argument("--left-out", action="store_true", help="also fit on all configs but one, per config")
     args = ap.parse_args()
     files = args.files or sorted((ROOT / "benchmarks" / "results").glob(f"tune_samples_{args.kind}_*.json"))
     samples = load(files)
@@ -37,6 +39,12 @@ def main() -> None:
     worst = max(calibrated, key=lambda r: r.regret)
     print(f"configs within 1.10: {sum(r.regret <= 1.10 for r in calibrated)} of {len(calibrated)}; "
           f"worst {worst.regret:.2f} ({worst.group})")
+    if args.left_out:
+        print("\nfitted on the other configs (from the data sheet), each config left out in turn:")
+        print("| config | regret | ρ | picked |")
+        print("|---|---|---|---|")
+        for r in left_out(samples, TARGETS[args.kind]):
+            print(f"| {r.group} | {r.regret:.2f} | {r.rho:.2f} | {r.picked} |")
 
 
 if __name__ == "__main__":

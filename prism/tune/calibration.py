@@ -3,7 +3,7 @@
 The cost model (prism.tune.cost) is a formula over a kernel's work (`KernelWork`: bytes, FLOPs, warps,
 stages, blocks) and a Target's constants. The data-sheet constants rank candidates only roughly (Spearman
 0.14-0.92 against H100 measurements, 2026-11-22), because what a kernel really gets (bytes in flight per
-warp, the latency a pipelined iteration pays, what a spill costs) is not on a data sheet. A calibration
+warp, the latency a pipelined iteration pays, what one SM pulls) is not on a data sheet. A calibration
 holds those constants fitted to measured device times (prism.tune.fit fits them):
 
 - `Calibration`: the fitted constants with where they came from, saved as versioned JSON in
@@ -36,8 +36,8 @@ FORMAT = "prism.calibration"
 DATA = Path(__file__).with_name("data")
 """Where the calibrations shipped with Prism live, one `<kind>.json` per GPU kind."""
 FITTED = ("dram_bandwidth", "sm_bandwidth", "l2_bandwidth", "dram_latency", "warp_inflight", "iteration_latency",
-          "loop_overhead", "launch", "spill_penalty", "vector_flops", "tensor_flops")
-"""The Target fields a calibration sets."""
+          "loop_overhead", "launch", "vector_flops", "tensor_flops")
+"""The Target fields a calibration sets (not `spill_penalty`: prism.tune.cost says why)."""
 
 
 class CalibrationError(PrismError):

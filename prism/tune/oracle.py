@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Sequence
 
 from prism.errors import InputError
-from prism.tune.fit import Sample, predict
+from prism.tune.fit import Sample, fit, predict
 from prism.tune.profile import spearman
 from prism.tune.target import Target
 
-__all__ = ["Regret", "load", "regrets"]
+__all__ = ["Regret", "left_out", "load", "regrets"]
 
 
 @dataclass(frozen=True)
@@ -63,4 +63,15 @@ def regrets(samples: Sequence[Sample], target: Target) -> list[Regret]:
         best = min(members, key=lambda s: s.measured_us)
         out.append(Regret(group, len(members), pick.measured_us / best.measured_us,
                           spearman(predicted, [s.measured_us for s in members]), pick.label, best.label))
+    return out
+
+
+def left_out(samples: Sequence[Sample], start: Target) -> list[Regret]:
+    """Per config, the regret of a model calibrated (prism.tune.fit, from `start`) on the other configs only:
+    how the model's form and fit do on a config they never saw, a guard against fitting the oracle."""
+    groups = list(dict.fromkeys(s.group for s in samples))
+    out = []
+    for group in groups:
+        fitted = start.with_(**fit([s for s in samples if s.group != group], start))
+        out += regrets([s for s in samples if s.group == group], fitted)
     return out

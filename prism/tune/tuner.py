@@ -437,7 +437,7 @@ def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
         return
     # A kernel that spills a little can still be the fastest: dropping such candidates once left a decoder
     # layer's norm + projection to the 8-kernel unfused program on an H100 (136 B stack frames, 2026-11-23).
-    # The cost model charges spills (the target's spill_penalty), and on a GPU the measurement decides.
+    # The cost model charges spills a little (the target's spill_penalty), and on a GPU the measurement decides.
     p.cost = estimate(p.graph, target, aot=r.kernels)
     e.estimate_us = p.cost.seconds * 1e6
     e.status = "ok"
