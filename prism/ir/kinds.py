@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from prism.errors import GraphError, MappingError
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, RUNNING, SCALED
 from prism.ir.passes import Count, Emit, Encode, Execute
 
 __all__ = [
@@ -248,22 +248,21 @@ def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]]
     """How a node's value depends on a running max, given each operand's (shape, state), or a GraphError
     where it may not: the one rule BlockGraph and the search's sGraph both apply (prism.symbolic.sgraph).
 
-    States: None (independent of every running max), ("max", r) for running max r itself (`me`, the new
-    node's reference, when `op` is "running_max"), ("shifted", r) for x - r, ("scaled", r) for a value that
-    is exp(-r) times one independent of r, per position (what an online accumulator bound to r can
-    rescale). `running` gives each running max's shape (1 where its dim has extent 1): a sum or a matmul's
-    contraction of a scaled value must run over a dim where r has extent 1, so every term has the same
-    factor. Accumulators take independent values, except the online one: a value scaled by its second
-    operand."""
+    States: None (independent of every running max), or (state, r) for running max r (`me`, the new node's
+    reference, when `op` is "running_max"), the state one of prism.ir.ops' RUNNING (r itself), SHIFTED (x - r)
+    and SCALED (exp(-r) times a value independent of r, per position: what an online accumulator bound to r can
+    rescale). A table op passes them on as its record says (OpDef.online: prism.ir.ops.Passes); `running` gives
+    each running max's shape (1 where its dim has extent 1), for a case that adds up positions along a dim.
+    Accumulators take independent values, except the online one: a value scaled by its second operand."""
     states = [st for _, st in operands]
     if op == RUNNING_MAX.name:
         if states != [None]:
             raise GraphError("running_max: its operand already depends on a running max")
-        return ("max", me)
+        return (RUNNING, me)
     if op in ACCUMULATORS:
         if op == ONLINE.name:
-            r = states[1][1] if len(states) == 2 and states[1] is not None and states[1][0] == "max" else None
-            if r is None or states[0] != ("scaled", r):
+            r = states[1][1] if len(states) == 2 and states[1] is not None and states[1][0] == RUNNING else None
+            if r is None or states[0] != (SCALED, r):
                 raise GraphError("accum: an online accumulator sums exp(x - m) times values that do not depend "
                                  "on m, for m its second operand (a running_max)")
         elif states != [None]:
@@ -273,25 +272,16 @@ def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]]
     if all(st is None for st in states):
         return None
     refs = {st[1] for st in states if st is not None}
-    kinds = [st[0] if st is not None else None for st in states]
     if len(refs) == 1:
         (r,) = refs
-        rshape = running[r]
-        scaled = ("scaled", r)
-        if op == "sub" and kinds == [None, "max"]:
-            return ("shifted", r)
-        if (op == "exp" and kinds == ["shifted"]) or (op == "mul_scalar" and kinds == ["scaled"]):
-            return scaled
-        if op == "mul" and sorted(map(str, kinds)) == ["None", "scaled"]:
-            return scaled
-        if op == "div" and kinds == ["scaled", None]:
-            return scaled
-        if op in ("add", "sub") and kinds == ["scaled", "scaled"]:
-            return scaled
-        if op == "sum" and kinds == ["scaled"] and rshape[attrs["dim"]] == 1:
-            return scaled
-        if op == "matmul" and kinds == ["scaled", None] and rshape[-1] == 1:
-            return scaled
+        d = OPS[op]
+        kinds = tuple(st[0] if st is not None else None for st in states)
+        for case in d.online.passes:
+            if case.takes not in (kinds, kinds[::-1] if d.commutative else kinds):
+                continue
+            along = attrs[case.along] if isinstance(case.along, str) else case.along
+            if along is None or running[r][along] == 1:
+                return (case.gives, r)
     raise GraphError(f"{op}: an operand depends on a running max; inside the loop that may only be exp(x - m), "
                      "times, divided by or summed with values that do not depend on m, summed over or contracted "
                      "along a dim where m has extent 1, and accumulated by an online accumulator bound to m")

@@ -21,7 +21,8 @@ nowhere else, every exp(a) in it becomes exp(a - max(a, d)), and back: the max-s
 fused forms (a running max, online accumulators) never overflow, and the paper's exp/sum/div, whatever
 form the program is written in. A ratio is invariant under the common factor exp(-max), so the new form
 is equal when exp(a) enters the numerator linearly, as in softmax and attention; the rule does not check
-that (pruning needs no soundness: the verifier decides).
+that (pruning needs no soundness: the verifier decides). Which ops play its parts (the ratio, the sum, the
+exponential, the shift, the bound) is the op table's online-softmax rule (prism.ir.ops.Online).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, Online
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent
 from prism.symbolic.terms import Term, attrs_of, kids, mk, op_of, subterms, term_shape
 
@@ -144,26 +145,50 @@ def _shift(t: Term, space: AtomSpace) -> Iterator[Term]:
     """t with every exp(a) replaced by exp(a - max(a, d)), or every exp(a - max(a, d)) by exp(a), for each
     sum(exp(.), d) that t only divides by."""
     subs = subterms(t)
-    for den in sorted({kids(s)[1] for s in subs if op_of(s) == "div"}, key=repr):
-        if op_of(den) != "sum" or op_of(kids(den)[0]) != "exp":
+    for den in sorted({kids(s)[1] for s in subs if _online(s).ratio}, key=repr):
+        if not _online(den).summing or not _online(kids(den)[0]).exponential:
             continue
-        if any(den in kids(s) for s in subs if op_of(s) != "div" or kids(s)[1] != den or kids(s)[0] == den):
+        if any(den in kids(s) for s in subs if not _online(s).ratio or kids(s)[1] != den or kids(s)[0] == den):
             continue
         e = kids(den)[0]
         if _exps_outside(t, den) != {e}:
             continue  # the numerator's exp must be the denominator's, or the common factor does not cancel
-        (a,), (d,) = kids(e), attrs_of(den)
-        if op_of(a) == "sub" and kids(a)[1] == mk("max", (d,), kids(a)[0]):
-            yield _replace(t, e, mk("exp", (), kids(a)[0]))
+        (a,) = kids(e)
+        shift = _online(a).shift
+        x = kids(a)[shift.takes.index(None)] if shift is not None else None
+        if x is not None and a == _shifted(x, _bound(den, x)):
+            yield _replace(t, e, mk(op_of(e), (), x))
         else:
-            yield _replace(t, e, mk("exp", (), mk("sub", (), a, mk("max", (d,), a))))
+            yield _replace(t, e, mk(op_of(e), (), _shifted(a, _bound(den, a))))
+
+
+def _online(t: Term) -> Online:
+    """The online-softmax record of t's op (an input's is empty)."""
+    d = OPS.get(op_of(t))
+    return d.online if d is not None else _NO_PART
+
+
+_NO_PART = Online()
+
+
+def _shifted(x: Term, m: Term) -> Term:
+    """x - m, with the op that shifts a value by a running max."""
+    name, shift = next((n, d.online.shift) for n, d in OPS.items() if d.online.shift is not None)
+    return mk(name, (), *(x if state is None else m for state in shift.takes))
+
+
+def _bound(den: Term, a: Term) -> Term:
+    """The bound of a over what sum `den` adds up: max(a, d) for sum(., d), the bound of the sum's shape rule."""
+    rule = OPS[op_of(den)].family.rule
+    name = next(n for n, d in OPS.items() if d.online.bound and d.family.rule is rule)
+    return mk(name, attrs_of(den), a)
 
 
 def _exps_outside(t: Term, den: Term) -> set[Term]:
     """The exp subterms of `t` outside every occurrence of `den`."""
     if t == den:
         return set()
-    found = {t} if op_of(t) == "exp" else set()
+    found = {t} if _online(t).exponential else set()
     for c in kids(t):
         found |= _exps_outside(c, den)
     return found

@@ -13,13 +13,13 @@ only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from prism.errors import IllFormedTerm
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
-from prism.ir.kinds import INVARIANT, LOADER, LOOP, kind_of
-from prism.ir.ops import OPS
+from prism.ir.kinds import ACCUMULATORS, INVARIANT, LOADER, LOOP, kind_of
+from prism.ir.ops import GROUP, GROUP_SCALE, OPS, Family, OpDef, Shape, watch
 from prism.verify import expr as E
 from prism.verify.types import ONE
 
@@ -156,7 +156,7 @@ def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any]) -> E.Term:
         if d.decompose is None:
             raise NotEncodable(f"op {op} has no verification term, decomposition or parallel form")
         return d.decompose(_Terms(), *args, **attrs)
-    if d.family.rule == "broadcast":
+    if d.family.rule is Shape.BROADCAST:
         args = _broadcast(*args)
     term_attrs = tuple(_axis(args[0].type.rank, attrs[a]) if kind == "dim" else attrs[a]
                        for kind, a in zip(d.family.term_attrs, d.attrs))
@@ -179,10 +179,17 @@ def _split(x: E.Term, d: int, pdims: list[str]) -> E.Term:
     return x
 
 
-def _grouped(reducer: str):
+Form = Callable[[list[E.Term], int, int], E.Term]
+"""A parallel form: the term of a group op on operand terms, given the term dim it groups and the group size."""
+
+
+def _grouped(op: OpDef) -> Form:
     """A group reduction of the groups of `size` along term dim d, for x concatenated there by parallel dims
-    p, q, ...: groups are then the members, so it is part along d by each of them, then `reducer` (red for
-    the sum, redmax for the max) over each. That is the op at every size, hence sound for all of them."""
+    p, q, ...: groups are then the members, so it is part along d by each of them, then the reducer of the
+    op's accumulator (red for the sum, redmax for the max) over each. That is the op at every size, hence
+    sound for all of them."""
+    reducer = ACCUMULATORS[op.accumulator].reducer
+
     def form(args: list[E.Term], d: int, size: int) -> E.Term:
         pdims = _members(args[0], d, size)
         x = _split(args[0], d, pdims)
@@ -205,8 +212,16 @@ def _group_scale(args: list[E.Term], d: int, size: int) -> E.Term:
     return out
 
 
-PARALLEL_FORMS = {"group_sum": _grouped("red"), "group_max": _grouped("redmax"), "group_scale": _group_scale}
-"""Table ops verification writes with the parallel ops (part, red) instead of a term of their own."""
+_FORMS: dict[Family, Callable[[OpDef], Form]] = {GROUP: _grouped, GROUP_SCALE: lambda op: _group_scale}
+"""The parallel form of each op of a family verification writes with the parallel ops, keyed by family."""
+PARALLEL_FORMS: dict[str, Form] = {}
+"""Table ops verification writes with the parallel ops (part, red) instead of a term of their own, by op."""
+
+
+@watch
+def _derive() -> None:
+    PARALLEL_FORMS.clear()
+    PARALLEL_FORMS.update({name: _FORMS[d.family](d) for name, d in OPS.items() if d.family in _FORMS})
 
 
 def _broadcast(a: E.Term, b: E.Term) -> list[E.Term]:

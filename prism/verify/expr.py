@@ -14,7 +14,8 @@ from typing import Iterator, Sequence, Union
 
 from prism.errors import IllFormedTerm, VerificationError
 from prism.ir.ops import OPS, OpDef, watch
-from prism.verify.types import TermType, input_type, step
+from prism.verify import types
+from prism.verify.types import TermType, Typing, input_type, step
 
 __all__ = [
     "Term", "Sym", "TermOp", "TERMS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "LINEAR_BINARY",
@@ -49,16 +50,16 @@ class TermOp:
     attrs: tuple[str, ...]  # kinds of the attributes after the operands: "dim", "pdim", "const", "name", "shape"
     egg: str  # egglog constructor name
     family: bool = False  # egglog constructor shared by a family, the op name its first argument
-    rule: str = ""  # its typing rule (prism.verify.types.RULES)
+    rule: Typing | None = None  # its typing rule (prism.verify.types; None for var, typed by its shape)
     op: OpDef | None = None
 
 
 PARALLEL = ("part", "comb", "red", "redmax", "repl")
 _VAR = TermOp("var", 0, ("name", "shape"), "Var")
 _STRUCTURAL = [
-    TermOp("bcast", 1, ("dim",), "Bcast", rule="bcast"),
-    *(TermOp(n, 1, ("dim", "pdim"), n.capitalize(), rule="parallel") for n in ("part", "comb")),
-    *(TermOp(n, 1, ("pdim",), n.capitalize(), rule="parallel") for n in ("red", "redmax", "repl")),
+    TermOp("bcast", 1, ("dim",), "Bcast", rule=types.bcast),
+    *(TermOp(n, 1, ("dim", "pdim"), n.capitalize(), rule=types.parallel) for n in ("part", "comb")),
+    *(TermOp(n, 1, ("pdim",), n.capitalize(), rule=types.parallel) for n in ("red", "redmax", "repl")),
 ]
 
 TERMS: dict[str, TermOp] = {}
@@ -82,7 +83,7 @@ def _derive() -> None:
     TERMS.clear()
     TERMS.update({t.name: t for t in [
         _VAR,
-        *(TermOp(d.term, d.arity, d.family.term_attrs, d.family.egg, d.family.shared, d.family.rule, d)
+        *(TermOp(d.term, d.arity, d.family.term_attrs, d.family.egg, d.family.shared, types.RULES[d.family.rule], d)
           for d in ops),
         *_STRUCTURAL]})
     _BY_EGG.clear()

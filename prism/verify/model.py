@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import torch
 
 from prism.errors import VerificationError
-from prism.ir.ops import OpDef
+from prism.ir.ops import OpDef, Shape
 from prism.verify.expr import TERMS, Term
 
 __all__ = ["Value", "IllFormed", "evaluate", "same_value"]
@@ -147,11 +147,11 @@ def _reduce(opdef: OpDef, t: Term, args: list[Value]) -> Value:
     return Value(opdef.torch_fn(a.data, a.axis(d)), a.pdims, a.bdims)
 
 
-_MEANINGS: dict[str, Callable[[OpDef, Term, list[Value]], Value]] = {
-    "same": _same,
-    "broadcast": lambda opdef, t, args: _binary(opdef.torch_fn, *args),
-    "reduce": _reduce,
-    "contract": lambda opdef, t, args: _matmul(opdef.torch_fn, *args),
+_MEANINGS: dict[Shape, Callable[[OpDef, Term, list[Value]], Value]] = {
+    Shape.SAME: _same,
+    Shape.BROADCAST: lambda opdef, t, args: _binary(opdef.torch_fn, *args),
+    Shape.REDUCE: _reduce,
+    Shape.CONTRACT: lambda opdef, t, args: _matmul(opdef.torch_fn, *args),
 }
 """Meanings of table-op terms, keyed by the op family's shape rule (prism.ir.ops.Family.rule)."""
 
