@@ -11,11 +11,12 @@ intent-level members (prism.ir.passes: Execute, Encode, Emit, Count), and what a
 
 An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
 (the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
-the loop (red), and whether a matmul can accumulate straight into it. A new accumulator (a max, a running
-max with rescaling) is one record here plus its reducer term: the term (prism.verify.expr), its numeric
-meaning (prism.verify.model) and its axioms (prism.verify.axioms); its combine op must be in the op table
-(code generation writes its update from the op's template), and the search tries it once the generator's
-vocabulary names it.
+the loop (red), and whether a matmul can accumulate straight into it. A new accumulator is one record given to
+`register` plus the axioms of its reducer (prism.verify.axioms.register): the reducer term (prism.verify.expr)
+and its numeric meaning (prism.verify.model, the combine op folded over the members) follow from the record;
+its combine op must be in the op table (code generation writes its update from the op's template), and the
+search tries it where an op names it as the accumulator of its results (OpDef.accumulator), as a max does.
+tests/test_new_accumulator.py shows one.
 
 `schedule(block)` places every node once; the executor, the emitter and the cost model all read it.
 """
@@ -29,14 +30,15 @@ from typing import Any, Sequence
 import torch
 
 from prism.errors import GraphError, MappingError
-from prism.ir.ops import OPS, RUNNING, SCALED
+from prism.ir.ops import OPS, RUNNING, SCALED, refresh, runtime_ops
 from prism.ir.passes import Count, Emit, Encode, Execute
 
 __all__ = [
     "LOOP", "POST", "SAVED", "INVARIANT", "BEFORE", "INSIDE", "AFTER", "joined",
     "Kind", "Loader", "Compute", "Accumulator", "RunningMax", "Online", "Saver", "LOADER", "COMPUTE", "SUM", "MAX",
     "ONLINE", "RUNNING_MAX", "SAVER",
-    "ACCUMULATORS", "KINDS", "kind_of", "scaling", "Schedule", "schedule",
+    "ACCUMULATORS", "KINDS", "kind_of", "reducers", "register", "unregister", "runtime_names", "scaling", "Schedule",
+    "schedule",
 ]
 
 LOOP, POST, SAVED, INVARIANT = "loop", "post", "saved", "invariant"
@@ -234,7 +236,7 @@ class RunningMax(Kind):
 
     def encode(self, en: Encode, i: int, node: Any) -> None:
         t = en.looped(node.inputs[0])
-        en.env[i] = en.term("repl", en.term("redmax", t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
+        en.env[i] = en.term("repl", en.term(MAX.reducer, t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.running_max(i, node.inputs[0][0])
@@ -341,7 +343,7 @@ class Saver(Kind):
         t = en.env[node.inputs[0][0]]
         for g, p in en.pdims.items():
             d = node.attrs["omap"].get(g)
-            t = en.term("red", t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
+            t = en.term(SUM.reducer, t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
         en.output(node.attrs["index"], t)
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
@@ -358,6 +360,41 @@ ONLINE = Online("accum_online", combine="add", identity=0.0, reducer="red", dot=
 ACCUMULATORS: dict[str, Accumulator] = {a.name: a for a in (SUM, MAX, ONLINE)}
 KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), RUNNING_MAX, SAVER)}
 """The structural kinds by node op; every other node is a COMPUTE node (its op is a table op)."""
+_BUILTIN = frozenset(ACCUMULATORS)
+
+
+def register(kind: Accumulator) -> Accumulator:
+    """Add accumulator kind `kind`; what is derived from the node kinds (the term language's reducers, the
+    search's op order) follows at once, as for an op (prism.ir.ops.register)."""
+    if not isinstance(kind, Accumulator):
+        raise GraphError(f"register: expected an Accumulator, got {type(kind).__name__}")
+    if kind.name in KINDS or kind.name in OPS:
+        raise GraphError(f"register: a node kind or op named {kind.name!r} already exists")
+    if kind.combine not in OPS:
+        raise GraphError(f"register: {kind.name}'s combine op {kind.combine!r} is not in the op table")
+    ACCUMULATORS[kind.name] = KINDS[kind.name] = kind
+    refresh()
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove accumulator kind `name`, registered at run time (tests that define one of their own)."""
+    if name not in ACCUMULATORS or name in _BUILTIN:
+        raise GraphError(f"unregister: {name!r} is no accumulator registered at run time")
+    del ACCUMULATORS[name], KINDS[name]
+    refresh()
+
+
+def runtime_names() -> list[str]:
+    """The ops and accumulator kinds registered after import: a spawned process, which builds both tables by
+    importing Prism, does not have them."""
+    return runtime_ops() + sorted(set(ACCUMULATORS) - _BUILTIN)
+
+
+def reducers() -> dict[str, str]:
+    """Each accumulator's reducer term, with the combine op that folds the members it reduces (red: add, redmax:
+    maximum), in the order of ACCUMULATORS."""
+    return {a.reducer: a.combine for a in ACCUMULATORS.values()}
 
 
 def kind_of(node: Any) -> Kind:
