@@ -30,12 +30,12 @@ from typing import Mapping, Sequence
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, TileDim
-from prism.codegen.render import UNIT, Expr, literal, render
+from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.spec import (RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, Size, base_name,
                                 unique)
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
-from prism.ir.kinds import INSIDE, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
-from prism.ir.ops import OPS, Shape, contracts
+from prism.ir.kinds import INSIDE, MAX, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
+from prism.ir.ops import OPS, Shape, contracts, rescaling
 from prism.ir.passes import Emit
 from prism.ir.printer import format_block
 
@@ -321,11 +321,13 @@ class Emitter:
         if not self.looped:
             self.alias(i, src)
             return
-        m = self.carried(i, -math.inf, INSIDE)
+        m = self.carried(i, MAX.identity, INSIDE)
         before, alpha = self.fresh(f"{m}_before"), self.fresh(f"alpha_{m}")
         self.s.loop.append(f"{before} = {m}")
-        self.s.loop.append(f"{m} = tl.maximum({m}, {self.operand(src, self.compute)})")
-        self.s.loop.append(f"{alpha} = tl.exp({before} - {m})  # how much its online sums shrink")
+        self.s.loop.append(update(MAX, m, m, self.operand(src, self.compute)))   # a max accumulator, seen inside
+        dims = self.layout.dims[i]
+        factor = rescaling(TritonBuilder(self.full_mask), Expr(before, dims, False), Expr(m, dims, False))
+        self.s.loop.append(f"{alpha} = {factor.text}  # how much its online sums shrink")
         self.rescales[i] = alpha
 
     def store(self, i: int, src: int, index: int, omap: Mapping[str, int]) -> None:

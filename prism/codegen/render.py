@@ -19,7 +19,7 @@ from prism.codegen.errors import CodegenError
 from prism.codegen.layout import TileDim
 from prism.ir.ops import OPS, Shape
 
-__all__ = ["Expr", "UNIT", "literal", "render"]
+__all__ = ["Expr", "TritonBuilder", "UNIT", "literal", "render"]
 
 UNIT = TileDim("1", 1, 1)
 """The tile dim of a dim a sum reduced: one lane."""
@@ -50,7 +50,7 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
     """Table op `op` on operand expressions `args` (matmul excluded: the emitter writes `tl.dot` itself)."""
     d = OPS[op]
     if not d.triton:
-        return d.decompose(_Builder(masks), *args, **attrs)
+        return d.decompose(TritonBuilder(masks), *args, **attrs)
     rule = d.family.rule
     if rule not in _RESULT_DIMS:
         raise CodegenError(f"{op}: only element-wise ops, sums and group sums render as expressions")
@@ -94,7 +94,7 @@ def _block_shape(dims: tuple[TileDim, ...], dim: int = 0, split: list[str] | Non
     return f"({', '.join(shape)})"
 
 
-class _Builder:
+class TritonBuilder:
     """The Triton builder a decomposition (prism.ir.ops) is written with: a mean's 1/N is the tile's extent."""
 
     def __init__(self, masks: Masks) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import torch
 
 from prism.errors import GraphError, MappingError
-from prism.ir.ops import OPS, RUNNING, SCALED, refresh, runtime_ops
+from prism.ir.ops import OPS, RUNNING, SCALED, TORCH, refresh, rescaling, runtime_ops
 from prism.ir.passes import Count, Emit, Encode, Execute
 
 __all__ = [
@@ -230,9 +230,9 @@ class RunningMax(Kind):
         return b.running_max(args[0])
 
     def run(self, ex: Execute, i: int, node: Any) -> None:
-        x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], -math.inf)
+        x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], MAX.identity)
         ex.carry[("before", i)] = before
-        ex.env[i] = ex.carry[i] = torch.maximum(before, x)
+        ex.env[i] = ex.carry[i] = OPS[MAX.combine].torch_fn(before, x)   # a max accumulator, seen inside the loop
 
     def encode(self, en: Encode, i: int, node: Any) -> None:
         t = en.looped(node.inputs[0])
@@ -305,7 +305,7 @@ class Online(Accumulator):
     def step(self, ex: Execute, i: int, node: Any) -> None:
         r = node.inputs[1][0]
         x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
-        ex.env[i] = acc * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + x
+        ex.env[i] = acc * rescaling(TORCH, ex.carry[("before", r)], ex.carry[r]) + x
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         src, r = (ref[0] for ref in node.inputs)

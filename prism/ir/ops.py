@@ -1,15 +1,18 @@
 """The op table: every compute op Prism knows, each defined once, with everything a pass needs to know about it.
 
 An `OpDef` holds the op's family (operand count, shape rule, attribute check, how verification terms write
-the family), its traits as data (commutative, linear, FLOPs per element, zero-preserving), its torch meaning,
-its Triton template, its verification term and, for a composite op, its decomposition into other ops of the
-table. A pass with no entry of its own for an op uses the decomposition instead: the torch meanings of
-rms_norm, silu and gelu, the Triton code of all three, the verification terms and search closure of rms_norm
-(silu and gelu stay single terms there: they are element-wise, and the family's rules cover them).
+the family), its traits as data (commutative, linear, FLOPs per element, zero-preserving, its part in the
+online softmax), its torch meaning, its Triton template, its verification term and, for a composite op, its
+decomposition into other ops of the table. A pass with no entry of its own for an op uses the decomposition
+instead: the torch meanings of rms_norm, silu and gelu, the Triton code of all three, the verification terms
+and search closure of rms_norm (silu and gelu stay single terms there: they are element-wise, and the
+family's rules cover them).
 
 Other modules derive what they need from this table (the term language's op families, the numeric model's
-meanings, the cost model's FLOPs, the search's commutative ops) and never list ops, so a new op is one
-`OpDef` given to `register`; `tests/ir/test_ops.py` fails if an entry is incomplete.
+meanings, the cost model's FLOPs, the search's commutative ops, who passes on a running max) and never list
+ops, so a new op is one `OpDef` given to `register`; `tests/ir/test_ops.py` fails if an entry is incomplete,
+tests/ir/test_rule_coverage.py if a pass's per-family table lacks a family, and tests/ir/test_op_name_dispatch.py
+if a module outside the tables dispatches on op names.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from prism.errors import DTypeError, GraphError, ShapeError
 __all__ = [
     "DTYPES", "TORCH_DTYPES", "TType", "Shape", "Family", "Passes", "Online", "OpDef", "Builder", "OPS",
     "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "GROUP_SCALE", "MATMUL", "ROWWISE", "FAMILIES",
-    "RUNNING", "SHIFTED", "SCALED",
+    "RUNNING", "SHIFTED", "SCALED", "TORCH", "rescaling",
     "check_dtype", "contracts", "op", "register", "unregister", "watch", "refresh", "revision", "runtime_ops",
 ]
 
@@ -201,7 +204,7 @@ class OpDef:
         if self.torch_fn is None:
             if self.decompose is None:
                 raise GraphError(f"op {self.name}: give a torch meaning (torch_fn) or a decomposition")
-            object.__setattr__(self, "torch_fn", lambda *xs, **attrs: self.decompose(_TORCH, *xs, **attrs))
+            object.__setattr__(self, "torch_fn", lambda *xs, **attrs: self.decompose(TORCH, *xs, **attrs))
 
     @property
     def arity(self) -> int:
@@ -229,7 +232,8 @@ class OpDef:
 
 
 class _Torch:
-    """The torch builder: decompositions evaluated on tensors (the reference meaning of composite ops)."""
+    """The torch builder: decompositions evaluated on tensors (the reference meaning of composite ops, the
+    executor's rescaling)."""
 
     def __call__(self, op: str, *xs: torch.Tensor, **attrs: Any) -> torch.Tensor:
         return OPS[op].torch_fn(*xs, **attrs)
@@ -241,7 +245,7 @@ class _Torch:
         return 1.0 / x.shape[dim]
 
 
-_TORCH = _Torch()
+TORCH = _Torch()
 
 # ---- shape rules, keyed by Family.rule ------------------------------------------------------------
 
@@ -387,6 +391,14 @@ def _gelu(f: Builder, x: Any) -> Any:
     """x/2 · (1 + erf(x/√2)), the exact form"""
     return f("mul", f("mul_scalar", x, value=0.5),
              f("add_scalar", f("erf", f("mul_scalar", x, value=SQRT_HALF)), value=1.0))
+
+
+def rescaling(f: Builder, before: Any, after: Any) -> Any:
+    """exp(before - after): the factor that turns a value scaled by exp(-before) into one scaled by exp(-after), at
+    most 1 where after >= before. The online softmax rescales its sums by it as the running max grows from
+    before to after (prism.ir.kinds.Online, and the code it is emitted as), and split-KV's combine each split's
+    sums, from the split's max to the largest (prism.symbolic.structure)."""
+    return f("exp", f("sub", before, after))
 
 
 def _grouped(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
