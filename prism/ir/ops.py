@@ -27,7 +27,7 @@ import torch
 from prism.errors import DTypeError, GraphError, ShapeError
 
 __all__ = [
-    "DTYPES", "TORCH_DTYPES", "TType", "Shape", "Family", "Passes", "Online", "OpDef", "Builder", "OPS",
+    "DTYPES", "TORCH_DTYPES", "TType", "Shape", "Family", "Passes", "OnlineRule", "OpDef", "Builder", "OPS",
     "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "GROUP_SCALE", "MATMUL", "ROWWISE", "FAMILIES",
     "RUNNING", "SHIFTED", "SCALED", "TORCH", "rescaling",
     "check_dtype", "contracts", "op", "register", "unregister", "watch", "refresh", "revision", "runtime_ops",
@@ -108,6 +108,7 @@ class Family:
 
     @property
     def contraction(self) -> bool:
+        """Does the family contract a dim of one operand with a dim of the other (matmul)?"""
         return self.rule is Shape.CONTRACT
 
 
@@ -131,7 +132,7 @@ class Passes:
 
 
 @dataclass(frozen=True)
-class Online:
+class OnlineRule:
     """An op's part in the online softmax, the one table of that rule: BlockGraph and the search's sGraph apply
     `passes` (prism.ir.kinds.scaling), the tuner's overflow check, the search's closure (SHIFT_FORMS), its
     generator and the ATen partitioner read the rest.
@@ -179,7 +180,7 @@ class OpDef:
     per element: special-function ops cost several), `zero_preserving` (f(0, ...) = 0, so zeroed padding
     lanes stay zero). For a reduction: `pad`, the value padded lanes take before it reduces over them (its
     identity: 0 for a sum, -inf for a max), and `accumulator`, the accumulator kind (prism.ir.kinds) that
-    combines its results over loop tiles. `online`: its part in the online softmax (Online).
+    combines its results over loop tiles. `online`: its part in the online softmax (OnlineRule).
     """
 
     name: str
@@ -198,7 +199,7 @@ class OpDef:
     zero_preserving: bool = False
     pad: float = 0.0
     accumulator: str = "accum"
-    online: Online = Online()
+    online: OnlineRule = OnlineRule()
 
     def __post_init__(self) -> None:
         if self.torch_fn is None:
@@ -489,9 +490,9 @@ def op(name: str) -> OpDef:
 for _d in [
     OpDef("matmul", MATMUL, "batched matmul: a's last dim times b's second-last", torch.matmul,
           triton="tl.dot({0}, {1}{extra})", term="matmul", zero_preserving=True,
-          online=Online((Passes((SCALED, None), SCALED, along=-1),))),
+          online=OnlineRule((Passes((SCALED, None), SCALED, along=-1),))),   # (e^-m·a) @ b = e^-m·(a @ b), m per row
     OpDef("exp", UNARY, "e**x", torch.exp, triton="tl.exp({0})", term="exp", flops=4,
-          online=Online((Passes((SHIFTED,), SCALED),))),
+          online=OnlineRule((Passes((SHIFTED,), SCALED),))),                 # e^(x-m) = e^-m·e^x
     OpDef("silu", UNARY, "x * sigmoid(x)", term="silu", decompose=_silu, flops=6, zero_preserving=True),
     OpDef("gelu", UNARY, "x * Phi(x), the exact (erf) form", term="gelu", decompose=_gelu, flops=8,
           zero_preserving=True),
@@ -502,25 +503,29 @@ for _d in [
     OpDef("square", UNARY, "x * x", torch.square, triton="{0} * {0}", term="square", zero_preserving=True),
     OpDef("neg", UNARY, "-x", torch.neg, triton="-{0}", term="neg", linear=True, zero_preserving=True),
     OpDef("add", BINARY, "a + b, broadcasting size-1 dims", torch.add, triton="{0} + {1}", term="add",
-          commutative=True, linear=True, zero_preserving=True, online=Online((Passes((SCALED, SCALED), SCALED),))),
+          commutative=True, linear=True, zero_preserving=True,
+          online=OnlineRule((Passes((SCALED, SCALED), SCALED),))),           # e^-m·a + e^-m·b = e^-m·(a + b)
     OpDef("sub", BINARY, "a - b, broadcasting size-1 dims", torch.sub, triton="{0} - {1}", term="sub",
           linear=True, zero_preserving=True,
-          online=Online((Passes((None, RUNNING), SHIFTED), Passes((SCALED, SCALED), SCALED)))),
+          online=OnlineRule((Passes((None, RUNNING), SHIFTED),               # x - m
+                             Passes((SCALED, SCALED), SCALED)))),            # e^-m·a - e^-m·b = e^-m·(a - b)
     OpDef("mul", BINARY, "a * b, broadcasting size-1 dims", torch.mul, triton="{0} * {1}", term="mul",
-          commutative=True, linear_first=True, zero_preserving=True, online=Online((Passes((SCALED, None), SCALED),))),
+          commutative=True, linear_first=True, zero_preserving=True,
+          online=OnlineRule((Passes((SCALED, None), SCALED),))),             # e^-m·a · b = e^-m·(a·b)
     OpDef("div", BINARY, "a / b, broadcasting size-1 dims", torch.div, triton="{0} / {1}", term="div",
-          linear_first=True, flops=4, online=Online((Passes((SCALED, None), SCALED),), ratio=True)),
+          linear_first=True, flops=4,
+          online=OnlineRule((Passes((SCALED, None), SCALED),), ratio=True)),  # e^-m·a / b = e^-m·(a / b)
     OpDef("sum", REDUCE, "sum over dim, kept as size 1", lambda x, dim: x.sum(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True,
-          online=Online((Passes((SCALED,), SCALED, along="dim"),))),
+          online=OnlineRule((Passes((SCALED,), SCALED, along="dim"),))),     # sum(e^-m·a, d) = e^-m·sum(a, d)
     OpDef("max", MAX_REDUCE, "max over dim, kept as size 1", lambda x, dim: x.amax(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.max({0}, axis={dim}, keep_dims=True)", term="max", pad=-math.inf,
-          accumulator="accum_max", online=Online(bound=True)),
+          accumulator="accum_max", online=OnlineRule(bound=True)),              # x - max(x, d) <= 0
     OpDef("group_sum", GROUP, "sum of the contiguous groups of `size` along dim: out[..., j] = sum_k x[..., k*size+j]",
           _group_sum, attrs=("dim", "size"), triton=_group_triton("sum"), zero_preserving=True),
     OpDef("group_max", GROUP, "max of the contiguous groups of `size` along dim: out[..., j] = max_k x[..., k*size+j]",
           _group_max, attrs=("dim", "size"), triton=_group_triton("max"), pad=-math.inf, accumulator="accum_max",
-          online=Online(bound=True)),
+          online=OnlineRule(bound=True)),
     OpDef("group_scale", GROUP_SCALE, "x times one scale per group of `size` along dim: "
           "out[..., k*size+j] = x[..., k*size+j] * s[..., k]", _group_scale, attrs=("dim", "size"),
           triton=GROUP_SCALE_TRITON, linear_first=True, zero_preserving=True),
@@ -528,7 +533,7 @@ for _d in [
           defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
     OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),
           triton="{0} * {value}", term="scale", linear=True, zero_preserving=True,
-          online=Online((Passes((SCALED,), SCALED),))),
+          online=OnlineRule((Passes((SCALED,), SCALED),))),                  # (e^-m·a)·c = e^-m·(a·c)
     OpDef("add_scalar", SCALAR, "x + value for a constant", lambda x, value: x + value, attrs=("value",),
           triton="{0} + {value}", term="shift"),
     OpDef("maximum", BINARY, "the larger of a and b, broadcasting size-1 dims", torch.maximum,

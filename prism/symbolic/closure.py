@@ -24,7 +24,7 @@ fused forms (a running max, online accumulators) never overflow, and the paper's
 form the program is written in. A ratio is invariant under the common factor exp(-max), so the new form
 is equal when exp(a) enters the numerator linearly, as in softmax and attention; the rule does not check
 that (pruning needs no soundness: the verifier decides). Which ops play its parts (the ratio, the sum, the
-exponential, the shift, the bound) is the op table's online-softmax rule (prism.ir.ops.Online).
+exponential, the shift, the bound) is the op table's online-softmax rule (prism.ir.ops.OnlineRule).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from prism.ir.ops import OPS, REDUCE, SCALAR, Online, contracts, watch
+from prism.ir.ops import OPS, REDUCE, SCALAR, OnlineRule, contracts, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent
 from prism.symbolic.terms import Term, attrs_of, kids, mk, op_of, subterms, term_shape
 
@@ -192,13 +192,13 @@ def _shift(t: Term, space: AtomSpace) -> Iterator[Term]:
             yield _replace(t, e, mk(op_of(e), (), _shifted(a, _bound(den, a))))
 
 
-def _online(t: Term) -> Online:
+def _online(t: Term) -> OnlineRule:
     """The online-softmax record of t's op (an input's is empty)."""
     d = OPS.get(op_of(t))
     return d.online if d is not None else _NO_PART
 
 
-_NO_PART = Online()
+_NO_PART = OnlineRule()
 
 
 def _shifted(x: Term, m: Term) -> Term:

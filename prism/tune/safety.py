@@ -5,7 +5,7 @@ kernels store exp's tiles in the input dtype for Triton's dot. A candidate is sa
 in a kernel or between kernels, is of `x - max(x, d)`, `x - running_max(max(x, d))` or `x - group_max(x, d, s)`
 (split-KV's combine: each split's max against the largest) for the same x: a value at most 0, so exp is at
 most 1 (sums of such values are bounded by their count). The op table says which ops play these parts
-(prism.ir.ops.Online: an exponential, a shift, a bound). Everything else is
+(prism.ir.ops.OnlineRule: an exponential, a shift, a bound). Everything else is
 at risk for some inputs, since the verifier proves equality over the reals, not over float16. The tuner
 marks such candidates in its report and never chooses one while a safe candidate survives
 (prism.tune.tuner); a program written in the paper's exp/sum/div has safe forms in its search space
