@@ -78,9 +78,9 @@ def unavailable() -> str | None:
     """Why work must stay in this process now (module docstring), or None."""
     if _UNAVAILABLE:
         return f"cannot start worker processes ({_UNAVAILABLE[0]})"
-    from prism.ir.ops import runtime_ops
+    from prism.ir.kinds import runtime_names
 
-    added = runtime_ops()
+    added = runtime_names()
     return f"op(s) {', '.join(added)} registered at run time, which worker processes would not have" if added else None
 
 

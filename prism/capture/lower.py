@@ -32,7 +32,7 @@ from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
 
-__all__ = ["ATEN", "Lowering", "Source", "lower", "op_name"]
+__all__ = ["ATEN", "SAME_NAMED", "SOFTMAXES", "Lowering", "Source", "lower", "op_name"]
 
 @dataclass(frozen=True)
 class _Deferred:
@@ -299,10 +299,12 @@ def _rsub(lw: Lowering, a: Any, b: Any, alpha: Any = 1) -> Any:
     return _binary("sub", _sub_scalar)(lw, b, a, alpha)
 
 
-for _name in ("exp", "relu", "sqrt", "neg", "silu", "square"):
+SAME_NAMED = {f"aten.{name}.default": name for name in ("exp", "relu", "sqrt", "neg", "silu", "square")}
+"""ATen ops that are the element-wise Prism op of the same name."""
+for _aten, _name in SAME_NAMED.items():
     def _unary(lw: Lowering, a: Any, _name: str = _name) -> Tensor | Viewed:
         return _map(lw, a, getattr(lw.graph, _name))
-    aten_op(f"aten.{_name}.default")(_unary)
+    aten_op(_aten)(_unary)
 
 
 def _tanh(g: KernelGraph, t: Tensor) -> Tensor:
@@ -389,7 +391,10 @@ def _amax(lw: Lowering, a: Any, dims: Any = (), keepdim: bool = False) -> Tensor
     return _reduced(lw, a, dims, keepdim, lw.graph.max)
 
 
-@aten_op("aten._softmax.default", "aten.softmax.int")
+SOFTMAXES = ("aten._softmax.default", "aten.softmax.int")
+
+
+@aten_op(*SOFTMAXES)
 def _softmax(lw: Lowering, a: Any, dim: int, half_to_float: Any = None) -> Tensor | Viewed:
     """torch's softmax, max subtracted first (exp never exceeds 1)."""
     t, shape, k = lw.dim(a, dim % len(lw.shape(a)))
@@ -605,7 +610,7 @@ def _slice(lw: Lowering, t: Tensor, k: int, start: int, end: int) -> Tensor:
     elif not _slices_through(op(node.op).family, k, len(t.shape)):
         raise lw.fail(f"a slice of dim {k} of {t.name} {list(t.shape)}, computed by {node.op}, which a slice "
                       "does not commute with")
-    elif op(node.op).family is MATMUL:
+    elif op(node.op).family.contraction:
         a, b = operands
         rank = len(t.shape)
         out = g.matmul(a if k == rank - 1 else cut(a), b if k == rank - 2 else cut(b))

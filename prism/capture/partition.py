@@ -27,15 +27,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from prism.capture.lower import ATEN, IGNORED, op_name
+from prism.capture.lower import ATEN, IGNORED, SAME_NAMED, SOFTMAXES, op_name
 from prism.capture.sdpa import ATTENTION_OPS
+from prism.ir.ops import OPS
 
 __all__ = ["Cone", "cones", "regions", "MATMULS", "VIEWS"]
 
 MATMULS = {"aten.mm.default": 1, "aten.bmm.default": 1, "aten.matmul.default": 1, "aten.linear.default": 1,
            "aten.addmm.default": 1} | dict.fromkeys(ATTENTION_OPS, 2)
 """The ops that contract, each with the matmuls it counts as (attention: Q Kᵀ and the product with V)."""
-EXPS = {"aten.exp.default", "aten._softmax.default", "aten.softmax.int"}
+EXPS = {aten for aten, name in SAME_NAMED.items() if OPS[name].online.exponential} | set(SOFTMAXES)
+"""The ops whose value is an exponential (prism.ir.ops.OnlineRule), alone or in a softmax: a matmul's operand may
+depend on a matmul through one, since the online softmax rescales what it scales."""
 SPLITS = {"aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default"}
 """Ops whose users take one piece each (getitem): all of them together use the value once."""
 VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.expand.default",

@@ -30,12 +30,12 @@ from typing import Mapping, Sequence
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, TileDim
-from prism.codegen.render import UNIT, Expr, literal, render
+from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.spec import (RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, Size, base_name,
                                 unique)
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
-from prism.ir.kinds import INSIDE, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
-from prism.ir.ops import MATMUL, OPS
+from prism.ir.kinds import INSIDE, MAX, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
+from prism.ir.ops import OPS, Shape, contracts, rescaling
 from prism.ir.passes import Emit
 from prism.ir.printer import format_block
 
@@ -45,8 +45,9 @@ MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
 _CONSTEXPRS = ("BLOCK", "TILE", "EXTENT")
 """A tile dim's constexprs, in parameter order: its block, its real lanes, a ragged dim's extent."""
-_AUGMENTED = {"add": "+="}
-"""Combine ops whose accumulator update reads as an augmented assignment (`acc += x`)."""
+_INFIX = re.compile(r"\{0\} ([-+*/]) \{1\}")
+"""A combine op's template that is an infix operator on its two operands: its accumulator update reads as an
+augmented assignment (`acc += x`)."""
 
 @dataclass
 class _Val:
@@ -262,7 +263,7 @@ class Emitter:
 
     def wanted(self, consumer: int, operand: int) -> str:
         node = self.b.nodes[consumer]
-        return node.outputs[0].dtype if _is_dot(node) else self.compute
+        return node.outputs[0].dtype if contracts(node.op) else self.compute
 
     def address(self, base: str, dims: tuple[TileDim, ...], maps: Mapping[str, int], fmap: int | None,
                 lines: list[str]) -> tuple[str, str | None, list[str]]:
@@ -320,11 +321,13 @@ class Emitter:
         if not self.looped:
             self.alias(i, src)
             return
-        m = self.carried(i, -math.inf, INSIDE)
+        m = self.carried(i, MAX.identity, INSIDE)
         before, alpha = self.fresh(f"{m}_before"), self.fresh(f"alpha_{m}")
         self.s.loop.append(f"{before} = {m}")
-        self.s.loop.append(f"{m} = tl.maximum({m}, {self.operand(src, self.compute)})")
-        self.s.loop.append(f"{alpha} = tl.exp({before} - {m})  # how much its online sums shrink")
+        self.s.loop.append(update(MAX, m, m, self.operand(src, self.compute)))   # a max accumulator, seen inside
+        dims = self.layout.dims[i]
+        factor = rescaling(TritonBuilder(self.full_mask), Expr(before, dims, False), Expr(m, dims, False))
+        self.s.loop.append(f"{alpha} = {factor.text}  # how much its online sums shrink")
         self.rescales[i] = alpha
 
     def store(self, i: int, src: int, index: int, omap: Mapping[str, int]) -> None:
@@ -373,7 +376,7 @@ class Emitter:
         node = self.b.nodes[i]
         dims = self.layout.dims[i]
         rank = len(dims)
-        if _is_dot(node):
+        if contracts(node.op):
             expr = self.dot(i)
         else:
             args = []
@@ -384,11 +387,11 @@ class Emitter:
                 args.append(Expr(text, tuple(UNIT if d in cut else t for d, t in enumerate(sdims)),
                                  self.vals[s].clean))
             expr = render(node.op, args, node.attrs, self.full_mask).text
-            if OPS[node.op].family.rule == "group" and dims[node.attrs["dim"]].block != node.attrs["size"]:
+            if OPS[node.op].family.rule is Shape.GROUP and dims[node.attrs["dim"]].block != node.attrs["size"]:
                 raise CodegenError(f"{self.name}: a group sum's result {self.b.label((i, 0))} is padded to "
                                    f"{dims[node.attrs['dim']].block} lanes (a later matmul needs at least "
                                    f"{MIN_DOT}), but its groups give {node.attrs['size']}")
-            if OPS[node.op].family.rule == "reduce" and dims[node.attrs["dim"]].block > 1:
+            if OPS[node.op].family.rule is Shape.REDUCE and dims[node.attrs["dim"]].block > 1:
                 d = node.attrs["dim"]   # the reduced dim is padded for a later matmul: value in lane 0
                 expr = f"tl.where(tl.arange(0, {dims[d].block_expr}){_at(d, rank)} == 0, {expr}, 0.0)"
         self.define(i, f"t{i}", expr, self.compute, clean=False)
@@ -397,7 +400,7 @@ class Emitter:
         """accum(matmul) where the matmul is computed every iteration for this accumulator only (the
         accumulator says whether `tl.dot` may add into it)."""
         src = self.b.nodes[i].inputs[0][0]
-        return (self.looped and _is_dot(self.b.nodes[src]) and self.schedule[src] == INSIDE
+        return (self.looped and contracts(self.b.nodes[src].op) and self.schedule[src] == INSIDE
                 and self.uses[(src, 0)] == [i] and self.plain_dot(src))
 
     def plain_dot(self, i: int) -> bool:
@@ -607,13 +610,14 @@ def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], cons
 
 def update(kind: Accumulator, acc: str, prior: str, x: str) -> str:
     """The statement folding tile `x` into accumulator `acc` of `kind`, from `prior` (`acc`, or `acc` rescaled):
-    its combine op's template (prism.ir.ops) on (prior, x), or `acc += x` where the combine has an augmented
-    assignment. CodegenError names the accumulator whose combine op has no template."""
-    if prior == acc and kind.combine in _AUGMENTED:
-        return f"{acc} {_AUGMENTED[kind.combine]} {x}"
+    its combine op's template (prism.ir.ops) on (prior, x), or `acc += x` where that template is an infix
+    operator. CodegenError names the accumulator whose combine op has no template."""
     template = OPS[kind.combine].triton if kind.combine in OPS else ""
     if not template:
         raise CodegenError(f"{kind.name}: its combine op {kind.combine!r} has no Triton template to update it with")
+    infix = _INFIX.fullmatch(template)
+    if prior == acc and infix:
+        return f"{acc} {infix.group(1)}= {x}"
     return f"{acc} = {template.format(prior, x)}"
 
 
@@ -630,10 +634,6 @@ def _pointers(ptrs: str, base: str, offs: list[str], strides: list[str]) -> str:
         return f"{head}{' + '.join(terms)})"
     pad = " " * (len(head) - 2)
     return f"{head}{terms[0]}\n" + "\n".join(f"{pad}+ {t}" for t in terms[1:]) + ")"
-
-
-def _is_dot(node) -> bool:
-    return node.op in OPS and OPS[node.op].family is MATMUL
 
 
 def phase(title: str) -> str:

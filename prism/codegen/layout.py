@@ -58,7 +58,7 @@ from prism.codegen.errors import CodegenError
 from prism.codegen.spec import unique
 from prism.ir.block import BlockGraph
 from prism.ir.kinds import COMPUTE, LOADER, SAVER, kind_of
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, Shape
 
 __all__ = ["MIN_DOT", "TileDim", "Layout", "next_pow2"]
 
@@ -155,8 +155,8 @@ class Layout:
             if kind is SAVER:                                        # the tile it saves
                 shape[i] = shape[node.inputs[0][0]]
             srcs = [r[0] for r in node.inputs]
-            rule = OPS[node.op].family.rule if kind is COMPUTE else "same"   # an accumulator keeps its tile
-            if rule == "contract":
+            family = OPS[node.op].family if kind is COMPUTE else None   # an accumulator keeps its tile
+            if family is not None and family.contraction:
                 a, b = srcs
                 for d in range(rank - 2):                            # batch dims
                     uf.union((i, d), (a, d)), uf.union((i, d), (b, d))
@@ -167,7 +167,7 @@ class Layout:
             else:                                                    # a loader has no operands
                 for s in srcs:
                     for d in range(rank):
-                        if rule == "reduce" and d == node.attrs["dim"]:
+                        if family is not None and family.rule is Shape.REDUCE and d == node.attrs["dim"]:
                             continue
                         if shape[s][d] == shape[i][d]:               # broadcast dims stay apart
                             uf.union((i, d), (s, d))
@@ -203,7 +203,7 @@ class Layout:
             self.dims[i] = tuple(out)
         self.classes: list[TileDim] = list(roots.values())
         for i, node in block.topo():
-            if kind_of(node) is COMPUTE and OPS[node.op].family.rule in ("group", "group_scale") \
+            if kind_of(node) is COMPUTE and OPS[node.op].family.rule in (Shape.GROUP, Shape.GROUP_SCALE) \
                     and self.dims[node.inputs[0][0]][node.attrs["dim"]].runtime:
                 raise CodegenError(f"{block.label((i, 0))} groups a dim of runtime size: its groups are counted "
                                    "when the kernel is generated")

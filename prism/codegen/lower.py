@@ -20,7 +20,7 @@ from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
-from prism.ir.ops import GROUP, GROUP_SCALE, MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, TType
+from prism.ir.ops import GROUP, GROUP_SCALE, MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, Shape, TType
 
 __all__ = ["to_custom", "elementwise_block", "ELEMENTS", "ROW"]
 
@@ -120,7 +120,7 @@ class _RowPass:
         if {self.b.phase(t.ref) for t in args} == {LOOP, POST}:
             raise _SecondPass(op, args, attrs)
         t = self.b.apply(op, list(args), attrs)
-        rowsum = OPS[op].family.rule == "reduce" and attrs["dim"] == self.last
+        rowsum = OPS[op].family.rule is Shape.REDUCE and attrs["dim"] == self.last
         return self.b.accum(t, OPS[op].accumulator) if rowsum and self.b.phase(t.ref) == LOOP else t
 
     def rank(self, t: Tensor) -> int:
@@ -204,9 +204,10 @@ def _group_scale(op: str, attrs: dict, args: list[Tensor], res: TType, custom: C
     return custom(_group_scale_block(*(a.type for a in args), attrs["dim"], attrs["size"]), args, op)
 
 
-_LOWERING = {MATMUL.name: _matmul, REDUCE.name: _reduce, MAX_REDUCE.name: _reduce, ROWWISE.name: _row_op,
-             GROUP.name: _group, GROUP_SCALE.name: _group_scale}
-"""How a kernel-level op of each family runs as custom ops; element-wise families go tile by tile."""
+_LOWERING = {MATMUL: _matmul, REDUCE: _reduce, MAX_REDUCE: _reduce, ROWWISE: _row_op, GROUP: _group,
+             GROUP_SCALE: _group_scale}
+"""How a kernel-level op of each family runs as custom ops, keyed by family; element-wise families go tile by
+tile."""
 
 
 def to_custom(graph: KernelGraph) -> tuple[KernelGraph, dict[int, str]]:
@@ -231,7 +232,7 @@ def to_custom(graph: KernelGraph) -> tuple[KernelGraph, dict[int, str]]:
         if node.op == "custom":
             outs = custom(node.attrs["block"], args, None)
         else:
-            lowering = _LOWERING.get(OPS[node.op].family.name, _elementwise)
+            lowering = _LOWERING.get(OPS[node.op].family, _elementwise)
             outs = lowering(node.op, dict(node.attrs), args, node.outputs[0], custom)
         new.update(((i, k), t) for k, t in enumerate(outs))
     out.output(*(new[r] for r in graph.outputs))

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import TileDim
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, Shape
 
-__all__ = ["Expr", "UNIT", "literal", "render"]
+__all__ = ["Expr", "TritonBuilder", "UNIT", "literal", "render"]
 
 UNIT = TileDim("1", 1, 1)
 """The tile dim of a dim a sum reduced: one lane."""
@@ -50,21 +50,20 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
     """Table op `op` on operand expressions `args` (matmul excluded: the emitter writes `tl.dot` itself)."""
     d = OPS[op]
     if not d.triton:
-        return d.decompose(_Builder(masks), *args, **attrs)
+        return d.decompose(TritonBuilder(masks), *args, **attrs)
     rule = d.family.rule
     if rule not in _RESULT_DIMS:
         raise CodegenError(f"{op}: only element-wise ops, sums and group sums render as expressions")
-    if rule == "reduce" and args[0].dims[attrs["dim"]].masked and (not args[0].clean or d.pad != 0):
+    if rule is Shape.REDUCE and args[0].dims[attrs["dim"]].masked and (not args[0].clean or d.pad != 0):
         a = args[0]   # padded lanes take the reduction's identity (0 for a sum, -inf for a max)
         args = [Expr(f"tl.where({masks(a.dims)}, {a.text}, {literal(d.pad)})", a.dims, d.pad == 0)]
-    if rule == "group_scale" and args[1].dims[attrs["dim"]].tile == 1:   # one group: any size
+    if rule is Shape.GROUP_SCALE and args[1].dims[attrs["dim"]].tile == 1:   # one group: any size
         x, s = args
         return Expr(f"{_atom(x.text)} * {_atom(s.text)}", x.dims, x.clean and s.clean)
     fields = {k: (literal(v) if isinstance(v, float) else v) for k, v in attrs.items()}
-    if rule == "group":
+    if rule is Shape.GROUP:
         args, fields["groups"] = _groups(args[0], attrs["dim"], attrs["size"], d.pad, masks)
-        fields["reduce"] = "max" if d.pad else "sum"
-    if rule == "group_scale":
+    if rule is Shape.GROUP_SCALE:
         (x,), fields["groups"] = _groups(args[0], attrs["dim"], attrs["size"], 0.0, masks)
         args = [x, args[1]]
         fields["scales"] = _block_shape(args[1].dims, attrs["dim"], [args[1].dims[attrs["dim"]].block_expr, "1"])
@@ -95,7 +94,7 @@ def _block_shape(dims: tuple[TileDim, ...], dim: int = 0, split: list[str] | Non
     return f"({', '.join(shape)})"
 
 
-class _Builder:
+class TritonBuilder:
     """The Triton builder a decomposition (prism.ir.ops) is written with: a mean's 1/N is the tile's extent."""
 
     def __init__(self, masks: Masks) -> None:
@@ -118,12 +117,12 @@ def _broadcast(args: list[Expr], attrs: dict[str, Any]) -> tuple[TileDim, ...]:
     return tuple(y if x.tile == 1 else x for x, y in zip(a.dims, b.dims))
 
 
-_RESULT_DIMS = {  # the tile dims of an op's result, keyed by its family's shape rule
-    "same": lambda args, attrs: args[0].dims,
-    "broadcast": _broadcast,
-    "reduce": lambda args, attrs: tuple(UNIT if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
-    "group_scale": lambda args, attrs: args[0].dims,
-    "group": lambda args, attrs: tuple(TileDim(f"{t.name}_{attrs['size']}", attrs["size"], attrs["size"])
+_RESULT_DIMS = {  # the tile dims of an op's result, keyed by its family's shape rule (no contraction: tl.dot)
+    Shape.SAME: lambda args, attrs: args[0].dims,
+    Shape.BROADCAST: _broadcast,
+    Shape.REDUCE: lambda args, attrs: tuple(UNIT if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
+    Shape.GROUP_SCALE: lambda args, attrs: args[0].dims,
+    Shape.GROUP: lambda args, attrs: tuple(TileDim(f"{t.name}_{attrs['size']}", attrs["size"], attrs["size"])
                                        if d == attrs["dim"] else t for d, t in enumerate(args[0].dims)),
 }
 

@@ -20,7 +20,7 @@ from prism.errors import GraphError, MappingError
 from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
 from prism.ir.kinds import (ACCUMULATORS, INVARIANT, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM,
                             Schedule, joined, kind_of, scaling, schedule)
-from prism.ir.ops import TType, check_dtype
+from prism.ir.ops import RUNNING, TType, check_dtype
 from prism.ir.launch import Launch
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
@@ -62,8 +62,8 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         self.savers: list[int] = []
         self._phase: dict[Ref, str] = {}
         self._scale: dict[Ref, tuple[str, Ref]] = {}
-        """Loop tensors that depend on a running max r: ("max", r) for r itself, ("shifted", r) for x - r,
-        ("scaled", r) for exp(x - r) times values independent of r (see prism.ir.kinds.RunningMax)."""
+        """Loop tensors that depend on a running max r: (RUNNING, r) for r itself, (SHIFTED, r) for x - r,
+        (SCALED, r) for exp(x - r) times values independent of r (prism.ir.ops; prism.ir.kinds.scaling)."""
         self._pending_scale: tuple[str, Ref] | None = None
         self._frozen = False
 
@@ -197,7 +197,7 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
 
     def _scaled(self, op: str, attrs: Mapping[str, Any], tensors: Sequence[Tensor]) -> None:
         """Check the running-max rule (prism.ir.kinds.scaling) for the node about to be appended."""
-        running = {r: self.type_of(r).shape for r, s in self._scale.items() if s == ("max", r)}
+        running = {r: self.type_of(r).shape for r, s in self._scale.items() if s == (RUNNING, r)}
         self._pending_scale = scaling(op, attrs, [(t.shape, self._scale.get(t.ref)) for t in tensors], running,
                                       me=(len(self.nodes), 0))
 

@@ -120,6 +120,18 @@ class GraphBuilder:
         self._check_operands(name, tensors, norm)
         return self._append(Node(name, tuple(t.ref for t in tensors), norm, (out,)))[0]
 
+    def __call__(self, name: str, *tensors: Tensor, **attrs: Any) -> Tensor:
+        """`apply` as a decomposition writes ops (prism.ir.ops.Builder): appended to this graph."""
+        return self.apply(name, tensors, attrs)
+
+    def rank(self, t: Tensor) -> int:
+        """The number of dims of `t` (prism.ir.ops.Builder)."""
+        return len(t.shape)
+
+    def inv_extent(self, t: Tensor, dim: int) -> float:
+        """1/N for the extent N of dim `dim` of `t`, a constant of the graph (prism.ir.ops.Builder)."""
+        return 1.0 / t.shape[dim]
+
     def _check_operands(self, name: str, tensors: Sequence[Tensor], attrs: Mapping[str, Any]) -> None:
         """Hook: block graphs check that operands sit on the same side of the loop, and how a result depends
         on a running max."""

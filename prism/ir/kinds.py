@@ -11,11 +11,12 @@ intent-level members (prism.ir.passes: Execute, Encode, Emit, Count), and what a
 
 An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
 (the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
-the loop (red), and whether a matmul can accumulate straight into it. A new accumulator (a max, a running
-max with rescaling) is one record here plus its reducer term: the term (prism.verify.expr), its numeric
-meaning (prism.verify.model) and its axioms (prism.verify.axioms); its combine op must be in the op table
-(code generation writes its update from the op's template), and the search tries it once the generator's
-vocabulary names it.
+the loop (red), and whether a matmul can accumulate straight into it. A new accumulator is one record given to
+`register` plus the axioms of its reducer (prism.verify.axioms.register): the reducer term (prism.verify.expr)
+and its numeric meaning (prism.verify.model, the combine op folded over the members) follow from the record;
+its combine op must be in the op table (code generation writes its update from the op's template), and the
+search tries it where an op names it as the accumulator of its results (OpDef.accumulator), as a max does.
+tests/test_new_accumulator.py shows one.
 
 `schedule(block)` places every node once; the executor, the emitter and the cost model all read it.
 """
@@ -29,14 +30,15 @@ from typing import Any, Sequence
 import torch
 
 from prism.errors import GraphError, MappingError
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, RUNNING, SCALED, TORCH, refresh, rescaling, runtime_ops
 from prism.ir.passes import Count, Emit, Encode, Execute
 
 __all__ = [
     "LOOP", "POST", "SAVED", "INVARIANT", "BEFORE", "INSIDE", "AFTER", "joined",
     "Kind", "Loader", "Compute", "Accumulator", "RunningMax", "Online", "Saver", "LOADER", "COMPUTE", "SUM", "MAX",
     "ONLINE", "RUNNING_MAX", "SAVER",
-    "ACCUMULATORS", "KINDS", "kind_of", "scaling", "Schedule", "schedule",
+    "ACCUMULATORS", "KINDS", "kind_of", "reducers", "register", "unregister", "runtime_names", "scaling", "Schedule",
+    "schedule",
 ]
 
 LOOP, POST, SAVED, INVARIANT = "loop", "post", "saved", "invariant"
@@ -228,13 +230,13 @@ class RunningMax(Kind):
         return b.running_max(args[0])
 
     def run(self, ex: Execute, i: int, node: Any) -> None:
-        x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], -math.inf)
+        x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], MAX.identity)
         ex.carry[("before", i)] = before
-        ex.env[i] = ex.carry[i] = torch.maximum(before, x)
+        ex.env[i] = ex.carry[i] = OPS[MAX.combine].torch_fn(before, x)   # a max accumulator, seen inside the loop
 
     def encode(self, en: Encode, i: int, node: Any) -> None:
         t = en.looped(node.inputs[0])
-        en.env[i] = en.term("repl", en.term("redmax", t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
+        en.env[i] = en.term("repl", en.term(MAX.reducer, t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         em.running_max(i, node.inputs[0][0])
@@ -248,22 +250,21 @@ def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]]
     """How a node's value depends on a running max, given each operand's (shape, state), or a GraphError
     where it may not: the one rule BlockGraph and the search's sGraph both apply (prism.symbolic.sgraph).
 
-    States: None (independent of every running max), ("max", r) for running max r itself (`me`, the new
-    node's reference, when `op` is "running_max"), ("shifted", r) for x - r, ("scaled", r) for a value that
-    is exp(-r) times one independent of r, per position (what an online accumulator bound to r can
-    rescale). `running` gives each running max's shape (1 where its dim has extent 1): a sum or a matmul's
-    contraction of a scaled value must run over a dim where r has extent 1, so every term has the same
-    factor. Accumulators take independent values, except the online one: a value scaled by its second
-    operand."""
+    States: None (independent of every running max), or (state, r) for running max r (`me`, the new node's
+    reference, when `op` is "running_max"), the state one of prism.ir.ops' RUNNING (r itself), SHIFTED (x - r)
+    and SCALED (exp(-r) times a value independent of r, per position: what an online accumulator bound to r can
+    rescale). A table op passes them on as its record says (OpDef.online: prism.ir.ops.Passes); `running` gives
+    each running max's shape (1 where its dim has extent 1), for a case that adds up positions along a dim.
+    Accumulators take independent values, except the online one: a value scaled by its second operand."""
     states = [st for _, st in operands]
     if op == RUNNING_MAX.name:
         if states != [None]:
             raise GraphError("running_max: its operand already depends on a running max")
-        return ("max", me)
+        return (RUNNING, me)
     if op in ACCUMULATORS:
         if op == ONLINE.name:
-            r = states[1][1] if len(states) == 2 and states[1] is not None and states[1][0] == "max" else None
-            if r is None or states[0] != ("scaled", r):
+            r = states[1][1] if len(states) == 2 and states[1] is not None and states[1][0] == RUNNING else None
+            if r is None or states[0] != (SCALED, r):
                 raise GraphError("accum: an online accumulator sums exp(x - m) times values that do not depend "
                                  "on m, for m its second operand (a running_max)")
         elif states != [None]:
@@ -273,25 +274,16 @@ def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]]
     if all(st is None for st in states):
         return None
     refs = {st[1] for st in states if st is not None}
-    kinds = [st[0] if st is not None else None for st in states]
     if len(refs) == 1:
         (r,) = refs
-        rshape = running[r]
-        scaled = ("scaled", r)
-        if op == "sub" and kinds == [None, "max"]:
-            return ("shifted", r)
-        if (op == "exp" and kinds == ["shifted"]) or (op == "mul_scalar" and kinds == ["scaled"]):
-            return scaled
-        if op == "mul" and sorted(map(str, kinds)) == ["None", "scaled"]:
-            return scaled
-        if op == "div" and kinds == ["scaled", None]:
-            return scaled
-        if op in ("add", "sub") and kinds == ["scaled", "scaled"]:
-            return scaled
-        if op == "sum" and kinds == ["scaled"] and rshape[attrs["dim"]] == 1:
-            return scaled
-        if op == "matmul" and kinds == ["scaled", None] and rshape[-1] == 1:
-            return scaled
+        d = OPS[op]
+        kinds = tuple(st[0] if st is not None else None for st in states)
+        for case in d.online.passes:
+            if case.takes not in (kinds, kinds[::-1] if d.commutative else kinds):
+                continue
+            along = attrs[case.along] if isinstance(case.along, str) else case.along
+            if along is None or running[r][along] == 1:
+                return (case.gives, r)
     raise GraphError(f"{op}: an operand depends on a running max; inside the loop that may only be exp(x - m), "
                      "times, divided by or summed with values that do not depend on m, summed over or contracted "
                      "along a dim where m has extent 1, and accumulated by an online accumulator bound to m")
@@ -313,7 +305,7 @@ class Online(Accumulator):
     def step(self, ex: Execute, i: int, node: Any) -> None:
         r = node.inputs[1][0]
         x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
-        ex.env[i] = acc * torch.exp(ex.carry[("before", r)] - ex.carry[r]) + x
+        ex.env[i] = acc * rescaling(TORCH, ex.carry[("before", r)], ex.carry[r]) + x
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
         src, r = (ref[0] for ref in node.inputs)
@@ -351,7 +343,7 @@ class Saver(Kind):
         t = en.env[node.inputs[0][0]]
         for g, p in en.pdims.items():
             d = node.attrs["omap"].get(g)
-            t = en.term("red", t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
+            t = en.term(SUM.reducer, t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
         en.output(node.attrs["index"], t)
 
     def emit(self, em: Emit, i: int, node: Any) -> None:
@@ -368,6 +360,41 @@ ONLINE = Online("accum_online", combine="add", identity=0.0, reducer="red", dot=
 ACCUMULATORS: dict[str, Accumulator] = {a.name: a for a in (SUM, MAX, ONLINE)}
 KINDS: dict[str, Kind] = {k.name: k for k in (LOADER, *ACCUMULATORS.values(), RUNNING_MAX, SAVER)}
 """The structural kinds by node op; every other node is a COMPUTE node (its op is a table op)."""
+_BUILTIN = frozenset(ACCUMULATORS)
+
+
+def register(kind: Accumulator) -> Accumulator:
+    """Add accumulator kind `kind`; what is derived from the node kinds (the term language's reducers, the
+    search's op order) follows at once, as for an op (prism.ir.ops.register)."""
+    if not isinstance(kind, Accumulator):
+        raise GraphError(f"register: expected an Accumulator, got {type(kind).__name__}")
+    if kind.name in KINDS or kind.name in OPS:
+        raise GraphError(f"register: a node kind or op named {kind.name!r} already exists")
+    if kind.combine not in OPS:
+        raise GraphError(f"register: {kind.name}'s combine op {kind.combine!r} is not in the op table")
+    ACCUMULATORS[kind.name] = KINDS[kind.name] = kind
+    refresh()
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove accumulator kind `name`, registered at run time (tests that define one of their own)."""
+    if name not in ACCUMULATORS or name in _BUILTIN:
+        raise GraphError(f"unregister: {name!r} is no accumulator registered at run time")
+    del ACCUMULATORS[name], KINDS[name]
+    refresh()
+
+
+def runtime_names() -> list[str]:
+    """The ops and accumulator kinds registered after import: a spawned process, which builds both tables by
+    importing Prism, does not have them."""
+    return runtime_ops() + sorted(set(ACCUMULATORS) - _BUILTIN)
+
+
+def reducers() -> dict[str, str]:
+    """Each accumulator's reducer term, with the combine op that folds the members it reduces (red: add, redmax:
+    maximum), in the order of ACCUMULATORS."""
+    return {a.reducer: a.combine for a in ACCUMULATORS.values()}
 
 
 def kind_of(node: Any) -> Kind:

@@ -1,21 +1,25 @@
 """The op table: every compute op Prism knows, each defined once, with everything a pass needs to know about it.
 
 An `OpDef` holds the op's family (operand count, shape rule, attribute check, how verification terms write
-the family), its traits as data (commutative, linear, FLOPs per element, zero-preserving), its torch meaning,
-its Triton template, its verification term and, for a composite op, its decomposition into other ops of the
-table. A pass with no entry of its own for an op uses the decomposition instead: the torch meanings of
-rms_norm, silu and gelu, the Triton code of all three, the verification terms and search closure of rms_norm
-(silu and gelu stay single terms there: they are element-wise, and the family's rules cover them).
+the family), its traits as data (commutative, linear, FLOPs per element, zero-preserving, its part in the
+online softmax), its torch meaning, its Triton template, its verification term and, for a composite op, its
+decomposition into other ops of the table. A pass with no entry of its own for an op uses the decomposition
+instead: the torch meanings of rms_norm, silu and gelu, the Triton code of all three, the verification terms
+and search closure of rms_norm (silu and gelu stay single terms there: they are element-wise, and the
+family's rules cover them).
 
 Other modules derive what they need from this table (the term language's op families, the numeric model's
-meanings, the cost model's FLOPs, the search's commutative ops) and never list ops, so a new op is one
-`OpDef` given to `register`; `tests/ir/test_ops.py` fails if an entry is incomplete.
+meanings, the cost model's FLOPs, the search's commutative ops, who passes on a running max) and never list
+ops, so a new op is one `OpDef` given to `register`; `tests/ir/test_ops.py` fails if an entry is incomplete,
+tests/ir/test_rule_coverage.py if a pass's per-family table lacks a family, and tests/ir/test_op_name_dispatch.py
+if a module outside the tables dispatches on op names.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Mapping, Protocol
 
 import torch
@@ -23,9 +27,10 @@ import torch
 from prism.errors import DTypeError, GraphError, ShapeError
 
 __all__ = [
-    "DTYPES", "TORCH_DTYPES", "TType", "Family", "OpDef", "Builder", "OPS",
-    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "GROUP_SCALE", "MATMUL", "ROWWISE",
-    "check_dtype", "op", "register", "unregister", "watch", "revision", "runtime_ops",
+    "DTYPES", "TORCH_DTYPES", "TType", "Shape", "Family", "Passes", "OnlineRule", "OpDef", "Builder", "OPS",
+    "UNARY", "SCALAR", "BINARY", "REDUCE", "MAX_REDUCE", "GROUP", "GROUP_SCALE", "MATMUL", "ROWWISE", "FAMILIES",
+    "RUNNING", "SHIFTED", "SCALED", "TORCH", "rescaling",
+    "check_dtype", "contracts", "op", "register", "unregister", "watch", "refresh", "revision", "runtime_ops",
 ]
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -65,13 +70,27 @@ class Builder(Protocol):
         """1/N for the extent N of dim `dim` of `x`, as this pass writes a constant."""
 
 
+class Shape(Enum):
+    """A family's shape rule: how its result's dims follow from its operands'. Every pass that shapes values (this
+    module, verification types and meanings, the symbolic dims and terms, the tile layout, inline Triton) keys its
+    own table by it, and tests/ir/test_rule_coverage.py names a family whose rule a table lacks."""
+
+    SAME = "same"                 # the operand's dims (element-wise, one operand; a row-wise op)
+    BROADCAST = "broadcast"       # the operands' dims, size-1 dims stretched (element-wise, two operands)
+    REDUCE = "reduce"             # the operand's dims, the reduced one 1
+    GROUP = "group"               # the operand's dims, the grouped one the group size
+    GROUP_SCALE = "group_scale"   # the first operand's dims (the second has one value per group)
+    CONTRACT = "contract"         # a's dims, the last b's last (batched matmul)
+
+
 @dataclass(frozen=True)
 class Family:
     """What the ops of one family share: operand count, shape rule, attribute check, and their terms.
 
-    `rule` names the shape rule; every pass that shapes values (this module, verification types, the
-    symbolic dims, the tile layout, inline Triton) keys its own table by it: "same", "broadcast", "reduce",
-    "contract". `elementwise`: each output element is computed from the operands' elements at its position.
+    `rule` is the shape rule (Shape), the key of every pass's per-family table. `contraction`: the family
+    contracts a dim of one operand with a dim of the other (matmul), the one property every pass that treats
+    matmul apart asks for. `elementwise`: each output element is computed from the operands' elements at its
+    position.
     `egg` is the egglog constructor of the family's verification terms; `shared`: one constructor for the
     whole family, with the op's term name first, so that one rule covers the family (egglog's cost per
     iteration grows with the rule count). `term_attrs` gives the kind of each term attribute ("dim",
@@ -80,12 +99,69 @@ class Family:
 
     name: str
     arity: int
-    rule: str
+    rule: Shape
     check: Callable[[OpDef, tuple[TType, ...], dict[str, Any]], dict[str, Any]]
     elementwise: bool = False
     egg: str = ""
     shared: bool = False
     term_attrs: tuple[str, ...] = ()
+
+    @property
+    def contraction(self) -> bool:
+        """Does the family contract a dim of one operand with a dim of the other (matmul)?"""
+        return self.rule is Shape.CONTRACT
+
+
+RUNNING, SHIFTED, SCALED = "running", "shifted", "scaled"
+"""How a loop value depends on a running max m (the online softmax; prism.ir.kinds.scaling applies the rule):
+it is m itself, x - m for an x independent of m, or exp(-m) times a value independent of m, position by position
+(what an online accumulator bound to m can rescale as m grows). None: independent of every running max."""
+
+
+@dataclass(frozen=True)
+class Passes:
+    """One case of an op's online-softmax rule: operands in states `takes` (RUNNING, SHIFTED, SCALED or None, one
+    per operand, all of one running max m) give a value in state `gives`. A commutative op takes its operands in
+    either order. `along`: where the op adds up values of several positions (a sum's dim, a contraction's inner
+    dim), each term must carry the same factor exp(-m), so m must have extent 1 there: the name of the op's
+    attribute giving that dim, or a dim of m (-1: its last, a matmul's rows)."""
+
+    takes: tuple[str | None, ...]
+    gives: str
+    along: str | int | None = None
+
+
+@dataclass(frozen=True)
+class OnlineRule:
+    """An op's part in the online softmax, the one table of that rule: BlockGraph and the search's sGraph apply
+    `passes` (prism.ir.kinds.scaling), the tuner's overflow check, the search's closure (SHIFT_FORMS), its
+    generator and the ATen partitioner read the rest.
+
+    passes: how the op passes on its operands' dependence on a running max; with none, a value that depends on
+    one may not be its operand inside the loop. bound: its value bounds its operand from above along a dim (a
+    max, a group max): x - it <= 0, so a running max may track it and exp(x - it) is at most 1. ratio: a factor
+    common to both operands cancels (a quotient), so exp(x) and exp(x - m) in numerator and denominator give
+    the same value: the reason the max-subtracted softmax is the paper's exp/sum/div."""
+
+    passes: tuple[Passes, ...] = ()
+    bound: bool = False
+    ratio: bool = False
+
+    @property
+    def shift(self) -> Passes | None:
+        """The case making x - m from x and m (sub), or None."""
+        return next((c for c in self.passes if c.gives == SHIFTED), None)
+
+    @property
+    def exponential(self) -> bool:
+        """It turns a shift by m into the factor exp(-m) (exp): its value has no upper bound unless its operand
+        is x minus a bound of x, so a float16 kernel can overflow."""
+        return any(SHIFTED in c.takes for c in self.passes)
+
+    @property
+    def summing(self) -> bool:
+        """It adds up a scaled value along one of its dims (a sum), carrying the factor out."""
+        return any(c.takes == (SCALED,) and isinstance(c.along, str) for c in self.passes)
 
 
 @dataclass(frozen=True)
@@ -104,7 +180,7 @@ class OpDef:
     per element: special-function ops cost several), `zero_preserving` (f(0, ...) = 0, so zeroed padding
     lanes stay zero). For a reduction: `pad`, the value padded lanes take before it reduces over them (its
     identity: 0 for a sum, -inf for a max), and `accumulator`, the accumulator kind (prism.ir.kinds) that
-    combines its results over loop tiles.
+    combines its results over loop tiles. `online`: its part in the online softmax (OnlineRule).
     """
 
     name: str
@@ -123,12 +199,13 @@ class OpDef:
     zero_preserving: bool = False
     pad: float = 0.0
     accumulator: str = "accum"
+    online: OnlineRule = OnlineRule()
 
     def __post_init__(self) -> None:
         if self.torch_fn is None:
             if self.decompose is None:
                 raise GraphError(f"op {self.name}: give a torch meaning (torch_fn) or a decomposition")
-            object.__setattr__(self, "torch_fn", lambda *xs, **attrs: self.decompose(_TORCH, *xs, **attrs))
+            object.__setattr__(self, "torch_fn", lambda *xs, **attrs: self.decompose(TORCH, *xs, **attrs))
 
     @property
     def arity(self) -> int:
@@ -156,7 +233,8 @@ class OpDef:
 
 
 class _Torch:
-    """The torch builder: decompositions evaluated on tensors (the reference meaning of composite ops)."""
+    """The torch builder: decompositions evaluated on tensors (the reference meaning of composite ops, the
+    executor's rescaling)."""
 
     def __call__(self, op: str, *xs: torch.Tensor, **attrs: Any) -> torch.Tensor:
         return OPS[op].torch_fn(*xs, **attrs)
@@ -168,7 +246,7 @@ class _Torch:
         return 1.0 / x.shape[dim]
 
 
-_TORCH = _Torch()
+TORCH = _Torch()
 
 # ---- shape rules, keyed by Family.rule ------------------------------------------------------------
 
@@ -214,8 +292,8 @@ def _contract(op: OpDef, types: tuple[TType, ...], attrs: Mapping[str, Any]) -> 
     return a.shape[:-1] + b.shape[-1:]
 
 
-_SHAPES = {"same": _same_shape, "broadcast": _broadcast, "reduce": _reduce, "group": _group,
-           "group_scale": _same_shape, "contract": _contract}
+_SHAPES = {Shape.SAME: _same_shape, Shape.BROADCAST: _broadcast, Shape.REDUCE: _reduce, Shape.GROUP: _group,
+           Shape.GROUP_SCALE: _same_shape, Shape.CONTRACT: _contract}
 
 # ---- attribute checks ----------------------------------------------------------------------------
 
@@ -269,27 +347,29 @@ def _check_group_scale(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any
 
 # ---- the families --------------------------------------------------------------------------------
 
-UNARY = Family("unary", 1, "same", _no_attrs, elementwise=True, egg="Unary", shared=True)
-SCALAR = Family("scalar", 1, "same", _check_scalar, elementwise=True, egg="ConstOp", shared=True,
+UNARY = Family("unary", 1, Shape.SAME, _no_attrs, elementwise=True, egg="Unary", shared=True)
+SCALAR = Family("scalar", 1, Shape.SAME, _check_scalar, elementwise=True, egg="ConstOp", shared=True,
                 term_attrs=("const",))
-BINARY = Family("binary", 2, "broadcast", _no_attrs, elementwise=True, egg="Binary", shared=True)
-REDUCE = Family("reduce", 1, "reduce", _check_dim, egg="Sum", term_attrs=("dim",))
-MAX_REDUCE = Family("max_reduce", 1, "reduce", _check_dim, egg="Max", term_attrs=("dim",))
+BINARY = Family("binary", 2, Shape.BROADCAST, _no_attrs, elementwise=True, egg="Binary", shared=True)
+REDUCE = Family("reduce", 1, Shape.REDUCE, _check_dim, egg="Sum", term_attrs=("dim",))
+MAX_REDUCE = Family("max_reduce", 1, Shape.REDUCE, _check_dim, egg="Max", term_attrs=("dim",))
 """A max over a dim: shaped like a sum, but with none of a sum's algebra (not linear)."""
-GROUP = Family("group", 1, "group", _check_group)
+GROUP = Family("group", 1, Shape.GROUP, _check_group)
 """A sum over the groups of a dim: its extent G·size read as G contiguous groups of `size`, added element-wise
 (`out[..., j] = Σ_k x[..., k·size + j]`). It folds back partials that a grid dim concatenated along a data dim
 (split-KV attention's second kernel; Mirage's reduce-to-dimx); group_max takes their max instead. Its ops have
 no term of their own: verification writes them as the part and red (redmax) of the parallel dims that
 concatenated the groups (prism.verify.encode.PARALLEL_FORMS)."""
-GROUP_SCALE = Family("group_scale", 2, "group_scale", _check_group_scale)
+GROUP_SCALE = Family("group_scale", 2, Shape.GROUP_SCALE, _check_group_scale)
 """x times one scale per group: `out[..., k·size + j] = x[..., k·size + j] · s[..., k]`. The safe split-KV
 combine rescales each split's partial sums (groups of d along a dim) by exp(m_split - m_max), one value per
 split; broadcasting cannot stretch s that way. Verification writes it member by member over the parallel
 dims that concatenated the groups (part both, multiply, comb)."""
-MATMUL = Family("matmul", 2, "contract", _no_attrs, egg="MatMul")
-ROWWISE = Family("rowwise", 1, "same", _check_eps)
+MATMUL = Family("matmul", 2, Shape.CONTRACT, _no_attrs, egg="MatMul")
+ROWWISE = Family("rowwise", 1, Shape.SAME, _check_eps)
 """An op over whole rows (the last dim) with a constant eps: composite, so it has no terms of its own."""
+FAMILIES = (UNARY, SCALAR, BINARY, REDUCE, MAX_REDUCE, GROUP, GROUP_SCALE, MATMUL, ROWWISE)
+"""Every family, for the tests that check each pass's per-family tables have an entry for each."""
 
 # ---- decompositions ------------------------------------------------------------------------------
 
@@ -314,6 +394,14 @@ def _gelu(f: Builder, x: Any) -> Any:
              f("add_scalar", f("erf", f("mul_scalar", x, value=SQRT_HALF)), value=1.0))
 
 
+def rescaling(f: Builder, before: Any, after: Any) -> Any:
+    """exp(before - after): the factor that turns a value scaled by exp(-before) into one scaled by exp(-after), at
+    most 1 where after >= before. The online softmax rescales its sums by it as the running max grows from
+    before to after (prism.ir.kinds.Online, and the code it is emitted as), and split-KV's combine each split's
+    sums, from the split's max to the largest (prism.symbolic.structure)."""
+    return f("exp", f("sub", before, after))
+
+
 def _grouped(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     """x with dim split into (groups, size)."""
     return x.reshape(*x.shape[:dim], x.shape[dim] // size, size, *x.shape[dim + 1:])
@@ -331,10 +419,14 @@ def _group_scale(x: torch.Tensor, s: torch.Tensor, dim: int, size: int) -> torch
     return (_grouped(x, dim, size) * s.unsqueeze(dim + 1)).reshape(x.shape)
 
 
-GROUP_TRITON = "tl.{reduce}(tl.reshape({0}, {groups}), axis={dim})"
-"""`{groups}`: the tile's block shape with dim split into (groups, size), written by the renderer
-(prism.codegen.render), which needs `size` to be a power of two so that the padded block splits evenly;
-`{reduce}`: sum or max."""
+def _group_triton(reduce: str) -> str:
+    """A group op's template: Triton's reduction `reduce` (sum, max) over the groups. `{groups}`: the tile's block
+    shape with dim split into (groups, size), written by the renderer (prism.codegen.render), which needs `size`
+    to be a power of two so that the padded block splits evenly."""
+    return f"tl.{reduce}(tl.reshape({{0}}, {{groups}}), axis={{dim}})"
+
+
+
 GROUP_SCALE_TRITON = "tl.reshape(tl.reshape({0}, {groups}) * tl.reshape({1}, {scales}), {shape})"
 """`{scales}`: the scales' block shape with (groups, 1) at dim; `{shape}`: the operand's block shape."""
 
@@ -355,14 +447,14 @@ def register(d: OpDef) -> OpDef:
     if not d.name.isidentifier():
         raise GraphError(f"register: op name {d.name!r} must be an identifier")
     OPS[d.name] = d
-    _changed()
+    refresh()
     return d
 
 
 def unregister(name: str) -> None:
     """Remove op `name` from the table (tests that define an op of their own)."""
     del OPS[op(name).name]
-    _changed()
+    refresh()
 
 
 def watch(derive: Callable[[], None]) -> Callable[[], None]:
@@ -373,11 +465,15 @@ def watch(derive: Callable[[], None]) -> Callable[[], None]:
 
 
 def revision() -> int:
-    """A number that changes whenever the table does (for caches of derived data)."""
+    """A number that changes whenever the table, or a table registered beside it (refresh), does: for caches of
+    derived data."""
     return _REVISION[0]
 
 
-def _changed() -> None:
+def refresh() -> None:
+    """Derive everything derived from the IR's tables again: the op table, and the tables beside it that follow
+    the same registration (the node kinds of prism.ir.kinds, the axioms of prism.verify.axioms) call it when
+    they change."""
     _REVISION[0] += 1
     for derive in _WATCHERS:
         derive()
@@ -393,8 +489,10 @@ def op(name: str) -> OpDef:
 
 for _d in [
     OpDef("matmul", MATMUL, "batched matmul: a's last dim times b's second-last", torch.matmul,
-          triton="tl.dot({0}, {1}{extra})", term="matmul", zero_preserving=True),
-    OpDef("exp", UNARY, "e**x", torch.exp, triton="tl.exp({0})", term="exp", flops=4),
+          triton="tl.dot({0}, {1}{extra})", term="matmul", zero_preserving=True,
+          online=OnlineRule((Passes((SCALED, None), SCALED, along=-1),))),   # (e^-m·a) @ b = e^-m·(a @ b), m per row
+    OpDef("exp", UNARY, "e**x", torch.exp, triton="tl.exp({0})", term="exp", flops=4,
+          online=OnlineRule((Passes((SHIFTED,), SCALED),))),                 # e^(x-m) = e^-m·e^x
     OpDef("silu", UNARY, "x * sigmoid(x)", term="silu", decompose=_silu, flops=6, zero_preserving=True),
     OpDef("gelu", UNARY, "x * Phi(x), the exact (erf) form", term="gelu", decompose=_gelu, flops=8,
           zero_preserving=True),
@@ -405,29 +503,37 @@ for _d in [
     OpDef("square", UNARY, "x * x", torch.square, triton="{0} * {0}", term="square", zero_preserving=True),
     OpDef("neg", UNARY, "-x", torch.neg, triton="-{0}", term="neg", linear=True, zero_preserving=True),
     OpDef("add", BINARY, "a + b, broadcasting size-1 dims", torch.add, triton="{0} + {1}", term="add",
-          commutative=True, linear=True, zero_preserving=True),
+          commutative=True, linear=True, zero_preserving=True,
+          online=OnlineRule((Passes((SCALED, SCALED), SCALED),))),           # e^-m·a + e^-m·b = e^-m·(a + b)
     OpDef("sub", BINARY, "a - b, broadcasting size-1 dims", torch.sub, triton="{0} - {1}", term="sub",
-          linear=True, zero_preserving=True),
+          linear=True, zero_preserving=True,
+          online=OnlineRule((Passes((None, RUNNING), SHIFTED),               # x - m
+                             Passes((SCALED, SCALED), SCALED)))),            # e^-m·a - e^-m·b = e^-m·(a - b)
     OpDef("mul", BINARY, "a * b, broadcasting size-1 dims", torch.mul, triton="{0} * {1}", term="mul",
-          commutative=True, linear_first=True, zero_preserving=True),
+          commutative=True, linear_first=True, zero_preserving=True,
+          online=OnlineRule((Passes((SCALED, None), SCALED),))),             # e^-m·a · b = e^-m·(a·b)
     OpDef("div", BINARY, "a / b, broadcasting size-1 dims", torch.div, triton="{0} / {1}", term="div",
-          linear_first=True, flops=4),
+          linear_first=True, flops=4,
+          online=OnlineRule((Passes((SCALED, None), SCALED),), ratio=True)),  # e^-m·a / b = e^-m·(a / b)
     OpDef("sum", REDUCE, "sum over dim, kept as size 1", lambda x, dim: x.sum(dim=dim, keepdim=True),
-          attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True),
+          attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True,
+          online=OnlineRule((Passes((SCALED,), SCALED, along="dim"),))),     # sum(e^-m·a, d) = e^-m·sum(a, d)
     OpDef("max", MAX_REDUCE, "max over dim, kept as size 1", lambda x, dim: x.amax(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.max({0}, axis={dim}, keep_dims=True)", term="max", pad=-math.inf,
-          accumulator="accum_max"),
+          accumulator="accum_max", online=OnlineRule(bound=True)),              # x - max(x, d) <= 0
     OpDef("group_sum", GROUP, "sum of the contiguous groups of `size` along dim: out[..., j] = sum_k x[..., k*size+j]",
-          _group_sum, attrs=("dim", "size"), triton=GROUP_TRITON, zero_preserving=True),
+          _group_sum, attrs=("dim", "size"), triton=_group_triton("sum"), zero_preserving=True),
     OpDef("group_max", GROUP, "max of the contiguous groups of `size` along dim: out[..., j] = max_k x[..., k*size+j]",
-          _group_max, attrs=("dim", "size"), triton=GROUP_TRITON, pad=-math.inf, accumulator="accum_max"),
+          _group_max, attrs=("dim", "size"), triton=_group_triton("max"), pad=-math.inf, accumulator="accum_max",
+          online=OnlineRule(bound=True)),
     OpDef("group_scale", GROUP_SCALE, "x times one scale per group of `size` along dim: "
           "out[..., k*size+j] = x[..., k*size+j] * s[..., k]", _group_scale, attrs=("dim", "size"),
           triton=GROUP_SCALE_TRITON, linear_first=True, zero_preserving=True),
     OpDef("rms_norm", ROWWISE, "x / sqrt(mean(x**2 over the last dim) + eps)", attrs=("eps",),
           defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
     OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),
-          triton="{0} * {value}", term="scale", linear=True, zero_preserving=True),
+          triton="{0} * {value}", term="scale", linear=True, zero_preserving=True,
+          online=OnlineRule((Passes((SCALED,), SCALED),))),                  # (e^-m·a)·c = e^-m·(a·c)
     OpDef("add_scalar", SCALAR, "x + value for a constant", lambda x, value: x + value, attrs=("value",),
           triton="{0} + {value}", term="shift"),
     OpDef("maximum", BINARY, "the larger of a and b, broadcasting size-1 dims", torch.maximum,
@@ -438,6 +544,13 @@ for _d in [
 ]:
     register(_d)
 _BUILTIN = frozenset(OPS)
+
+
+def contracts(name: str) -> bool:
+    """Is `name` a table op that contracts (a matmul, Family.contraction)? False for any other name: a loader, an
+    accumulator, a term's input."""
+    d = OPS.get(name)
+    return d is not None and d.family.contraction
 
 
 def runtime_ops() -> list[str]:

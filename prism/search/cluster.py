@@ -70,10 +70,10 @@ class RayWorkers:
     is then the cluster's CPU count."""
 
     def __init__(self, n: int | None = None, address: str | None = None) -> None:
-        from prism.ir.ops import runtime_ops
+        from prism.ir.kinds import runtime_names
 
-        if runtime_ops():   # Ray's workers build the op table by importing Prism, as local ones do (prism.pool)
-            raise InputError(f"backend='ray': op(s) {', '.join(runtime_ops())} were registered at run time, and "
+        if runtime_names():   # Ray's workers build the op table by importing Prism, as local ones do (prism.pool)
+            raise InputError(f"backend='ray': op(s) {', '.join(runtime_names())} were registered at run time, and "
                              "Ray's worker processes would not have them; use the local backend")
         self.ray = ray_module()
         if not self.ray.is_initialized():

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from prism.ir.kinds import MAX, ONLINE
-from prism.ir.ops import OPS
+from prism.ir.kinds import ONLINE
+from prism.ir.ops import OPS, RUNNING, SCALED, contracts
 from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
@@ -62,7 +62,7 @@ def chained_contraction(target: Target) -> bool:
     once it is accumulated, after the loop. Elsewhere the generator leaves that move out: allowed
     everywhere, it about doubled QK-Attention's generation (measured while developing it: 268k to 504k
     states at the tests' size) for forms no faster than those it already finds."""
-    return any(op_of(t) == "matmul" and any(op_of(c) == "matmul" for c in t[2:]) for t in target.subterms)
+    return any(contracts(op_of(t)) and any(contracts(op_of(c)) for c in t[2:]) for t in target.subterms)
 
 
 @dataclass
@@ -230,7 +230,7 @@ class Generator:
         need = max((self.distance.get(ids[i], left + 1) + extra[i] for i in unused), default=0)
         if need > left:
             return True
-        chains = [i for i in unused if s.scale[i] != ("max", i)]
+        chains = [i for i in unused if s.scale[i] != (RUNNING, i)]
         for k, a in enumerate(chains):
             for b in chains[k + 1:]:
                 apart, met = self.joint(ids[a], ids[b])
@@ -300,18 +300,20 @@ class Generator:
 
     def _structural(self, s: SGraph, i: int) -> list[BOp]:
         """The accumulators and running max that may take loop tensor i (their term is i's): a sum of a
-        value independent of every running max, a max or a running max of a max, an online sum of a value
-        scaled by a running max r (prism.ir.kinds.scaling)."""
+        value independent of every running max, and the accumulator of the op computing it (OpDef.accumulator: a
+        max's), a running max of a bound (OpDef.online: a max), an online sum of a value scaled by a running max
+        r (prism.ir.kinds.scaling)."""
         if s.post[i]:
             return []
-        state, is_max = s.scale[i], op_of(s.terms[i]) == "max"
+        state, d = s.scale[i], OPS.get(op_of(s.terms[i]))
+        own = d.accumulator if d is not None and d.accumulator != ACCUM else None
         out = []
         if s.n_accums < self.limits.max_accums:
             if state is None:
-                out += [BOp(ACCUM, (i,))] + ([BOp(MAX.name, (i,))] if is_max else [])
-            elif state[0] == "scaled":
+                out += [BOp(ACCUM, (i,))] + ([BOp(own, (i,))] if own else [])
+            elif state[0] == SCALED:
                 out.append(BOp(ONLINE.name, (i, state[1])))
-        if is_max and state is None:
+        if d is not None and d.online.bound and state is None:
             out.append(BOp(RUNNING_MAX, (i,)))
         return out
 

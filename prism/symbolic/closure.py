@@ -6,7 +6,9 @@ subterm of every root. With every d_p = 1 a candidate tensor's abstract term mus
 `subterms`, and a finished candidate's output one of `roots`. The rules only add forms, so a bigger
 rule list prunes less; it never prunes a candidate whose terms the rules can reach.
 
-Rules (r is a row-broadcast operand: its last dim is UNIT; c a column-broadcast one: dim -2 is UNIT):
+Rules (r is a row-broadcast operand: its last dim is UNIT; c a column-broadcast one: dim -2 is UNIT), stated
+over sets of ops derived from the op table's families and traits (matmul: a contraction; · and /: element-wise
+ops linear in their first operand, commutative or not; ·s: a linear op with a constant; sum: a sum over a dim):
   f(x)                 -> f's decomposition (prism.ir.ops), for a composite f: an op with no
                           verification term of its own, as rms_norm(x) -> x / sqrt(sum(x², -1) · 1/N + eps)
   matmul(a / r, b)    <-> matmul(a, b) / r                      (same with a · r)
@@ -21,7 +23,8 @@ nowhere else, every exp(a) in it becomes exp(a - max(a, d)), and back: the max-s
 fused forms (a running max, online accumulators) never overflow, and the paper's exp/sum/div, whatever
 form the program is written in. A ratio is invariant under the common factor exp(-max), so the new form
 is equal when exp(a) enters the numerator linearly, as in softmax and attention; the rule does not check
-that (pruning needs no soundness: the verifier decides).
+that (pruning needs no soundness: the verifier decides). Which ops play its parts (the ratio, the sum, the
+exponential, the shift, the bound) is the op table's online-softmax rule (prism.ir.ops.OnlineRule).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, REDUCE, SCALAR, OnlineRule, contracts, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent
 from prism.symbolic.terms import Term, attrs_of, kids, mk, op_of, subterms, term_shape
 
@@ -68,73 +71,101 @@ def _expand(t: Term, space: AtomSpace) -> Iterator[Term]:
     yield d.decompose(_Builder(space), *kids(t), **dict(zip(d.attrs, attrs_of(t))))
 
 
+_PRODUCTS: set[str] = set()
+"""Element-wise ops a · r, linear in a, whose operands commute (mul): a factor r constant along a dim moves past
+a sum or a contraction over that dim, and past a quotient."""
+_QUOTIENTS: set[str] = set()
+"""Element-wise ops a / r, linear in a, whose operands do not commute (div)."""
+_SCALES: set[str] = set()
+"""Products and quotients: a ∘ r."""
+_CONSTANT_SCALES: set[str] = set()
+"""a · s for a constant s (mul_scalar)."""
+_SUMS: set[str] = set()
+"""Sums over a dim (sum)."""
+
+
+@watch
+def _sets() -> None:
+    """The op sets the rules are stated over, from the op table's families and traits."""
+    scales = {n: d for n, d in OPS.items() if d.family.elementwise and d.arity == 2 and d.linear_first}
+    for into, names in ((_PRODUCTS, [n for n, d in scales.items() if d.commutative]),
+                        (_QUOTIENTS, [n for n, d in scales.items() if not d.commutative]),
+                        (_SCALES, list(scales)),
+                        (_CONSTANT_SCALES, [n for n, d in OPS.items() if d.family is SCALAR and d.linear]),
+                        (_SUMS, [n for n, d in OPS.items() if d.family is REDUCE])):
+        into.clear()
+        into.update(names)
+
+
+def _factored(t: Term) -> list[tuple[Term, ...]]:
+    """(x, factor) for each way scale term t reads as x ∘ factor: both ways round for a product."""
+    return [kids(t), kids(t)[::-1]] if op_of(t) in _PRODUCTS else [kids(t)]
+
+
 def _matmul_scale(t: Term, space: AtomSpace) -> Iterator[Term]:
     """matmul(a ∘ r, b) <-> matmul(a, b) ∘ r and matmul(a, b ∘ c) <-> matmul(a, b) ∘ c for ∘ in (/, ·)"""
     op = op_of(t)
-    if op == "matmul":
+    if contracts(op):
         a, b = kids(t)
         for side, inner in ((0, a), (1, b)):
-            if op_of(inner) not in ("div", "mul"):
+            if op_of(inner) not in _SCALES:
                 continue
             pos = -1 if side == 0 else -2
-            pairs = [kids(inner)] if op_of(inner) == "div" else [kids(inner), kids(inner)[::-1]]
-            for x, v in pairs:
+            for x, v in _factored(inner):
                 if _unit_at(v, space, pos):
-                    mm = mk("matmul", (), x, b) if side == 0 else mk("matmul", (), a, x)
+                    mm = mk(op, (), x, b) if side == 0 else mk(op, (), a, x)
                     yield mk(op_of(inner), (), mm, v)
         for side, inner in ((0, a), (1, b)):
-            if op_of(inner) == "mul_scalar":
-                mm = mk("matmul", (), kids(inner)[0], b) if side == 0 else mk("matmul", (), a, kids(inner)[0])
-                yield mk("mul_scalar", attrs_of(inner), mm)
-    elif op in ("div", "mul"):
-        pairs = [kids(t)] if op == "div" else [kids(t), kids(t)[::-1]]
-        for mm, v in pairs:
-            if op_of(mm) != "matmul":
+            if op_of(inner) in _CONSTANT_SCALES:
+                mm = mk(op, (), kids(inner)[0], b) if side == 0 else mk(op, (), a, kids(inner)[0])
+                yield mk(op_of(inner), attrs_of(inner), mm)
+    elif op in _SCALES:
+        for mm, v in _factored(t):
+            if not contracts(op_of(mm)):
                 continue
             a, b = kids(mm)
             if _unit_at(v, space, -1):
-                yield mk("matmul", (), mk(op, (), a, v), b)
+                yield mk(op_of(mm), (), mk(op, (), a, v), b)
             if _unit_at(v, space, -2):
-                yield mk("matmul", (), a, mk(op, (), b, v))
-    elif op == "mul_scalar" and op_of(kids(t)[0]) == "matmul":
-        a, b = kids(kids(t)[0])
-        yield mk("matmul", (), mk("mul_scalar", attrs_of(t), a), b)
-        yield mk("matmul", (), a, mk("mul_scalar", attrs_of(t), b))
+                yield mk(op_of(mm), (), a, mk(op, (), b, v))
+    elif op in _CONSTANT_SCALES and contracts(op_of(kids(t)[0])):
+        mm, (a, b) = op_of(kids(t)[0]), kids(kids(t)[0])
+        yield mk(mm, (), mk(op, attrs_of(t), a), b)
+        yield mk(mm, (), a, mk(op, attrs_of(t), b))
 
 
 def _sum_scale(t: Term, space: AtomSpace) -> Iterator[Term]:
     """sum(a·s, d) <-> sum(a, d)·s and sum(a ∘ v, d) <-> sum(a, d) ∘ v when v's dim d is UNIT"""
     op = op_of(t)
-    if op == "sum":
+    if op in _SUMS:
         (inner,), (d,) = kids(t), attrs_of(t)
-        if op_of(inner) == "mul_scalar":
-            yield mk("mul_scalar", attrs_of(inner), mk("sum", (d,), kids(inner)[0]))
-        elif op_of(inner) in ("div", "mul"):
-            pairs = [kids(inner)] if op_of(inner) == "div" else [kids(inner), kids(inner)[::-1]]
-            for x, v in pairs:
+        if op_of(inner) in _CONSTANT_SCALES:
+            yield mk(op_of(inner), attrs_of(inner), mk(op, (d,), kids(inner)[0]))
+        elif op_of(inner) in _SCALES:
+            for x, v in _factored(inner):
                 if _unit_at(v, space, d):
-                    yield mk(op_of(inner), (), mk("sum", (d,), x), v)
-    elif op == "mul_scalar" and op_of(kids(t)[0]) == "sum":
+                    yield mk(op_of(inner), (), mk(op, (d,), x), v)
+    elif op in _CONSTANT_SCALES and op_of(kids(t)[0]) in _SUMS:
         s = kids(t)[0]
-        yield mk("sum", attrs_of(s), mk("mul_scalar", attrs_of(t), kids(s)[0]))
-    elif op in ("div", "mul"):
-        pairs = [kids(t)] if op == "div" else [kids(t), kids(t)[::-1]]
-        for s, v in pairs:
-            if op_of(s) == "sum" and _unit_at(v, space, attrs_of(s)[0]):
-                yield mk("sum", attrs_of(s), mk(op, (), kids(s)[0], v))
+        yield mk(op_of(s), attrs_of(s), mk(op, attrs_of(t), kids(s)[0]))
+    elif op in _SCALES:
+        for s, v in _factored(t):
+            if op_of(s) in _SUMS and _unit_at(v, space, attrs_of(s)[0]):
+                yield mk(op_of(s), attrs_of(s), mk(op, (), kids(s)[0], v))
 
 
 def _div_mul(t: Term, space: AtomSpace) -> Iterator[Term]:
     """(a / r) · b <-> (a · b) / r"""
-    if op_of(t) == "mul":
+    op = op_of(t)
+    if op in _PRODUCTS:
         for x, b in (kids(t), kids(t)[::-1]):
-            if op_of(x) == "div":
+            if op_of(x) in _QUOTIENTS:
                 a, r = kids(x)
-                yield mk("div", (), mk("mul", (), a, b), r)
-    elif op_of(t) == "div" and op_of(kids(t)[0]) == "mul":
-        r, (a, b) = kids(t)[1], kids(kids(t)[0])
-        yield mk("mul", (), mk("div", (), a, r), b)
-        yield mk("mul", (), a, mk("div", (), b, r))
+                yield mk(op_of(x), (), mk(op, (), a, b), r)
+    elif op in _QUOTIENTS and op_of(kids(t)[0]) in _PRODUCTS:
+        product, r, (a, b) = op_of(kids(t)[0]), kids(t)[1], kids(kids(t)[0])
+        yield mk(product, (), mk(op, (), a, r), b)
+        yield mk(product, (), a, mk(op, (), b, r))
 
 
 RULES: tuple[Rule, ...] = (_expand, _matmul_scale, _sum_scale, _div_mul)
@@ -144,26 +175,50 @@ def _shift(t: Term, space: AtomSpace) -> Iterator[Term]:
     """t with every exp(a) replaced by exp(a - max(a, d)), or every exp(a - max(a, d)) by exp(a), for each
     sum(exp(.), d) that t only divides by."""
     subs = subterms(t)
-    for den in sorted({kids(s)[1] for s in subs if op_of(s) == "div"}, key=repr):
-        if op_of(den) != "sum" or op_of(kids(den)[0]) != "exp":
+    for den in sorted({kids(s)[1] for s in subs if _online(s).ratio}, key=repr):
+        if not _online(den).summing or not _online(kids(den)[0]).exponential:
             continue
-        if any(den in kids(s) for s in subs if op_of(s) != "div" or kids(s)[1] != den or kids(s)[0] == den):
+        if any(den in kids(s) for s in subs if not _online(s).ratio or kids(s)[1] != den or kids(s)[0] == den):
             continue
         e = kids(den)[0]
         if _exps_outside(t, den) != {e}:
             continue  # the numerator's exp must be the denominator's, or the common factor does not cancel
-        (a,), (d,) = kids(e), attrs_of(den)
-        if op_of(a) == "sub" and kids(a)[1] == mk("max", (d,), kids(a)[0]):
-            yield _replace(t, e, mk("exp", (), kids(a)[0]))
+        (a,) = kids(e)
+        shift = _online(a).shift
+        x = kids(a)[shift.takes.index(None)] if shift is not None else None
+        if x is not None and a == _shifted(x, _bound(den, x)):
+            yield _replace(t, e, mk(op_of(e), (), x))
         else:
-            yield _replace(t, e, mk("exp", (), mk("sub", (), a, mk("max", (d,), a))))
+            yield _replace(t, e, mk(op_of(e), (), _shifted(a, _bound(den, a))))
+
+
+def _online(t: Term) -> OnlineRule:
+    """The online-softmax record of t's op (an input's is empty)."""
+    d = OPS.get(op_of(t))
+    return d.online if d is not None else _NO_PART
+
+
+_NO_PART = OnlineRule()
+
+
+def _shifted(x: Term, m: Term) -> Term:
+    """x - m, with the op that shifts a value by a running max."""
+    name, shift = next((n, d.online.shift) for n, d in OPS.items() if d.online.shift is not None)
+    return mk(name, (), *(x if state is None else m for state in shift.takes))
+
+
+def _bound(den: Term, a: Term) -> Term:
+    """The bound of a over what sum `den` adds up: max(a, d) for sum(., d), the bound of the sum's shape rule."""
+    rule = OPS[op_of(den)].family.rule
+    name = next(n for n, d in OPS.items() if d.online.bound and d.family.rule is rule)
+    return mk(name, attrs_of(den), a)
 
 
 def _exps_outside(t: Term, den: Term) -> set[Term]:
     """The exp subterms of `t` outside every occurrence of `den`."""
     if t == den:
         return set()
-    found = {t} if op_of(t) == "exp" else set()
+    found = {t} if _online(t).exponential else set()
     for c in kids(t):
         found |= _exps_outside(c, den)
     return found

@@ -16,7 +16,7 @@ from typing import Any
 
 from prism.errors import GraphError
 from prism.ir import kinds
-from prism.ir.ops import OPS, watch
+from prism.ir.ops import OPS, RUNNING, Shape, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.terms import Term, leaf, mk
 
@@ -99,7 +99,7 @@ def match_matmul(a: tuple[int, ...], b: tuple[int, ...], uf: UnionFind, space: A
 def op_dims(op: str, attrs: tuple, shapes: list[tuple[int, ...]], uf: UnionFind, space: AtomSpace,
             labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
     """The result dims of a table op or an accumulator, and the unions it implies (None: incompatible)."""
-    rule = "same" if op in kinds.ACCUMULATORS or op == RUNNING_MAX else OPS[op].family.rule
+    rule = Shape.SAME if op in kinds.ACCUMULATORS or op == RUNNING_MAX else OPS[op].family.rule
     return _DIMS[rule](shapes, attrs, uf, space, labels)
 
 
@@ -112,11 +112,11 @@ def _reduce_dims(shapes: list, attrs: tuple, uf: UnionFind, space: AtomSpace,
     return tuple(s), uf
 
 
-_DIMS = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule)
-    "same": lambda shapes, attrs, uf, space, labels: (shapes[0], uf),
-    "broadcast": lambda shapes, attrs, uf, space, labels: match_binary(shapes[0], shapes[1], uf, space, labels),
-    "reduce": _reduce_dims,
-    "contract": lambda shapes, attrs, uf, space, labels: match_matmul(shapes[0], shapes[1], uf, space, labels),
+_DIMS = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule); group ops have no terms to search
+    Shape.SAME: lambda shapes, attrs, uf, space, labels: (shapes[0], uf),
+    Shape.BROADCAST: lambda shapes, attrs, uf, space, labels: match_binary(shapes[0], shapes[1], uf, space, labels),
+    Shape.REDUCE: _reduce_dims,
+    Shape.CONTRACT: lambda shapes, attrs, uf, space, labels: match_matmul(shapes[0], shapes[1], uf, space, labels),
 }
 
 
@@ -217,7 +217,7 @@ class SGraph:
         if bop.op in OPS and all(self.scale[i] is None for i in bop.inputs):
             return None
         attrs = dict(zip(OPS[bop.op].attrs, bop.attrs)) if bop.op in OPS else {}
-        running = {r: shape(r) for r, st in enumerate(self.scale) if st == ("max", r)}
+        running = {r: shape(r) for r, st in enumerate(self.scale) if st == (RUNNING, r)}
         try:
             return kinds.scaling(bop.op, attrs, [(shape(i), self.scale[i]) for i in bop.inputs], running,
                                  me=len(self.ops))

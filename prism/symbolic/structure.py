@@ -17,7 +17,7 @@ from prism.errors import MappingError
 from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, MAX_GRID_YZ
 from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, rescaling
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX, BOp, SGraph, attr_from_json, attr_json, op_dims
@@ -298,7 +298,7 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled
             if mx is not None:
                 if id(mx) not in scales:   # exp(m_split - max m_split): at most 1
                     m_split = loaded[id(mx)]
-                    scales[id(mx)] = k2.exp(k2.sub(m_split, k2.group_max(m_split, d, 1)))
+                    scales[id(mx)] = rescaling(k2, m_split, k2.group_max(m_split, d, 1))
                 tile = k2.group_scale(tile, scales[id(mx)], d, size)
             tile = k2.group_sum(tile, d, size)
         tiles.append(tile)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, Shape
 from prism.symbolic.dims import UNIT, AtomSpace
 
 __all__ = ["Term", "attrs_of", "broadcast_dims", "evaluate", "flatten", "from_graph", "kids", "leaf", "mk",
@@ -94,11 +94,11 @@ def _contracted(shapes: list, attrs: tuple) -> tuple[int, ...] | None:
     return a[:-1] + b[-1:] if len(a) >= 2 and len(a) == len(b) else None
 
 
-_SHAPES = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule)
-    "same": lambda shapes, attrs: shapes[0],
-    "broadcast": lambda shapes, attrs: broadcast_dims(shapes[0], shapes[1]),
-    "reduce": _reduced,
-    "contract": _contracted,
+_SHAPES = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule); group ops have no terms
+    Shape.SAME: lambda shapes, attrs: shapes[0],
+    Shape.BROADCAST: lambda shapes, attrs: broadcast_dims(shapes[0], shapes[1]),
+    Shape.REDUCE: _reduced,
+    Shape.CONTRACT: _contracted,
 }
 
 

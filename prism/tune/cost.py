@@ -69,7 +69,7 @@ from prism.codegen.layout import Layout
 from prism.codegen.lower import elementwise_block, to_custom
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import INSIDE, LOADER, Schedule, kind_of
-from prism.ir.ops import MATMUL, OPS, TORCH_DTYPES
+from prism.ir.ops import OPS, TORCH_DTYPES, contracts
 from prism.tune.space import TRITON_STAGES, staged_copies
 from prism.tune.target import H100, Target
 
@@ -262,7 +262,7 @@ class _Work:
     def compute(self, i: int, node: Any) -> None:
         """A table op: tensor-core FLOPs and staged operands for a matmul, vector FLOPs for the rest."""
         in_loop = self.schedule[i] == INSIDE
-        if OPS[node.op].family is MATMUL:
+        if contracts(node.op):
             (a, _), (b, _) = node.inputs
             self.flops["dot", in_loop] += 2 * self.numel(i) * self.layout.shape(a)[-1]
             dsize = TORCH_DTYPES[node.outputs[0].dtype].itemsize

@@ -4,7 +4,8 @@ exp overflows float16 above 11 and float32 above 88, logits of real models reach
 kernels store exp's tiles in the input dtype for Triton's dot. A candidate is safe when every exp it computes,
 in a kernel or between kernels, is of `x - max(x, d)`, `x - running_max(max(x, d))` or `x - group_max(x, d, s)`
 (split-KV's combine: each split's max against the largest) for the same x: a value at most 0, so exp is at
-most 1 (sums of such values are bounded by their count). Everything else is
+most 1 (sums of such values are bounded by their count). The op table says which ops play these parts
+(prism.ir.ops.OnlineRule: an exponential, a shift, a bound). Everything else is
 at risk for some inputs, since the verifier proves equality over the reals, not over float16. The tuner
 marks such candidates in its report and never chooses one while a safe candidate survives
 (prism.tune.tuner); a program written in the paper's exp/sum/div has safe forms in its search space
@@ -17,6 +18,7 @@ from typing import Any
 
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import RUNNING_MAX
+from prism.ir.ops import OPS, RUNNING
 
 __all__ = ["overflow_risk"]
 
@@ -33,18 +35,20 @@ def overflow_risk(graph: KernelGraph) -> str | None:
 
 def _risk(g: KernelGraph | BlockGraph) -> str | None:
     for i, node in g.topo():
-        if node.op == "exp" and not _bounded(g, node.inputs[0]):
-            return f"t{i} = exp(t{node.inputs[0][0]}) of a value with no upper bound (no max subtracted)"
+        if node.op in OPS and OPS[node.op].online.exponential and not _bounded(g, node.inputs[0]):
+            return f"t{i} = {node.op}(t{node.inputs[0][0]}) of a value with no upper bound (no max subtracted)"
     return None
 
 
 def _bounded(g: Any, ref: tuple[int, int]) -> bool:
-    """ref is x - m where m is max(x, d), a running max of it, or group_max(x, d, s), for the same x: at most 0."""
+    """ref is x - m, the shift of x by m, where m is a bound of x (max(x, d), group_max(x, d, s)) or a running
+    max of one, for the same x: at most 0."""
     node = g.nodes[ref[0]]
-    if node.op != "sub":
+    shift = OPS[node.op].online.shift if node.op in OPS else None
+    if shift is None:
         return False
-    x, m = node.inputs
+    x, m = (node.inputs[shift.takes.index(state)] for state in (None, RUNNING))
     stat = g.nodes[m[0]]
     if stat.op == RUNNING_MAX.name:
         stat = g.nodes[stat.inputs[0][0]]
-    return stat.op in ("max", "group_max") and stat.inputs[0] == x
+    return stat.op in OPS and OPS[stat.op].online.bound and stat.inputs[0] == x

@@ -57,7 +57,7 @@ from prism.codegen.layout import MIN_DOT
 from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, split
 from prism.ir.kinds import ACCUMULATORS
-from prism.ir.ops import TORCH_DTYPES
+from prism.ir.ops import TORCH_DTYPES, contracts
 from prism.ir.sizes import parallel_sizes, violations
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX
@@ -194,7 +194,7 @@ class GraphSpace:
         dot_classes: set[int] = set()
         dot_units: set[tuple[int, int]] = set()
         for k, op in enumerate(g.ops):
-            if op.op == "matmul":
+            if contracts(op.op):
                 for t in (*op.inputs, k):
                     rank = len(g.dims[t])
                     for d in (rank - 2, rank - 1):
@@ -222,7 +222,7 @@ class GraphSpace:
         self._dims = [tuple(index(k, d, a) for d, a in enumerate(dims)) for k, dims in enumerate(g.dims)]
         self._tile_dims = sorted(set(self._dims))
         self._dot_operands = [(self._dims[o], g.ops[o].op == LOADER and self.fmap[o] is not None)
-                              for op in g.ops if op.op == "matmul" for o in op.inputs]
+                              for op in g.ops if contracts(op.op) for o in op.inputs]
         self._tail_tiles = self._tail(st, m, slot) if m.tail else []
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
         self._broken: dict[tuple[tuple[int, ...], int], list[str]] = {}

@@ -2,6 +2,7 @@
 
 Rule sets are functions that yield rules, one rule per line, the line being the mathematics: pattern
 variables are the tensors a, b, c, t, v, the data dims d, e, the parallel dims p, q and the constant k.
+`RULESETS` lists the loaded ones; `register` adds one (the axioms of a new accumulator kind's reducer).
 Families of rules come from the op-family sets of `prism.verify.expr` (UNARY, BINARY, LINEAR_UNARY, ...),
 which are derived from the op table's families and traits, so a new op gets its family's rules.
 
@@ -23,15 +24,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import permutations, product
-from typing import Iterator
+from typing import Callable, Iterator
 
+from prism.ir.ops import refresh
 from prism.verify import expr as X
 from prism.verify.expr import (
     Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, max_, part, red, redmax, repl, scale, shift, sqrt,
     square, sub, sum_,
 )
 
-__all__ = ["Rule", "rules", "derived_rules", "all_rules", "sum_forms", "ne", "ge"]
+__all__ = ["Rule", "RULESETS", "register", "unregister", "rules", "derived_rules", "all_rules", "sum_forms", "ne",
+           "ge"]
 
 Cond = tuple[str, Attr, Attr]
 
@@ -294,6 +297,26 @@ def sum_forms(depth: int) -> Iterator[Rule]:
                 yield D(f"sum-form-{depth}-{'s' if first_sum else ''}{tag}", sum_(x, d), sum_(t, d), *when)
 
 
+RuleSet = Callable[[], Iterator[Rule]]
+RULESETS: list[RuleSet] = [algebra, commute, parallel_matmul, parallel_sum, parallel_max, softmax_shift,
+                           split_softmax, elementwise, broadcast]
+"""The rule sets loaded into the e-graph, in order."""
+
+
+def register(ruleset: RuleSet) -> RuleSet:
+    """Load `ruleset` too (the axioms of a new accumulator kind's reducer, prism.ir.kinds.register); e-graphs
+    built before get rebuilt."""
+    RULESETS.append(ruleset)
+    refresh()
+    return ruleset
+
+
+def unregister(ruleset: RuleSet) -> None:
+    """Stop loading `ruleset`, given to `register`."""
+    RULESETS.remove(ruleset)
+    refresh()
+
+
 def rules(max_pdims: int = 3, *, shortcuts: bool = False) -> list[Rule]:
     """The rules loaded into the e-graph for expressions with up to `max_pdims` parallel dims.
 
@@ -301,9 +324,7 @@ def rules(max_pdims: int = 3, *, shortcuts: bool = False) -> list[Rule]:
     commutations), so `max_pdims` only matters with `shortcuts`, which also loads sum_forms up to that
     depth as one-step rewrites.
     """
-    out = [*algebra(), *commute(), *parallel_matmul(), *parallel_sum(), *parallel_max(), *softmax_shift(),
-           *split_softmax(), *elementwise(), *broadcast()]
-    out = [r for r in out if not r.derived]
+    out = [r for ruleset in RULESETS for r in ruleset() if not r.derived]
     if shortcuts:
         out += [Rule(r.name, r.lhs, r.rhs, r.when) for n in range(1, max_pdims + 1) for r in sum_forms(n)]
     return out

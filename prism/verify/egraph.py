@@ -104,7 +104,7 @@ _local = threading.local()
 
 
 def _egraph(max_pdims: int, shortcuts: bool) -> _EGraph:
-    if getattr(_local, "revision", None) != revision():  # the op table changed: so may the rules
+    if getattr(_local, "revision", None) != revision():  # the tables or the axioms changed: so may the rules
         _local.cache, _local.revision = {}, revision()
     cache: dict = _local.cache
     key = (max_pdims, shortcuts) if shortcuts else (0, False)  # the base rules do not depend on depth

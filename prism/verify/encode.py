@@ -15,13 +15,13 @@ parallel dim of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from prism.errors import IllFormedTerm
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
-from prism.ir.kinds import INVARIANT, LOADER, LOOP, kind_of
-from prism.ir.ops import OPS
+from prism.ir.kinds import ACCUMULATORS, INVARIANT, LOADER, LOOP, kind_of
+from prism.ir.ops import GROUP, GROUP_SCALE, OPS, Family, OpDef, Shape, watch
 from prism.ir.sizes import ONE, Extent, grid_size_name, loop_size_name
 from prism.verify import expr as E
 from prism.verify.sizes import Assumed, Cancel, Need, Whole
@@ -175,7 +175,7 @@ def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any], assumed: Assume
         if d.decompose is None:
             raise NotEncodable(f"op {op} has no verification term, decomposition or parallel form")
         return d.decompose(_Terms(assumed), *args, **attrs)
-    if d.family.rule == "broadcast":
+    if d.family.rule is Shape.BROADCAST:
         args = _broadcast(*args)
     term_attrs = tuple(_axis(args[0].type.rank, attrs[a]) if kind == "dim" else attrs[a]
                        for kind, a in zip(d.family.term_attrs, d.attrs))
@@ -204,12 +204,19 @@ def _split(x: E.Term, d: int, pdims: list[str]) -> E.Term:
     return x
 
 
-def _grouped(reducer: str):
+Form = Callable[..., E.Term]
+"""A parallel form: the term of a group op on operand terms, given the term dim it groups, the group size and
+the size assumptions it is encoded under (prism.verify.sizes)."""
+
+
+def _grouped(op: OpDef) -> Form:
     """A group reduction of the groups of `size` along term dim d, for x concatenated there by parallel dims
-    p, q, ...: groups are then the members, so it is part along d by each of them, then `reducer` (red for
-    the sum, redmax for the max) over each. That is the op at every size, hence sound for all of them, in
-    any order of p, q, ... (every group is one member either way); the order comb concatenated them in is
-    the one the e-graph can cancel against."""
+    p, q, ...: groups are then the members, so it is part along d by each of them, then the reducer of the
+    op's accumulator (red for the sum, redmax for the max) over each. That is the op at every size, hence
+    sound for all of them, in any order of p, q, ... (every group is one member either way); the order comb
+    concatenated them in is the one the e-graph can cancel against."""
+    reducer = ACCUMULATORS[op.accumulator].reducer
+
     def form(args: list[E.Term], d: int, size: int, assumed: Assumed = FOR_ALL_SIZES) -> E.Term:
         pdims = _members(args[0], d, size, assumed)
         x = _split(args[0], d, pdims)
@@ -232,8 +239,16 @@ def _group_scale(args: list[E.Term], d: int, size: int, assumed: Assumed = FOR_A
     return out
 
 
-PARALLEL_FORMS = {"group_sum": _grouped("red"), "group_max": _grouped("redmax"), "group_scale": _group_scale}
-"""Table ops verification writes with the parallel ops (part, red) instead of a term of their own."""
+_FORMS: dict[Family, Callable[[OpDef], Form]] = {GROUP: _grouped, GROUP_SCALE: lambda op: _group_scale}
+"""The parallel form of each op of a family verification writes with the parallel ops, keyed by family."""
+PARALLEL_FORMS: dict[str, Form] = {}
+"""Table ops verification writes with the parallel ops (part, red) instead of a term of their own, by op."""
+
+
+@watch
+def _derive() -> None:
+    PARALLEL_FORMS.clear()
+    PARALLEL_FORMS.update({name: _FORMS[d.family](d) for name, d in OPS.items() if d.family in _FORMS})
 
 
 def _broadcast(a: E.Term, b: E.Term) -> list[E.Term]:

@@ -2,7 +2,8 @@
 
 The term language is derived from the op table (prism.ir.ops): every op with a verification term is a
 term constructor, written as its family writes it, and the op-family sets the axioms are stated over
-(UNARY, BINARY, ...) come from the ops' families and traits. Re-derived whenever the table changes.
+(UNARY, BINARY, ...) come from the ops' families and traits. The reducers over a parallel dim (red, redmax)
+are the accumulator kinds' (prism.ir.kinds). Re-derived whenever either table changes.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence, Union
 
 from prism.errors import IllFormedTerm, VerificationError
+from prism.ir.kinds import reducers
 from prism.ir.ops import OPS, OpDef, watch
-from prism.verify.types import TermType, input_type, step
+from prism.verify import types
+from prism.verify.types import TermType, Typing, input_type, step
 
 __all__ = [
     "Term", "Sym", "TermOp", "TERMS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "LINEAR_BINARY",
@@ -49,17 +52,13 @@ class TermOp:
     attrs: tuple[str, ...]  # kinds of the attributes after the operands: "dim", "pdim", "const", "name", "shape"
     egg: str  # egglog constructor name
     family: bool = False  # egglog constructor shared by a family, the op name its first argument
-    rule: str = ""  # its typing rule (prism.verify.types.RULES)
+    rule: Typing | None = None  # its typing rule (prism.verify.types; None for var, typed by its shape)
     op: OpDef | None = None
 
 
-PARALLEL = ("part", "comb", "red", "redmax", "repl")
+PARALLEL: tuple[str, ...] = ()
+"""The parallel ops: part, comb, the accumulator kinds' reducers (red, redmax, ...), repl."""
 _VAR = TermOp("var", 0, ("name", "shape"), "Var")
-_STRUCTURAL = [
-    TermOp("bcast", 1, ("dim",), "Bcast", rule="bcast"),
-    *(TermOp(n, 1, ("dim", "pdim"), n.capitalize(), rule="parallel") for n in ("part", "comb")),
-    *(TermOp(n, 1, ("pdim",), n.capitalize(), rule="parallel") for n in ("red", "redmax", "repl")),
-]
 
 TERMS: dict[str, TermOp] = {}
 """Every term constructor once: var, the table ops' terms (in table order), then the structural ones."""
@@ -75,16 +74,20 @@ _BY_EGG: dict[tuple[str, str | None], TermOp] = {}
 
 @watch
 def _derive() -> None:
-    """The term language from the op table. Element-wise families share one egglog constructor
-    (`(Unary "exp" t)`), so that a rule about the whole family is one egglog rule instead of one per op."""
-    global UNARY, CONST_UNARY, BINARY, COMMUTATIVE, LINEAR_UNARY, LINEAR_BINARY, LINEAR_FIRST
+    """The term language from the op table and the accumulator kinds. Element-wise families share one egglog
+    constructor (`(Unary "exp" t)`), so that a rule about the whole family is one egglog rule instead of one per
+    op."""
+    global UNARY, CONST_UNARY, BINARY, COMMUTATIVE, LINEAR_UNARY, LINEAR_BINARY, LINEAR_FIRST, PARALLEL
     ops = [d for d in OPS.values() if d.term is not None]
+    PARALLEL = ("part", "comb", *reducers(), "repl")
     TERMS.clear()
     TERMS.update({t.name: t for t in [
         _VAR,
-        *(TermOp(d.term, d.arity, d.family.term_attrs, d.family.egg, d.family.shared, d.family.rule, d)
+        *(TermOp(d.term, d.arity, d.family.term_attrs, d.family.egg, d.family.shared, types.RULES[d.family.rule], d)
           for d in ops),
-        *_STRUCTURAL]})
+        TermOp("bcast", 1, ("dim",), "Bcast", rule=types.bcast),
+        *(TermOp(n, 1, ("dim", "pdim") if n in ("part", "comb") else ("pdim",), n.capitalize(), rule=types.parallel)
+          for n in PARALLEL)]})
     _BY_EGG.clear()
     _BY_EGG.update({(t.egg, t.name if t.family else None): t for t in TERMS.values()})
 

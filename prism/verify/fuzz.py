@@ -20,7 +20,7 @@ from prism.ir.block import BlockGraph
 from prism.ir.builder import Node
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOADER, SAVER, kind_of
-from prism.ir.ops import OPS
+from prism.ir.ops import OPS, REDUCE
 from prism.verify import expr as E
 
 __all__ = ["Edit", "rebuild", "mutants", "random_maps", "mutate"]
@@ -66,17 +66,24 @@ def _edits(block: BlockGraph) -> Iterator[tuple[str, int, Node]]:
             for d in [None, *range(rank(node))]:
                 if node.attrs["fmap"] != d:
                     yield f"fmap {node.attrs['fmap']}->{d} at node {i}", i, _with(node, attrs={"fmap": d})
-        elif node.op in ("div", "sub", "matmul") and node.inputs[0] != node.inputs[1]:
+        elif _ordered(node.op) and node.inputs[0] != node.inputs[1]:
             yield f"swap {node.op} operands at node {i}", i, _with(node, inputs=node.inputs[::-1])
         elif node.op in unary:
             other = next(n for n in unary if n != node.op)
             yield f"{node.op}->{other} at node {i}", i, _with(node, op=other)
-        elif node.op == "sum":
+        elif node.op in OPS and OPS[node.op].family is REDUCE:
             for d in range(len(node.outputs[0].shape)):
                 if d != node.attrs["dim"]:
                     yield f"sum dim {node.attrs['dim']}->{d} at node {i}", i, _with(node, attrs={"dim": d})
         elif "value" in node.attrs:
             yield f"{node.op} value x2 at node {i}", i, _with(node, attrs={"value": 2 * node.attrs["value"]})
+
+
+def _ordered(op: str) -> bool:
+    """Is `op` an element-wise or contracting table op whose two operands play different parts (div, sub,
+    matmul)?"""
+    d = OPS.get(op)
+    return d is not None and d.arity == 2 and not d.commutative and (d.family.elementwise or d.family.contraction)
 
 
 def mutants(graph: KernelGraph) -> Iterator[tuple[str, KernelGraph]]:

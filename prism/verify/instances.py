@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from prism.errors import IllFormedTerm
+from prism.verify import expr
 from prism.verify.axioms import Rule
 from prism.verify.expr import TERMS, Sym, Term, Var, bcast, part, repl, subterms
 from prism.verify.types import Extent, Extents, TermType, input_type, step
@@ -114,7 +115,7 @@ def families(term: Term) -> dict[str, list[str]] | None:
             kids = [member[x] for x in n.args]
             if n.op == "var":
                 member[n] = ("var", n.attrs[0])
-            elif n.op in ("part", "repl", "comb", "red", "redmax") and n.attrs[-1] == pd:
+            elif n.op in expr.PARALLEL and n.attrs[-1] == pd:
                 adds = n.op in ("part", "repl")
                 if not union(kids[0], not adds):
                     return None

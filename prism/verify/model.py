@@ -9,13 +9,15 @@ A table op's term means the op's torch meaning (prism.ir.ops), applied member by
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
 
 from prism.errors import VerificationError
-from prism.ir.ops import OpDef
+from prism.ir.kinds import reducers
+from prism.ir.ops import OPS, OpDef, Shape
 from prism.verify.expr import TERMS, Term
 
 __all__ = ["Value", "IllFormed", "evaluate", "same_value"]
@@ -109,17 +111,16 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
             return _part(a, t.attrs[0], p, n)
         # repl, or part of a broadcast dim: every chunk of a constant-along-d tensor is that constant
         return Value(a.data.unsqueeze(0).expand(n, *a.data.shape), (p,) + a.pdims, a.bdims)
-    if op in ("comb", "red", "redmax"):
+    combine = reducers().get(op)
+    if op == "comb" or combine is not None:
         (a,) = args
         p = t.attrs[-1]
         if p not in a.pdims:
             raise IllFormed(f"{op} over {p}, which does not index the family {a.pdims}")
         i = a.pdims.index(p)
         rest = a.pdims[:i] + a.pdims[i + 1:]
-        if op == "red":
-            return Value(a.data.sum(dim=i), rest, a.bdims)
-        if op == "redmax":
-            return Value(a.data.amax(dim=i), rest, a.bdims)
+        if combine is not None:  # a reducer: its accumulator's combine op folded over the members (red adds them)
+            return Value(functools.reduce(OPS[combine].torch_fn, a.data.unbind(i)), rest, a.bdims)
         d = t.attrs[0]
         if d in a.bdims:
             # concatenating copies of a broadcast value is that value; anything else has no extent to name
@@ -147,11 +148,11 @@ def _reduce(opdef: OpDef, t: Term, args: list[Value]) -> Value:
     return Value(opdef.torch_fn(a.data, a.axis(d)), a.pdims, a.bdims)
 
 
-_MEANINGS: dict[str, Callable[[OpDef, Term, list[Value]], Value]] = {
-    "same": _same,
-    "broadcast": lambda opdef, t, args: _binary(opdef.torch_fn, *args),
-    "reduce": _reduce,
-    "contract": lambda opdef, t, args: _matmul(opdef.torch_fn, *args),
+_MEANINGS: dict[Shape, Callable[[OpDef, Term, list[Value]], Value]] = {
+    Shape.SAME: _same,
+    Shape.BROADCAST: lambda opdef, t, args: _binary(opdef.torch_fn, *args),
+    Shape.REDUCE: _reduce,
+    Shape.CONTRACT: lambda opdef, t, args: _matmul(opdef.torch_fn, *args),
 }
 """Meanings of table-op terms, keyed by the op family's shape rule (prism.ir.ops.Family.rule)."""
 

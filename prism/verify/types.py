@@ -6,7 +6,8 @@ data dims are broadcast. An extent (prism.ir.sizes.Extent) is a coefficient time
 sizes with integer powers (`4096/x0`: dim 1 of a [8, 4096] input after `part(_, 0, x0)`), so a type holds
 for all parallel sizes.
 
-The rules, one per op family (`RULES`, keyed as the op table's families are): `part`/`repl` over p need p
+The rules, one per shape rule of the op families (`RULES`, keyed by prism.ir.ops.Shape) and one per kind of
+structural term (`parallel`, `bcast`): `part`/`repl` over p need p
 not live (one parallel dim splits at most one dim of a tensor), `comb`/`red` need it live; dims must
 exist; `bcast` needs extent 1; operands of one op must be of one family and have equal extents except
 where one is broadcast; a contraction needs equal extents. A dim of extent 1 cannot be split (it would be
@@ -24,13 +25,15 @@ The same rules infer input shapes for test instances: `Extents` compares known e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from prism.errors import IllFormedTerm
+from prism.ir.ops import Shape
 from prism.ir.sizes import ONE, Extent
 from prism.verify.sizes import Cancel, Divisible
 
-__all__ = ["Extent", "ONE", "TermType", "Extents", "input_type", "step", "KNOWN", "RULES"]
+__all__ = ["Extent", "ONE", "TermType", "Extents", "Typing", "input_type", "step", "KNOWN", "RULES", "parallel",
+           "bcast"]
 
 
 @dataclass(frozen=True)
@@ -89,17 +92,21 @@ def _dim(what: str, d: object, x: TermType) -> int:
     return d
 
 
-def step(rule: str, op: str, attrs: tuple, args: Sequence[TermType], ext: Extents = KNOWN,
+Typing = Callable[[str, tuple, Sequence[TermType], Extents, str], TermType]
+"""A typing rule: (op, attrs, operand types, extent arithmetic, the term's name in messages) -> the term's type."""
+
+
+def step(rule: Typing, op: str, attrs: tuple, args: Sequence[TermType], ext: Extents = KNOWN,
          what: str = "") -> TermType:
     """The type of `op(args..., attrs...)` given its operands' types, or IllFormedTerm saying why not.
 
-    `rule` is the term op's typing rule (prism.verify.expr.TERMS[op].rule: for a table op, its family's
-    shape rule); `what` names the term in messages.
+    `rule` is the term op's typing rule (prism.verify.expr.TERMS[op].rule: for a table op, RULES of its
+    family's shape rule); `what` names the term in messages.
     """
-    return RULES[rule](op, attrs, args, ext, what or op)
+    return rule(op, attrs, args, ext, what or op)
 
 
-def _parallel(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+def parallel(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
     """part/repl over p add p to the family, comb/red/redmax remove it; part/comb split or stretch dim d."""
     x = args[0]
     p = attrs[-1]
@@ -130,7 +137,7 @@ def _reduce(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what:
     return TermType(x.extents[:d] + (ONE,) + x.extents[d + 1:], x.bcast, x.live)
 
 
-def _bcast(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
+def bcast(op: str, attrs: tuple, args: Sequence[TermType], ext: Extents, what: str) -> TermType:
     """Only a dim of extent 1 broadcasts; broadcasting a dim that already is changes nothing (a value that
     stretches along d, stretched along d again, is that value)."""
     x = args[0]
@@ -188,6 +195,6 @@ def _pointwise(what: str, xs: tuple[Extent, ...], ys: tuple[Extent, ...], fx: se
     return tuple(out), frozenset(set(fx) & set(fy))
 
 
-RULES = {"parallel": _parallel, "reduce": _reduce, "bcast": _bcast, "same": _same, "broadcast": _broadcast,
-         "contract": _contract}
-"""Typing rules by name: the structural terms' own, and the op families' shape rules (prism.ir.ops.Family.rule)."""
+RULES: dict[Shape, Typing] = {Shape.SAME: _same, Shape.BROADCAST: _broadcast, Shape.REDUCE: _reduce,
+                              Shape.CONTRACT: _contract}
+"""Typing rules of table-op terms, keyed by their family's shape rule (group ops have no terms of their own)."""
