@@ -7,7 +7,7 @@ import prism
 import prism.verify
 import prism.workloads as wl
 from prism import interp
-from prism.errors import GraphError, MappingError, SerializationError
+from prism.errors import InputError, MappingError, SerializationError
 from prism.provenance import build_id
 from prism.search import SearchResult, default_verify, search
 from prism.search.signature import signature
@@ -86,12 +86,19 @@ def test_instantiate_refuses_sizes_that_do_not_divide(rmsnorm_result):
         rmsnorm_result.instantiate(i, w.build({"n": 4, "d": 64}), loop=7)
 
 
-def test_programs_with_several_outputs_are_refused():
+def test_programs_with_several_outputs_are_searched_jointly():
+    """Two outputs of one input: joint forms, each one kernel writing both (prism.search.joint); the concrete
+    ablation modes take one output only."""
     g = prism.KernelGraph()
     x = g.input((4, 8), name="X")
     g.output(g.exp(x), g.square(x))
-    with pytest.raises(GraphError):
-        search(g, workers=1)
+    result = search(g, workers=1)
+    assert result.graphs and len(result.stats["parts"]) == 2
+    for i in range(len(result.graphs)):
+        inst = result.instantiate(i)
+        assert len(inst.outputs) == 2 and sum(n.op == "custom" for n in inst.nodes) == 1
+    with pytest.raises(InputError, match="symbolic maps only"):
+        search(g, workers=1, modes="mirage")
 
 
 def test_stats_report_every_phase(rmsnorm_result):
