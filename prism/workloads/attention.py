@@ -33,6 +33,7 @@ from functools import partial
 import torch
 
 from prism.ir import BlockGraph, KernelGraph, Launch, Tensor
+from prism.ir.ops import rescaling
 from prism.workloads.base import EPS, Config, PaperFigures, Workload, WorkloadError, default_tile, rms_norm
 
 __all__ = ["ATTENTION", "GQA", "QK_ATTENTION", "default_split", "logit_scales"]
@@ -181,7 +182,7 @@ def _combine(g: KernelGraph, cfg: Config, num: Tensor, den: Tensor, mx: Tensor, 
     max m_k, scales split k's sums by exp(m_k - max m) (at most 1), sums them in groups and divides."""
     k2, imap, last = _per_row(cfg, tail)
     n2, d2, m2 = (k2.accum(k2.input(t, imap=imap)) for t in (num, den, mx))   # [.., 1, splits·d], [.., 1, splits]
-    scale = k2.exp(k2.sub(m2, k2.group_max(m2, last, 1)))             # exp(m_k - max m) [.., 1, splits]
+    scale = rescaling(k2, m2, k2.group_max(m2, last, 1))              # exp(m_k - max m) [.., 1, splits]
     n2 = k2.group_sum(k2.group_scale(n2, scale, last, cfg["d"]), last, cfg["d"])
     d2 = k2.group_sum(k2.group_scale(d2, scale, last, 1), last, 1)
     k2.output(k2.div(n2, d2), omap=imap)
