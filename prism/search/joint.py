@@ -67,9 +67,10 @@ def groups(graph: KernelGraph, parts: Sequence[Sequence[SymbolicGraph]]) -> list
     makes a joint form (Q, K and V of one norm: one program on three weights); any other output is a group
     of its own. Forms of different programs can join too (`prism.search.join` tries them all), but a group
     of outputs whose parts share no form would mostly take the grid that suits none of them."""
+    reads = [graph.output_cone(k)[1] for k in range(len(parts))]   # each part's inputs, made once
     found: list[list[int]] = []
     for k in range(len(parts)):
-        home = next((g for g in found if all(_share(graph, parts, (m, k)) for m in g)), None)
+        home = next((g for g in found if all(_share(graph, parts, reads, (m, k)) for m in g)), None)
         if home is None:
             found.append([k])
         else:
@@ -77,11 +78,13 @@ def groups(graph: KernelGraph, parts: Sequence[Sequence[SymbolicGraph]]) -> list
     return [tuple(g) for g in found]
 
 
-def _share(graph: KernelGraph, parts: Sequence[Sequence[SymbolicGraph]], outputs: Sequence[int]) -> bool:
-    """Whether some form is common to these outputs' parts and makes a joint form of them."""
+def _share(graph: KernelGraph, parts: Sequence[Sequence[SymbolicGraph]], reads: Sequence[Sequence[int]],
+           outputs: Sequence[int]) -> bool:
+    """Whether some form is common to these outputs' parts (reading the program's inputs `reads[k]`) and makes
+    a joint form of them."""
     sub, used = graph.outputs_cone(list(outputs))
     space = AtomSpace(tuple(t.shape for t in sub.inputs))
-    lifted = [(parts[k], [used.index(j) for j in graph.output_cone(k)[1]]) for k in outputs]
+    lifted = [(parts[k], [used.index(j) for j in reads[k]]) for k in outputs]
     return bool(joint_forms(space, lifted, limit=1, same=True))
 
 
