@@ -17,7 +17,7 @@ Two shapes:
 
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20 --background   # cones optimized on a thread
-    python benchmarks/hf_decode.py --llama2048 --layers 4 --repeat 50        # needs a CUDA GPU
+    python benchmarks/hf_decode.py --llama2048 --layers 2 --repeat 30 --budget 8   # needs a CUDA GPU
 """
 
 from __future__ import annotations
@@ -150,9 +150,12 @@ def main() -> None:
     ap.add_argument("--llama2048", action="store_true", help="the Llama-shaped float16 step (a CUDA GPU)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=prism.capture.OPTIONS.budget,
+                    help="candidates Prism tunes per region (default %(default)s, the backend's)")
     ap.add_argument("--background", action="store_true",
                     help="the prism row with options={'background': True}: cones superoptimized on a thread")
     args = ap.parse_args()
+    prism.capture.OPTIONS.budget = args.budget
     cuda = torch.cuda.is_available()
     if args.llama2048:
         if not cuda:

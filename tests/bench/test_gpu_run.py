@@ -23,8 +23,33 @@ def test_it_runs_every_test_file_that_needs_a_gpu():
     assert sorted(_script().GPU_TESTS) == needing
 
 
-def test_its_steps_fit_one_device_call():
-    assert sum(_script().LIMITS.values()) <= 600 - 60
+def test_its_default_steps_fit_one_device_call_and_every_step_fits_one():
+    script = _script()
+    assert sum(script.STEPS[name].limit for name in script.DEFAULT_STEPS) <= script.CALL_SECONDS
+    assert all(step.limit <= script.CALL_SECONDS for step in script.STEPS.values())
+
+
+def test_a_step_that_runs_out_is_stopped_with_what_it_started(tmp_path):
+    """The step's child processes (pytest's workers) are killed with it: none outlives its time limit."""
+    import os
+    import sys
+    import time
+
+    marker = tmp_path / "grandchild.pid"
+    child = ("import subprocess, sys, time; "
+             f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+             f"open({str(marker)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
+    status, tail = _script().step("sleeper", [sys.executable, "-c", child], 3, tmp_path / "sleeper.log")
+    assert status == "stopped at 3 s" and "started" in tail and "started" in (tmp_path / "sleeper.log").read_text()
+    pid = int(marker.read_text())
+    for _ in range(50):  # the kill is sent at once; the process table may take a moment
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the step's grandchild {pid} outlived it")
 
 
 def test_prepare_saves_the_searches_run_reads(tmp_path, monkeypatch, capsys):
@@ -39,5 +64,12 @@ def test_prepare_saves_the_searches_run_reads(tmp_path, monkeypatch, capsys):
 def test_run_without_a_gpu_or_searches_says_why_in_one_line(tmp_path, capsys):
     """On a CPU: no GPU. On a GPU: no searches in an empty folder. Either way nothing runs, exit 2."""
     assert _script().run(str(tmp_path), str(tmp_path / "out"), 16) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpu_run: ")
+
+
+def test_run_refuses_an_unknown_step_in_one_line(tmp_path, capsys):
+    """On a CPU the missing GPU is said first; on a GPU, the unknown step. Either way nothing runs, exit 2."""
+    assert _script().run(str(tmp_path), str(tmp_path / "out"), 16, ["tests", "warp-drive"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpu_run: ")
