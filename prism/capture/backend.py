@@ -114,8 +114,28 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch._guards.tracing(None):  # outside Dynamo's context: its fake mode would make sizes symbolic
-        aten = make_fx(gm, tracing_mode="fake")(*example_inputs)
+        aten = _marked(gm, make_fx(gm, tracing_mode="fake")(*example_inputs))
     return _rest(_fuse(aten, device, record, opts), example_inputs, opts)
+
+
+def _marked(dynamo: torch.fx.GraphModule, aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`aten` (make_fx of Dynamo's graph) with Dynamo's marks on its inputs: where each comes from, and which are
+    static (parameters, a StaticCache's tensors). AOTAutograd reads them to tell Inductor which inputs keep their
+    addresses; without them Inductor's CUDA graphs refuse a graph that writes an input (a decode step writing its
+    KV cache: "skipping cudagraphs due to mutated inputs"). make_fx keeps Dynamo's inputs one for one, in order;
+    a graph where it did not (or that holds parameters of its own) is left unmarked: Inductor then runs it
+    without CUDA graphs, never wrongly."""
+    old, new = dynamo.graph.find_nodes(op="placeholder"), aten.graph.find_nodes(op="placeholder")
+    if len(old) != len(new) or next(aten.named_parameters(), None) is not None or "dynamo_compile_id" not in dynamo.meta:
+        return aten
+    aten.meta.update(dynamo.meta)
+    if hasattr(dynamo, "_param_name_to_source"):
+        aten._param_name_to_source = dynamo._param_name_to_source
+    for a, b in zip(old, new):
+        b._dynamo_source = getattr(a, "_dynamo_source", None)
+        if "tensor_dict" in a.meta:
+            b.meta["tensor_dict"] = a.meta["tensor_dict"]
+    return aten
 
 
 def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, Any],

@@ -142,6 +142,63 @@ def test_compile_options_set_the_backends_options_for_that_compile(options):
     assert pc.history[-1]["cudagraphs"].startswith("none: the graph runs on cpu")
 
 
+class Cached(torch.nn.Module):
+    """A decode step's shape: a projection of a cache that the step writes in place, the cache's address fixed
+    (transformers' StaticCache marks its tensors so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 32, bias=False)
+        self.cache = torch.zeros(4, 32)
+        torch._dynamo.mark_static_address(self.cache)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.index_copy_(0, pos, x)
+        return F.silu(self.proj(self.cache))
+
+
+def _static_inputs(gm: torch.fx.GraphModule, n: int) -> list[int]:
+    """The inputs AOTAutograd tells Inductor keep their addresses (what its CUDA graphs let a graph write)."""
+    try:
+        from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
+    except ImportError:  # torch before 2.9 kept it here
+        from torch._functorch.aot_autograd import _try_get_metadata_from_dynamo
+    return _try_get_metadata_from_dynamo(gm, {}.keys(), n, [])[1]
+
+
+def test_the_rest_keeps_dynamos_static_inputs(options, monkeypatch):
+    """The graph Prism hands Inductor marks the same inputs static as Dynamo's graph did (the cache the step
+    writes, the weight): without the marks Inductor's CUDA graphs skip any decode step that writes its KV cache."""
+    import prism.capture.backend as backend
+
+    seen = []
+    real = backend._rest
+    monkeypatch.setattr(backend, "_rest", lambda gm, inputs, opts: seen.append((gm, len(inputs))) or real(gm, inputs, opts))
+    dynamo = []
+
+    def first(gm, inputs):
+        dynamo.append(_static_inputs(gm, len(inputs)))
+        return backend.prism_backend(gm, inputs, {"rest": "inductor"})
+
+    torch.manual_seed(0)
+    module, x = Cached(), torch.randn(1, 32)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = Cached.forward(copy_of(module), x, torch.tensor([2]))
+        got = torch.compile(module, backend=first)(x, torch.tensor([2]))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert pc.history[-1]["replaced"], pc.history[-1]["left"]
+    (gm, n), = seen
+    assert len(dynamo[0]) == 2 and _static_inputs(gm, n) == dynamo[0]
+
+
+def copy_of(module: Cached) -> Cached:
+    twin = Cached()
+    twin.load_state_dict(module.state_dict())
+    twin.cache = module.cache.clone()
+    return twin
+
+
 @pytest.mark.parametrize("options,mode,why", [
     ({"nope": 1}, None, "unknown"),
     ({}, "max-autotune", "mode 'max-autotune' unknown"),
@@ -174,3 +231,18 @@ def test_reduce_overhead_replays_prisms_ops_in_inductors_cuda_graphs(options, mo
     assert pc.history[-1]["cudagraphs"].startswith("Inductor records")
     assert len(pc.history[-1]["replaced"]) == 1
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+    # a step that writes its (static) cache in place is captured too
+    module = Cached().cuda().half()
+    x, pos = torch.randn(1, 32, device="cuda", dtype=torch.half), torch.tensor([2], device="cuda")
+    twin = copy_of(module)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        want = twin(x, pos)
+        compiled = torch.compile(module, backend="prism", mode="reduce-overhead")
+        outs = [compiled(x, pos).clone() for _ in range(4)]
+    for got in outs:
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(module.cache, twin.cache)
+    assert pc.history[-1]["replaced"] and not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
