@@ -114,23 +114,28 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch._guards.tracing(None):  # outside Dynamo's context: its fake mode would make sizes symbolic
-        aten = _marked(gm, make_fx(gm, tracing_mode="fake")(*example_inputs))
-    return _rest(_fuse(aten, device, record, opts), example_inputs, opts)
+        aten = make_fx(gm, tracing_mode="fake")(*example_inputs)
+    return _rest(_marked(gm, _fuse(aten, device, record, opts)), example_inputs, opts)
 
 
 def _marked(dynamo: torch.fx.GraphModule, aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """`aten` (make_fx of Dynamo's graph) with Dynamo's marks on its inputs: where each comes from, and which are
-    static (parameters, a StaticCache's tensors). AOTAutograd reads them to tell Inductor which inputs keep their
-    addresses; without them Inductor's CUDA graphs refuse a graph that writes an input (a decode step writing its
-    KV cache: "skipping cudagraphs due to mutated inputs"). make_fx keeps Dynamo's inputs one for one, in order;
-    a graph where it did not (or that holds parameters of its own) is left unmarked: Inductor then runs it
-    without CUDA graphs, never wrongly."""
+    """`aten` (make_fx of Dynamo's graph, fused) with Dynamo's marks on its inputs: where each comes from, and
+    which are static (parameters, a StaticCache's tensors). AOTAutograd reads them to tell Inductor which inputs
+    keep their addresses; without them Inductor's CUDA graphs refuse a graph that writes an input (a decode step
+    writing its KV cache: "skipping cudagraphs due to mutated inputs"). make_fx keeps Dynamo's inputs one for
+    one, in order; the constants it (or a fused region) made attributes of the graph get a source of their own,
+    as AOTAutograd wants one for each. A graph whose inputs do not line up is left unmarked: Inductor then runs
+    it without CUDA graphs, never wrongly."""
+    from torch._dynamo.source import ConstantSource
+
     old, new = dynamo.graph.find_nodes(op="placeholder"), aten.graph.find_nodes(op="placeholder")
-    if len(old) != len(new) or next(aten.named_parameters(), None) is not None or "dynamo_compile_id" not in dynamo.meta:
+    if len(old) != len(new) or "dynamo_compile_id" not in dynamo.meta:
         return aten
     aten.meta.update(dynamo.meta)
-    if hasattr(dynamo, "_param_name_to_source"):
-        aten._param_name_to_source = dynamo._param_name_to_source
+    sources = dict(getattr(dynamo, "_param_name_to_source", {}))
+    for name, _ in [*aten.named_parameters(remove_duplicate=False), *aten.named_buffers(remove_duplicate=False)]:
+        sources.setdefault(name, ConstantSource(f"prism_constant_{name}"))
+    aten._param_name_to_source = sources
     for a, b in zip(old, new):
         b._dynamo_source = getattr(a, "_dynamo_source", None)
         if "tensor_dict" in a.meta:

@@ -153,17 +153,19 @@ class Cached(torch.nn.Module):
         torch._dynamo.mark_static_address(self.cache)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        self.cache.index_copy_(0, pos, x)
+        self.cache.index_copy_(0, pos, x * torch.tensor([0.5]))   # a constant: make_fx makes it an attribute
         return F.silu(self.proj(self.cache))
 
 
 def _static_inputs(gm: torch.fx.GraphModule, n: int) -> list[int]:
-    """The inputs AOTAutograd tells Inductor keep their addresses (what its CUDA graphs let a graph write)."""
+    """The inputs AOTAutograd tells Inductor keep their addresses (what its CUDA graphs let a graph write), its
+    inputs being `gm`'s parameters and buffers, then its n arguments."""
     try:
         from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
     except ImportError:  # torch before 2.9 kept it here
         from torch._functorch.aot_autograd import _try_get_metadata_from_dynamo
-    return _try_get_metadata_from_dynamo(gm, {}.keys(), n, [])[1]
+    held = dict([*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)])
+    return _try_get_metadata_from_dynamo(gm, held.keys(), len(held) + n, [])[1]
 
 
 def test_the_rest_keeps_dynamos_static_inputs(options, monkeypatch):
@@ -189,7 +191,9 @@ def test_the_rest_keeps_dynamos_static_inputs(options, monkeypatch):
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
     assert pc.history[-1]["replaced"], pc.history[-1]["left"]
     (gm, n), = seen
-    assert len(dynamo[0]) == 2 and _static_inputs(gm, n) == dynamo[0]
+    constants = len(list(gm.named_buffers()))
+    assert constants and len(dynamo[0]) == 2
+    assert _static_inputs(gm, n) == list(range(constants)) + [i + constants for i in dynamo[0]]
 
 
 def copy_of(module: Cached) -> Cached:
