@@ -11,7 +11,9 @@ producers Prism has:
     down projection of an MLP does not swallow the SwiGLU product that feeds it, which is a cone of its
     own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
     side (SwiGLU's gate and up) join freely;
-  - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable.
+  - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable; layout ops do not
+    count (they fold into shapes and the cone's inputs: a float16 model's casts around its norms and the
+    transposes of its weights would otherwise cut a norm in two, its mean left to torch).
 Cones without a matmul are left to torch: elementwise fusion is what Inductor does well. A producer that
 depends on a matmul only through a value used several times (a residual that feeds the next norm) does not
 count as depending on it.
@@ -152,13 +154,14 @@ def hoisted(node: Any) -> bool:
 def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
     """The cone of `root` (see the module docstring), breadth first so the nearest producers come first."""
     members = {root}
-    matmuls = MATMULS.get(op_name(root), 0)
+    ops, matmuls = 1, MATMULS.get(op_name(root), 0)
     queue = deque([(root, matmuls, False, False)])  # (node, under a matmul's operand, passed an exp since,
     after_mm: dict[Any, bool] = {}                   # computed twice: its value is also used outside)
     while queue:
         node, under_mm, saw_exp, twice = queue.popleft()
         for p in node.all_input_nodes:
-            if p in members or not _prism(p) or len(members) >= max_ops:
+            layout = op_name(p) in VIEWS
+            if p in members or not _prism(p) or (ops >= max_ops and not layout):
                 continue
             is_mm = op_name(p) in MATMULS
             if (under_mm and not saw_exp and op_name(p) not in EXPS | VIEWS
@@ -168,6 +171,7 @@ def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
             if is_mm and (matmuls + MATMULS[op_name(p)] > max_matmuls or shared):  # never computed twice
                 continue
             members.add(p)
+            ops += not layout
             matmuls += MATMULS.get(op_name(p), 0)
             queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared))
     return members
