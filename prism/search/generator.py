@@ -30,7 +30,8 @@ from prism.symbolic.sgraph import ACCUM, RUNNING_MAX, BOp, Labels, SGraph, match
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
-__all__ = ["Generator", "Limits", "Modes", "Structure", "chained_contraction", "default_max_ops"]
+__all__ = ["Generator", "Limits", "Modes", "Structure", "chained_contraction", "default_max_ops",
+           "epilogue_operand"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,19 @@ def chained_contraction(target: Target) -> bool:
     everywhere, it about doubled QK-Attention's generation (measured while developing it: 268k to 504k
     states at the tests' size) for forms no faster than those it already finds."""
     return any(contracts(op_of(t)) and any(contracts(op_of(c)) for c in t[2:]) for t in target.subterms)
+
+
+def epilogue_operand(target: Target) -> bool:
+    """Whether some whole form of the target is an element-wise op of a contraction and a tensor computed
+    element-wise from inputs (a residual or a bias added to a projection: r + X @ W): with the contraction's dim
+    split by the loop, that tensor's loop-invariant loader meets the accumulated product after the loop, the
+    one form of such a program with a loop (inputs accumulated by the loop would be added once per
+    iteration). Only whole forms: an element-wise op inside a later contraction (attention's mask) needs none."""
+    def elementwise(t: Term) -> bool:
+        return all(op_of(s) == "in" or OPS[op_of(s)].family.elementwise for s in subterms(t))
+    return any(op_of(r) in OPS and OPS[op_of(r)].family.elementwise and OPS[op_of(r)].arity == 2
+               and any(contracts(op_of(x)) for x in r[2:]) and any(elementwise(x) for x in r[2:])
+               for r in target.roots)
 
 
 @dataclass
@@ -162,7 +176,8 @@ class Generator:
         return self._joint[a, b]
 
     def start(self, labels: Labels | None = None) -> SGraph:
-        return SGraph.start(self.target.space, labels, pinning=chained_contraction(self.target))
+        return SGraph.start(self.target.space, labels,
+                            pinning=chained_contraction(self.target) or epilogue_operand(self.target))
 
     # -- the search ----------------------------------------------------------------------------
 

@@ -123,6 +123,8 @@ def algebra() -> Iterator[Rule]:
     """Compute-op algebra (no parallel ops)."""
     yield R("add-comm", raw("add", a, b), raw("add", b, a))
     yield R("mul-comm", raw("mul", a, b), raw("mul", b, a))
+    yield R("mul-div", raw("mul", a, div(b, c)), div(raw("mul", a, b), c))  # a quotient moves out of a product:
+    # an RMSNorm's weight times the normalized row is the weighted row over its norm, which a matmul then carries
     yield E("matmul-assoc", matmul(a, matmul(b, c)), matmul(matmul(a, b), c))
     # Distributivity is not loaded right to left: A@C + B@C is well formed for A, B of different widths
     # when C's rows are broadcast, and A + B is not.

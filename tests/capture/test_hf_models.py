@@ -103,3 +103,33 @@ def test_a_padded_batch_fuses_attention_with_its_mask(options):
         "aten._scaled_dot_product_flash_attention_for_cpu.default"}]
     assert len(attention) == 1
     assert "float32[2, 1, 6, 6] = input" in attention[0]["program"]     # the mask, one per sequence
+
+
+def test_a_llama_shaped_decode_step_runs_each_region_as_one_fused_kernel(options):
+    """At a real model's sizes (hidden 2048, MLP 5632, float16) no block holds a whole row of weights: each region
+    needs a form whose loop walks the contracted dim. Before those existed (the norm's weight and the residual
+    had none, and a cut through the MLP's norm left its mean to torch), an H200 ran this step's layer as 12
+    launches, regions unfused. Now each region (Q, K and V with their norm; attention; the output projection and
+    its residual; the norm, gate, up and SwiGLU; the down projection and its residual; the final norm and the
+    LM head) is one fused kernel, and the step matches eager."""
+    import copy
+
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(vocab_size=128, hidden_size=2048, intermediate_size=5632, num_hidden_layers=1,
+                            num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=64)
+    m = tf.LlamaForCausalLM(config).to(torch.float16).eval()
+    cache = tf.DynamicCache()
+    prompt = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        want = m(input_ids=nxt, past_key_values=copy.deepcopy(cache), use_cache=True).logits
+        step = torch.compile(m.forward, backend="prism")
+        got = step(input_ids=nxt, past_key_values=copy.deepcopy(cache), use_cache=True).logits
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    replaced = pc.history[-1]["replaced"]
+    assert len(replaced) == 6, [r["ops"] for r in replaced]
+    assert all(r["launches"] == 1 and r["chosen"] != "unfused program" for r in replaced), [
+        (r["root"], r["chosen"], r["launches"]) for r in replaced]
