@@ -1,29 +1,32 @@
-"""A whole GPU run in one command: what a session lent a GPU for minutes should run, searched beforehand on a CPU.
+"""A whole GPU run in few commands: what a session lent a GPU for minutes should run, prepared on a CPU.
 
-    # on a CPU, beforehand (minutes): every workload's search, saved for this build of Prism; carry the folder
-    python benchmarks/gpu_run.py prepare --search-dir gpu-searches
-    # on the GPU, in one device call (about 10 minutes): the GPU tests, gpu_bench on every config, the oracle
-    python benchmarks/gpu_run.py run --search-dir gpu-searches --out $OUT
+    # on a CPU with the package registry, beforehand (minutes): every workload's search, saved for this build
+    # of Prism, and the wheels the GPU machine lacks (egglog's chain; transformers, its models but Llama left out)
+    python benchmarks/gpu_run.py prepare --search-dir gpu-searches --wheels .whl
+    # on the GPU, one device call per line (each fits 10 minutes; carry .whl and gpu-searches)
+    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps tests,gpu_bench
+    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps llama
+    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps decoder,sizes
 
-`run` does these steps, each in a process of its own under a time limit (one that fails or runs out is reported,
-and the others still run); `--steps` picks some of them, in its order (default: the first three, which fit one
-device call together; the others are for a second call):
+`run` installs the carried wheels (`--wheels`) where its steps import them, then does the steps `--steps` names,
+in its order (default: tests,gpu_bench), each in a process of its own under its time limit (one that fails or
+runs out is reported, and killed with what it started; the others still run):
   tests      the tests that need a GPU (those that skip without one), on 12 workers;
   gpu_bench  `benchmarks/gpu_bench.py` on all ten configs with the carried searches (Prism's kernels, eager and
-             torch.compile, as called and in CUDA graphs, the DRAM floor), into OUT/gpu_bench.json;
+             torch.compile, as called and in CUDA graphs, the DRAM floor), into OUT/gpu_bench.json (written
+             after every row, so a step that runs out keeps what it measured);
   oracle     `benchmarks/tune_calibrate.py collect`: measured candidates per config, into OUT/tune_samples.json,
              and the current cost model's regret on them (prism.tune.oracle). Copy that file to
              benchmarks/results/tune_samples_<gpu>_<date>.json: the oracle the CPU tests replay
              (tests/tune/test_oracle.py);
-  llama      `benchmarks/hf_decode.py --llama2048`: a Llama-shaped float16 decode step (2 layers, KV 1024,
-             batch 1 and 8) through eager, Inductor, Inductor's reduce-overhead, Prism and Prism with CUDA
-             graphs (needs `transformers`);
+  llama      `benchmarks/hf_decode.py --llama2048 --batches 1`: a Llama-shaped float16 decode step (2 layers, KV
+             1024) through eager, Inductor, Inductor's reduce-overhead, Prism and Prism with CUDA graphs;
   decoder    `benchmarks/decoder_bench.py`: the example decoder layer through the same backends;
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
              OUT/every_size.json.
-It prints each step's last lines and a summary table last. Without a GPU, `run` says so in one line and exits 2.
-
-    python benchmarks/gpu_run.py run --search-dir gpu-searches --out $OUT --steps tests,llama,decoder
+The limits come from an H200 run (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s there
+(tuning on the GPU), the GPU tests did not finish in 140 s. It prints each step's last lines and a summary table
+last. Without a GPU, `run` says so in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class Step(NamedTuple):
 
 
 STEPS = {
-    "tests": Step(140, lambda py, searches, out, budget: [py, "-m", "pytest", "-q", "-n", "12", "-p",
+    "tests": Step(270, lambda py, searches, out, budget: [py, "-m", "pytest", "-q", "-n", "12", "-p",
                                                           "no:cacheprovider", *GPU_TESTS]),
     "gpu_bench": Step(270, lambda py, searches, out, budget: [
         py, "benchmarks/gpu_bench.py", "--search-dir", searches, "--budget", str(budget),
@@ -66,16 +69,75 @@ STEPS = {
     "oracle": Step(130, lambda py, searches, out, budget: [
         py, "benchmarks/tune_calibrate.py", "collect", "--search-dir", searches, "--out",
         str(out / "tune_samples.json")]),
-    "llama": Step(240, lambda py, searches, out, budget: [
-        py, "benchmarks/hf_decode.py", "--llama2048", "--layers", "2", "--repeat", "30", "--budget", "8"]),
-    "decoder": Step(150, lambda py, searches, out, budget: [py, "benchmarks/decoder_bench.py", "--budget", "8"]),
-    "sizes": Step(100, lambda py, searches, out, budget: [
+    "llama": Step(500, lambda py, searches, out, budget: [
+        py, "benchmarks/hf_decode.py", "--llama2048", "--layers", "2", "--repeat", "30", "--budget", "8",
+        "--batches", "1"]),
+    "decoder": Step(330, lambda py, searches, out, budget: [py, "benchmarks/decoder_bench.py", "--budget", "8"]),
+    "sizes": Step(180, lambda py, searches, out, budget: [
         py, "benchmarks/every_size.py", "--budget", "8", "--out", str(out / "every_size.json")]),
 }
 """Every step `run` can take, by the name `--steps` gives it."""
-DEFAULT_STEPS = ("tests", "gpu_bench", "oracle")
+DEFAULT_STEPS = ("tests", "gpu_bench")
 CALL_SECONDS = 600 - 60
 """What a device call leaves the steps: its 10 minutes, less a minute to install the carried wheels and start."""
+
+
+WHEELS = ["egglog==13.2.0", "black==26.10.1", "opentelemetry-api==1.45.2", "platformdirs==4.14.7", "pytokens==0.4.1",
+          "graphviz==0.21", "huggingface-hub==2.4.0", "httpx2==2.16.2", "httpcore2==2.16.2", "truststore==0.10.5",
+          "tokenizers==0.23.3", "safetensors==0.8.0", "regex==2026.11.19", "click==8.5.1"]
+"""What the GPU machine (Python 3.12, torch 2.11) lacks: egglog with what its package imports, and what
+transformers 5 imports beyond what is there (httpcore2 imports truststore: a run without it lost its llama step)."""
+TRANSFORMERS = "transformers==5.24.0"
+KEPT_MODELS = ("auto", "llama")
+"""transformers travels without its other models: whole, its wheel and egglog's pass a device call's 64 MiB."""
+PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64"]
+
+
+def download_wheels(folder: str) -> int:
+    """WHEELS for the GPU machine's Python into `folder`, and transformers as `transformers-slim.tgz` (the
+    package with only KEPT_MODELS), which `run --wheels` unpacks beside them."""
+    import tarfile
+    import tempfile
+    import zipfile
+
+    target = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+              *[x for p in PLATFORMS for x in ("--platform", p)]]
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for specs, into in ((WHEELS, folder), ([TRANSFORMERS], tmp)):
+            done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", *target, "-d", into,
+                                   *specs], capture_output=True, text=True)
+            if done.returncode:
+                print(f"gpu_run: pip download failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                return 1
+        (wheel,) = Path(tmp).glob("transformers-*.whl")
+        with zipfile.ZipFile(wheel) as z, tarfile.open(Path(folder) / "transformers-slim.tgz", "w:gz") as tgz:
+            z.extractall(tmp)
+            models = Path(tmp) / "transformers" / "models"
+            tgz.add(Path(tmp) / "transformers", "transformers", filter=lambda info: None if (
+                info.name.startswith("transformers/models/") and info.name.count("/") >= 2
+                and info.name.split("/")[2] not in KEPT_MODELS and (models / info.name.split("/")[2]).is_dir())
+                else info)
+    size = sum(f.stat().st_size for f in Path(folder).iterdir()) / 2**20
+    print(f"wheels for the GPU machine in {folder} ({size:.0f} MiB): carry it, and run with --wheels {folder}")
+    return 0
+
+
+def install(folder: str) -> str:
+    """The carried wheels of `folder` (and its *.tgz packages) installed into a fresh folder: its path, which
+    the steps get first on PYTHONPATH."""
+    import tarfile
+    import tempfile
+
+    site = tempfile.mkdtemp(prefix="gpu-run-site-")
+    wheels = sorted(glob.glob(f"{folder}/*.whl"))
+    if wheels:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--target", site, *wheels], check=True)
+    for archive in sorted(glob.glob(f"{folder}/*.tgz")):
+        with tarfile.open(archive) as tgz:
+            tgz.extractall(site, filter="data")
+    return site
 
 
 def prepare(search_dir: str, time_limit: float) -> int:
@@ -93,11 +155,12 @@ def prepare(search_dir: str, time_limit: float) -> int:
     return 0
 
 
-def step(name: str, argv: Sequence[str], timeout: float, log: Path) -> tuple[str, str]:
+def step(name: str, argv: Sequence[str], timeout: float, log: Path, site: str | None = None) -> tuple[str, str]:
     """Run one step (a command line) under `timeout` seconds, its output in `log`: (status, its last lines).
-    A step that runs out is killed with every process it started (pytest's workers hold the GPU too)."""
+    A step that runs out is killed with every process it started (pytest's workers hold the GPU too). `site`:
+    installed wheels, first on its PYTHONPATH."""
     t0 = time.perf_counter()
-    path = os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x)
+    path = os.pathsep.join(x for x in (site, str(ROOT), os.environ.get("PYTHONPATH")) if x)
     p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                          env=os.environ | {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     try:
@@ -113,7 +176,7 @@ def step(name: str, argv: Sequence[str], timeout: float, log: Path) -> tuple[str
     return status, tail
 
 
-def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_STEPS) -> int:
+def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_STEPS, wheels: str | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -128,8 +191,9 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
         return 2
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
+    site = install(wheels) if wheels else None
     summary = [(name, *step(name, STEPS[name].argv(sys.executable, search_dir, folder, budget), STEPS[name].limit,
-                            folder / f"{name}.log")) for name in steps]
+                            folder / f"{name}.log", site)) for name in steps]
     samples = folder / "tune_samples.json"
     if "oracle" in steps and samples.exists():
         from prism.tune.oracle import load, regrets
@@ -148,19 +212,21 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("prepare", help="on a CPU: every workload's search, saved")
+    p = sub.add_parser("prepare", help="on a CPU: every workload's search, saved; the GPU machine's wheels")
     p.add_argument("--search-dir", required=True)
     p.add_argument("--search-time-limit", type=float, default=900.0)
+    p.add_argument("--wheels", default="", help="also download the wheels the GPU machine lacks into this folder")
     r = sub.add_parser("run", help="on the GPU: tests, gpu_bench, oracle samples")
     r.add_argument("--search-dir", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--budget", type=int, default=16, help="candidates gpu_bench tunes per config")
+    r.add_argument("--wheels", default="", help="a folder of `prepare --wheels`: installed for the steps")
     r.add_argument("--steps", default=",".join(DEFAULT_STEPS),
                    help=f"comma-separated, run in this order: {', '.join(STEPS)} (default %(default)s)")
     args = ap.parse_args(argv)
     if args.step == "prepare":
-        return prepare(args.search_dir, args.search_time_limit)
-    return run(args.search_dir, args.out, args.budget, [s for s in args.steps.split(",") if s])
+        return prepare(args.search_dir, args.search_time_limit) or (download_wheels(args.wheels) if args.wheels else 0)
+    return run(args.search_dir, args.out, args.budget, [s for s in args.steps.split(",") if s], args.wheels or None)
 
 
 if __name__ == "__main__":

@@ -7,17 +7,18 @@ Two shapes:
       step's, result cache as it is: run twice for a warm one), the seconds until every cone runs its chosen
       kernels (later than the first compile with --background, which superoptimizes on a thread: the step is
       timed once they do), and the median µs of one decode step as called. On a CPU Prism's regions run their programs as torch ops; on a GPU, its kernels.
-  --llama2048 (a GPU): a Llama-shaped float16 model (hidden 2048, 16 heads, 4 KV heads, MLP 5632, --layers
-      layers, random weights), a StaticCache holding 1024 prompt tokens, batch 1 and 8; eager, Inductor,
-      Inductor's reduce-overhead mode (a CUDA graph per step), Prism, and Prism in that mode (the rest in
-      Inductor's CUDA graphs, Prism's ops captured inside), each as called and, except the reduce-overhead
-      ones (already replays), as the replay of one step captured in a CUDA graph; and Prism's kernel
-      launches per layer (from prism.capture.history). Each step first sets the cache's length back to the
-      prompt's (one small fill per layer, timed alike for all).
+  --llama2048: a Llama-shaped float16 model (hidden 2048, 16 heads, 4 KV heads, MLP 5632, --layers layers,
+      random weights), a StaticCache holding 1024 prompt tokens, batch 1 and 8 (--batches). On a GPU: eager,
+      Inductor, Inductor's reduce-overhead mode (a CUDA graph per step), Prism, and Prism in that mode (the rest
+      in Inductor's CUDA graphs, Prism's ops captured inside), each as called and, except the reduce-overhead
+      ones (already replays), as the replay of one step captured in a CUDA graph. On a CPU: eager and Prism as
+      called (Prism's regions run their programs as torch ops there). Then Prism's launches per layer and each
+      region's choice (prism.capture.history). Each step first sets the cache's length back to the prompt's
+      (one small fill per layer, timed alike for all).
 
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20 --background   # cones optimized on a thread
-    python benchmarks/hf_decode.py --llama2048 --layers 2 --repeat 30 --budget 8   # needs a CUDA GPU
+    python benchmarks/hf_decode.py --llama2048 --layers 2 --repeat 30 --budget 8   # on a CUDA GPU: the table
 """
 
 from __future__ import annotations
@@ -85,22 +86,24 @@ def small(hf: Any, name: str, layers: int, backend: str | None, repeat: int, dev
 
 
 def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str | None,
-              repeat: int) -> dict[str, Any]:
-    """The Llama-shaped float16 step on the GPU: first-compile seconds, µs as called and in a CUDA graph."""
+              repeat: int, device: str = "cuda") -> dict[str, Any]:
+    """The Llama-shaped float16 step: first-compile seconds, µs as called and (on a GPU) in a CUDA graph, and
+    for Prism each region's choice and launches."""
     import transformers as tf
 
     torch._dynamo.reset()
     torch.manual_seed(0)
+    cuda = device == "cuda"
     config = tf.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=layers,
                             num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=kv + 64)
-    m = tf.LlamaForCausalLM(config).to("cuda", torch.float16).eval()
+    m = tf.LlamaForCausalLM(config).to(device, torch.float16).eval()
     cache = tf.StaticCache(config=config, max_cache_len=kv + 1)
-    prompt = torch.randint(0, 32000, (batch, kv), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    prompt = torch.randint(0, 32000, (batch, kv), generator=torch.Generator().manual_seed(1)).to(device)
     row: dict[str, Any] = {}
     start_record = len(prism.capture.history)
     with torch.no_grad():
-        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        position = torch.tensor([kv], device="cuda")
+        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits.argmax(-1)
+        position = torch.tensor([kv], device=device)
         forward = m.forward if backend is None else torch.compile(m.forward, backend=backend, mode=mode)
 
         def step() -> Any:  # the cache back at the prompt's length: every step writes the same slot
@@ -109,11 +112,14 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
             return forward(input_ids=nxt, past_key_values=cache, cache_position=position, use_cache=True)
         start = time.perf_counter()
         step()
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
         row["compile_s"] = time.perf_counter() - start
         row["launches"] = launches_per_layer(start_record, layers) if backend == "prism" else None
-        row["called_us"] = median_us(step, repeat, True)
-        if mode != "reduce-overhead":
+        row["regions"] = ([(r["root"], r["chosen"], r["launches"]) for r in prism.capture.history[-1]["replaced"]]
+                          if backend == "prism" else [])
+        row["called_us"] = median_us(step, repeat, cuda)
+        if cuda and mode != "reduce-overhead":
             try:
                 row["graph_us"] = _graph_us(step, repeat)
             except Exception as e:  # the row says why there is no figure
@@ -150,6 +156,7 @@ def main() -> None:
     ap.add_argument("--llama2048", action="store_true", help="the Llama-shaped float16 step (a CUDA GPU)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--batches", default="1,8", help="--llama2048's batch sizes, comma-separated (default %(default)s)")
     ap.add_argument("--budget", type=int, default=prism.capture.OPTIONS.budget,
                     help="candidates Prism tunes per region (default %(default)s, the backend's)")
     ap.add_argument("--background", action="store_true",
@@ -158,18 +165,24 @@ def main() -> None:
     prism.capture.OPTIONS.budget = args.budget
     cuda = torch.cuda.is_available()
     if args.llama2048:
-        if not cuda:
-            sys.exit("hf_decode: --llama2048 needs a CUDA GPU; nothing measured")
-        print(f"Llama-shaped float16 decode step, {args.layers} layers, KV cache 1024, "
-              f"{torch.cuda.get_device_name()}: µs, median of {args.repeat}")
+        where = torch.cuda.get_device_name() if cuda else "CPU (no CUDA graphs; Prism's choices by its cost model)"
+        print(f"Llama-shaped float16 decode step, {args.layers} layers, KV cache 1024, {where}: µs, median of "
+              f"{args.repeat}")
         print("| batch | backend | first compile s | called µs | CUDA graph µs | Prism launches / layer |")
         print("|---|---|---|---|---|---|")
-        for batch in (1, 8):
-            for label, backend, mode in GPU_BACKENDS:
-                r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat)
-                graph = f"{r['graph_us']:.0f}" if "graph_us" in r else r.get("graph_failure", "(a replay as called)")
+        regions = []
+        for batch in [int(b) for b in args.batches.split(",")]:
+            for label, backend, mode in GPU_BACKENDS if cuda else (BACKENDS[0], BACKENDS[2]):
+                r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat, "cuda" if cuda else "cpu")
+                graph = f"{r['graph_us']:.0f}" if "graph_us" in r else r.get(
+                    "graph_failure", "(a replay as called)" if cuda else "")
                 launches = "" if r["launches"] is None else f"{r['launches']:.0f}"
-                print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} | {launches} |")
+                print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} | {launches} |",
+                      flush=True)
+                regions += [(batch, *region) for region in r["regions"] if mode is None]
+        print("| batch | Prism region (its roots) | chosen | launches |\n|---|---|---|---|")
+        for batch, root, chosen, launches in regions:
+            print(f"| {batch} | {root} | {chosen} | {launches} |")
         return
     hf = argparse.Namespace(**runpy.run_path(str(EXAMPLE)))
     device = "cuda" if cuda else "cpu"

@@ -26,6 +26,10 @@ def test_it_runs_every_test_file_that_needs_a_gpu():
 def test_its_default_steps_fit_one_device_call_and_every_step_fits_one():
     script = _script()
     assert sum(script.STEPS[name].limit for name in script.DEFAULT_STEPS) <= script.CALL_SECONDS
+    for line in script.__doc__.splitlines():   # each call its docstring names fits one device call too
+        if "--steps" in line and "run --wheels" in line:
+            named = line.split("--steps ")[1].split()[0].split(",")
+            assert sum(script.STEPS[name].limit for name in named) <= script.CALL_SECONDS, line
     assert all(step.limit <= script.CALL_SECONDS for step in script.STEPS.values())
 
 
@@ -73,3 +77,23 @@ def test_run_refuses_an_unknown_step_in_one_line(tmp_path, capsys):
     assert _script().run(str(tmp_path), str(tmp_path / "out"), 16, ["tests", "warp-drive"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpu_run: ")
+
+
+def test_carried_packages_reach_the_steps(tmp_path):
+    """`run --wheels`: what the folder holds (here a package as a .tgz, as transformers travels) is importable in
+    every step, and nothing outside the step's own PYTHONPATH is touched."""
+    import sys
+    import tarfile
+
+    package = tmp_path / "pkg" / "carried_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("WHERE = __file__\n")
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    with tarfile.open(folder / "carried_probe.tgz", "w:gz") as tgz:
+        tgz.add(package, "carried_probe")
+    script = _script()
+    site = script.install(str(folder))
+    status, tail = script.step("probe", [sys.executable, "-c", "import carried_probe; print(carried_probe.WHERE)"], 60,
+                               tmp_path / "probe.log", site)
+    assert status == "ok" and tail.startswith(site), tail
