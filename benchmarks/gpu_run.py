@@ -11,7 +11,8 @@
 `run` installs the carried wheels (`--wheels`) where its steps import them, then does the steps `--steps` names,
 in its order (default: tests,gpu_bench), each in a process of its own under its time limit (one that fails or
 runs out is reported, and killed with what it started; the others still run):
-  tests      the tests that need a GPU (those that skip without one), on 12 workers;
+  tests      the tests that need a GPU (those that skip without one), on 12 workers, a line per test (a run
+             killed at its limit still names what failed: 2026-11-26's, at -q, did not);
   gpu_bench  `benchmarks/gpu_bench.py` on all ten configs with the carried searches (Prism's kernels, eager and
              torch.compile, as called and in CUDA graphs, the DRAM floor), into OUT/gpu_bench.json (written
              after every row, so a step that runs out keeps what it measured);
@@ -61,7 +62,7 @@ class Step(NamedTuple):
 
 
 STEPS = {
-    "tests": Step(270, lambda py, searches, out, budget: [py, "-m", "pytest", "-q", "-n", "12", "-p",
+    "tests": Step(270, lambda py, searches, out, budget: [py, "-m", "pytest", "-v", "-n", "12", "-p",
                                                           "no:cacheprovider", *GPU_TESTS]),
     "gpu_bench": Step(270, lambda py, searches, out, budget: [
         py, "benchmarks/gpu_bench.py", "--search-dir", searches, "--budget", str(budget),
