@@ -38,6 +38,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
@@ -97,7 +98,6 @@ PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x8
 def download_wheels(folder: str) -> int:
     """WHEELS for the GPU machine's Python into `folder`, and transformers as `transformers-slim.tgz` (the
     package with only KEPT_MODELS), which `run --wheels` unpacks beside them."""
-    import tarfile
     import tempfile
     import zipfile
 
@@ -109,7 +109,8 @@ def download_wheels(folder: str) -> int:
             done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", *target, "-d", into,
                                    *specs], capture_output=True, text=True)
             if done.returncode:
-                print(f"gpu_run: pip download failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                print(f"gpu_run: pip download failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}",
+                      file=sys.stderr)
                 return 1
         (wheel,) = Path(tmp).glob("transformers-*.whl")
         with zipfile.ZipFile(wheel) as z, tarfile.open(Path(folder) / "transformers-slim.tgz", "w:gz") as tgz:
@@ -127,14 +128,15 @@ def download_wheels(folder: str) -> int:
 def install(folder: str) -> str:
     """The carried wheels of `folder` (and its *.tgz packages) installed into a fresh folder: its path, which
     the steps get first on PYTHONPATH."""
-    import tarfile
     import tempfile
 
     site = tempfile.mkdtemp(prefix="gpu-run-site-")
     wheels = sorted(glob.glob(f"{folder}/*.whl"))
     if wheels:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--target", site, *wheels], check=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                               "--target", site, *wheels], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip install failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     for archive in sorted(glob.glob(f"{folder}/*.tgz")):
         with tarfile.open(archive) as tgz:
             tgz.extractall(site, filter="data")
@@ -192,7 +194,11 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
         return 2
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    site = install(wheels) if wheels else None
+    try:
+        site = install(wheels) if wheels else None
+    except (RuntimeError, OSError, tarfile.TarError) as e:
+        print(f"gpu_run: the wheels of {wheels} did not install ({e}); nothing measured", file=sys.stderr)
+        return 2
     summary = [(name, *step(name, STEPS[name].argv(sys.executable, search_dir, folder, budget), STEPS[name].limit,
                             folder / f"{name}.log", site)) for name in steps]
     samples = folder / "tune_samples.json"
