@@ -146,14 +146,14 @@ class Cached(torch.nn.Module):
     """A decode step's shape: a projection of a cache that the step writes in place, the cache's address fixed
     (transformers' StaticCache marks its tensors so)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(32, 32, bias=False)
-        self.cache = torch.zeros(4, 32)
+        self.proj = torch.nn.Linear(32, 32, bias=False, device=device, dtype=dtype)
+        self.cache = torch.zeros(4, 32, device=device, dtype=dtype)   # not a buffer: as transformers' caches
         torch._dynamo.mark_static_address(self.cache)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        self.cache.index_copy_(0, pos, x * torch.tensor([0.5]))   # a constant: make_fx makes it an attribute
+        self.cache.index_copy_(0, pos, x * torch.tensor(0.5))   # a constant: make_fx makes it an attribute
         return F.silu(self.proj(self.cache))
 
 
@@ -197,7 +197,7 @@ def test_the_rest_keeps_dynamos_static_inputs(options, monkeypatch):
 
 
 def copy_of(module: Cached) -> Cached:
-    twin = Cached()
+    twin = Cached(module.cache.device.type, module.cache.dtype)
     twin.load_state_dict(module.state_dict())
     twin.cache = module.cache.clone()
     return twin
@@ -237,7 +237,7 @@ def test_reduce_overhead_replays_prisms_ops_in_inductors_cuda_graphs(options, mo
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
 
     # a step that writes its (static) cache in place is captured too
-    module = Cached().cuda().half()
+    module = Cached("cuda", torch.half)
     x, pos = torch.randn(1, 32, device="cuda", dtype=torch.half), torch.tensor([2], device="cuda")
     twin = copy_of(module)
     torch._dynamo.reset()
