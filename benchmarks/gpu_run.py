@@ -82,6 +82,8 @@ STEPS = {
 DEFAULT_STEPS = ("tests", "gpu_bench")
 CALL_SECONDS = 600 - 60
 """What a device call leaves the steps: its 10 minutes, less a minute to install the carried wheels and start."""
+MIN_SECONDS = 30
+"""A step is not started with less of the call left (`run --seconds`)."""
 
 
 WHEELS = ["egglog==13.2.0", "black==26.10.1", "opentelemetry-api==1.45.2", "platformdirs==4.14.7", "pytokens==0.4.1",
@@ -159,27 +161,31 @@ def prepare(search_dir: str, time_limit: float) -> int:
 
 
 def step(name: str, argv: Sequence[str], timeout: float, log: Path, site: str | None = None) -> tuple[str, str]:
-    """Run one step (a command line) under `timeout` seconds, its output in `log`: (status, its last lines).
-    A step that runs out is killed with every process it started (pytest's workers hold the GPU too). `site`:
-    installed wheels, first on its PYTHONPATH."""
+    """Run one step (a command line) under `timeout` seconds, its output written to `log` as it comes (a device
+    call cut off at its own limit still brings back what the step printed): (status, its last lines). A step that
+    runs out is killed with every process it started (pytest's workers hold the GPU too). `site`: installed
+    wheels, first on its PYTHONPATH."""
     t0 = time.perf_counter()
     path = os.pathsep.join(x for x in (site, str(ROOT), os.environ.get("PYTHONPATH")) if x)
-    p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                         env=os.environ | {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-        status = "ok" if p.returncode == 0 else f"exit {p.returncode}"
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        status = f"stopped at {timeout:.0f} s"
-    log.write_text(out)
-    tail = "\n".join(out.strip().splitlines()[-15:])
+    with open(log, "w") as sink:
+        p = subprocess.Popen(list(argv), stdout=sink, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                             env=os.environ | {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        try:
+            p.wait(timeout=timeout)
+            status = "ok" if p.returncode == 0 else f"exit {p.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            status = f"stopped at {timeout:.0f} s"
+    tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
     print(f"== {name}: {status} in {time.perf_counter() - t0:.0f} s\n{tail}\n", flush=True)
     return status, tail
 
 
-def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_STEPS, wheels: str | None = None) -> int:
+def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_STEPS, wheels: str | None = None,
+        seconds: float = CALL_SECONDS) -> int:
+    """The steps in order, each under its limit and within `seconds` in all (what is left of the device call):
+    a step is given at most the seconds left, and one with under MIN_SECONDS left is not started."""
     import torch
 
     if not torch.cuda.is_available():
@@ -199,8 +205,15 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
     except (RuntimeError, OSError, tarfile.TarError) as e:
         print(f"gpu_run: the wheels of {wheels} did not install ({e}); nothing measured", file=sys.stderr)
         return 2
-    summary = [(name, *step(name, STEPS[name].argv(sys.executable, search_dir, folder, budget), STEPS[name].limit,
-                            folder / f"{name}.log", site)) for name in steps]
+    end = time.perf_counter() + seconds
+    summary = []
+    for name in steps:
+        left = end - time.perf_counter()
+        if left < MIN_SECONDS:
+            summary.append((name, f"not started: {left:.0f} s of the call left", ""))
+            continue
+        argv = STEPS[name].argv(sys.executable, search_dir, folder, budget)
+        summary.append((name, *step(name, argv, min(STEPS[name].limit, left), folder / f"{name}.log", site)))
     samples = folder / "tune_samples.json"
     if "oracle" in steps and samples.exists():
         from prism.tune.oracle import load, regrets
@@ -228,12 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--budget", type=int, default=16, help="candidates gpu_bench tunes per config")
     r.add_argument("--wheels", default="", help="a folder of `prepare --wheels`: installed for the steps")
+    r.add_argument("--seconds", type=float, default=CALL_SECONDS,
+                   help="the steps' seconds in all: each gets at most what is left (default %(default)s)")
     r.add_argument("--steps", default=",".join(DEFAULT_STEPS),
                    help=f"comma-separated, run in this order: {', '.join(STEPS)} (default %(default)s)")
     args = ap.parse_args(argv)
     if args.step == "prepare":
         return prepare(args.search_dir, args.search_time_limit) or (download_wheels(args.wheels) if args.wheels else 0)
-    return run(args.search_dir, args.out, args.budget, [s for s in args.steps.split(",") if s], args.wheels or None)
+    return run(args.search_dir, args.out, args.budget, [s for s in args.steps.split(",") if s], args.wheels or None,
+               args.seconds)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ compiles every kernel for the target (sm_90 by default) and sends back what the 
 kernel its shared memory, registers, stack frame (spills) and warps, or the compiler's error. Workers
 come from `prism.pool` (spawned: a forked child of a process holding Triton or egglog state can
 deadlock) with Triton's interpreter switched off, since interpreted kernels cannot be compiled.
+
+On a GPU (`warm`), a worker also runs the candidate once on the tuner's inputs, so that Triton's JIT
+compiles it there, in parallel, into its on-disk cache: the ahead-of-time compile does not specialize on
+arguments as a launch does (alignment, strides of 1), so without this the timing process compiled every
+timed candidate a second time, one after another (about a second each: most of a region's tuning).
 """
 
 from __future__ import annotations
@@ -51,28 +56,49 @@ def _target(arch: int) -> Any:
     return GPUTarget("cuda", arch, 32)
 
 
-def compile_one(doc: dict[str, Any], arch: int = 90) -> CompileResult:
-    """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error."""
+def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None) -> CompileResult:
+    """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error. `warm`: a
+    seed; the kernels also run once on CUDA, on `random_inputs(graph, warm)` (the tuner's inputs), which leaves
+    their launch-specialized binaries in Triton's cache for the process that times them."""
     from prism.codegen import compile_graph
 
     start = time.time()
     try:
         graph = KernelGraph.from_json(doc)
-        kernels = compile_graph(graph).aot(_target(arch))
+        compiled = compile_graph(graph)
+        kernels = compiled.aot(_target(arch))
     except Exception as e:  # a candidate that does not compile is dropped, with the reason
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return CompileResult(error=f"{type(e).__name__}: {first[:300]}", seconds=time.time() - start)
+    if warm is not None:
+        _warm(graph, compiled, warm)
     return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start)
+
+
+def _warm(graph: KernelGraph, compiled: Any, seed: int) -> None:
+    """Run `compiled` once on CUDA on the inputs the tuner times it with (same shapes, hence the same strides and
+    specialization), so Triton's JIT stores the binary the timing process will ask for. A failure here is not
+    this function's to report: the timing process runs the candidate itself, meets it and drops the candidate
+    with its reason."""
+    import torch
+
+    from prism.tune.profile import random_inputs
+
+    try:
+        compiled(*random_inputs(graph, seed, "cuda"))
+        torch.cuda.synchronize()
+    except Exception:  # reported by the timing process (see above), which runs the same launch
+        pass
 
 
 def _worker_init() -> None:
     os.environ["TRITON_INTERPRET"] = "0"
 
 
-def compile_task(doc: dict[str, Any], arch: int = 90) -> CompileResult:
+def compile_task(doc: dict[str, Any], arch: int = 90, warm: int | None = None) -> CompileResult:
     """compile_one in a worker that did not start with _worker_init (a Ray task): the interpreter off."""
     _worker_init()
-    return compile_one(doc, arch)
+    return compile_one(doc, arch, warm)
 
 
 def _interpreting() -> bool:
@@ -87,14 +113,14 @@ def _interpreting() -> bool:
 
 def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90,
                  done: Callable[[int], None] | None = None, cluster: Any = None,
-                 workers_pool: ProcessPoolExecutor | None = None) -> list[CompileResult]:
-    """Compile every graph; results in order, `done(k)` after k have finished. With `cluster` (a
+                 workers_pool: ProcessPoolExecutor | None = None, warm: int | None = None) -> list[CompileResult]:
+    """Compile every graph; results in order, `done(k)` after k have finished; `warm`: compile_one's. With `cluster` (a
     prism.search.cluster.RayWorkers) as Ray tasks; else on `workers_pool` (from `start_workers`, left running
     for the caller's next batch); else in this process when one worker suffices and this process compiles
     (not interpreting), or when no worker process can be started; else in a pool of `workers` processes
     (default: cores) started for this call."""
     done = done or (lambda k: None)
-    tasks = [(g.to_json(), arch) for g in graphs]
+    tasks = [(g.to_json(), arch, warm) for g in graphs]
     finished = itertools.count(1)
     if cluster is not None:
         return cluster.map(compile_task, tasks, lambda i, r: done(next(finished)))

@@ -399,7 +399,8 @@ class _Trial:
         done(0)
         graphs = [p.graph for p in batch]
         try:
-            results = compile_many(graphs, self.workers, self.target.arch, done, self.cluster, self.started)
+            results = compile_many(graphs, self.workers, self.target.arch, done, self.cluster, self.started,
+                                   self.seed if self.gpu else None)
         except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn) or a lost Ray task
             self.started = None   # pool.run killed it
             self.report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this "

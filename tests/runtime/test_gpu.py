@@ -126,3 +126,37 @@ def test_a_tail_kernel_combines_every_row_on_every_call(name):
         assert torch.equal(out, first)
     torch.cuda.synchronize()
     assert not any(t.any() for t in cg.kept.values())
+
+
+def test_a_candidate_warmed_in_a_compile_worker_is_not_compiled_again_where_it_is_timed(searched, tmp_path,
+                                                                                       monkeypatch):
+    """prism.tune.compile's `warm`: a worker that runs a candidate once on the tuner's inputs leaves the binary
+    Triton's JIT asks for in the timing process, which then compiles nothing (its cache gains no entry). A
+    candidate compiled without it is compiled again there: the cache gains entries, so the count can tell."""
+    from prism.codegen import compile_graph
+    from prism.tune.compile import compile_many
+    from prism.tune.profile import random_inputs
+    from prism.tune.space import Space
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    w, cfg, result = searched("swiglu")
+    space = Space(result, w.build(cfg))
+    kinds = {}   # candidates whose kernels differ in what Triton's cache key holds (not only in their grids)
+    for c in space.sample(24, seed=29):
+        g = space.instantiate(c)
+        kinds.setdefault(tuple((tuple(sorted(k.constexprs.items())), k.num_warps, k.num_stages)
+                               for k in compile_graph(g).kernels), g)
+    warmed, other, cold, other_cold = list(kinds.values())[:4]
+
+    def entries() -> int:
+        return sum(1 for _ in tmp_path.iterdir())
+
+    for graphs, warm in (([warmed, other], 7), ([cold, other_cold], None)):
+        assert all(r.ok for r in compile_many(graphs, workers=2, warm=warm))
+    before = entries()
+    compile_graph(warmed)(*random_inputs(warmed, 7, "cuda"))
+    torch.cuda.synchronize()
+    assert entries() == before, "the timing process compiled a warmed candidate again"
+    compile_graph(cold)(*random_inputs(cold, 7, "cuda"))
+    torch.cuda.synchronize()
+    assert entries() > before, "a candidate compiled ahead of time only is compiled again at its launch"
