@@ -46,3 +46,17 @@ def test_a_readme_block_runs_as_pasted(code, how, tmp_path):
         argv, stdin = [sys.executable, "-"], code
     p = subprocess.run(argv, input=stdin, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
+
+
+def test_a_block_that_superoptimizes_makes_its_tensors_where_the_kernels_run():
+    """On a GPU machine superoptimize tunes for the GPU and its result takes CUDA tensors only: a block that
+    made CPU tensors after it passed on a CPU and failed on the H200 (2026-11-26). Each tensor a block makes
+    after `superoptimize(` names its device (`opt.device`), so the block runs on either machine."""
+    making = re.compile(r"torch\.(randn|rand|zeros|ones|empty)\(|\.inputs\(")
+    for param in _blocks():
+        if param.marks:          # a block for a GPU makes CUDA tensors
+            continue
+        code = param.values[0]
+        after = code.split("superoptimize(", 1)[1] if "superoptimize(" in code else ""
+        for line in after.splitlines():
+            assert not making.search(line) or "device" in line, f"{param.id}: {line.strip()}"

@@ -392,6 +392,11 @@ class DynamicGraph:
                           RuntimeWarning, stacklevel=4)  # the caller of superoptimize
 
     @property
+    def device(self) -> torch.device:
+        """Where its kernels run, as OptimizedGraph.device: the tensors it takes live there."""
+        return self.buckets.device
+
+    @property
     def tunings(self) -> collections.Counter[Shapes]:
         return self.buckets.tunings
 

@@ -103,24 +103,36 @@ def test_torch_compile_runs_the_kernels_as_a_custom_op(optimized, name, mode):
 def test_a_tail_kernel_combines_every_row_on_every_call(name):
     """prism.codegen.tail: the last block of each row of kernel 1 runs kernel 2 for that row, counted on row
     counters kept between calls. Every call (generic, bound, CUDA-graph replays, at logits of a real model's
-    scale) matches torch, replays give the same bits, and the counters are zero after each."""
+    scale) matches torch, replays give the same bits, and the counters are zero after each.
+
+    Matching is the tuner's criterion (`prism.tune.profile.close`: the largest error within 2% of the output's
+    scale), not `_assert_matches`' per-entry one: at logit std 30, qk_attention's rms_norm(Q) rounded to float16
+    for the tensor-core dot (as torch's float16 computes it too) moves small outputs by up to 0.015 (an H200,
+    2026-11-26: 0.0093 at seed 0). Triton's interpreter gives the same errors, and so does that rounding done in
+    torch (the kernel is within 8e-4 of it), so they are float16's, not the tail's."""
     from prism.codegen import compile_graph
+    from prism.tune.profile import close
     from prism.workloads.attention import logit_scales
 
     w = wl.get(name)
     cfg = w.configs[0]
     cg = compile_graph(w.fused(cfg, online=True, splits=16, loop=cfg["h"] // 1024, partials=True, tail=True))
     assert len(cg.kernels) == 1
+
+    def matches(out, xs) -> None:
+        good, err = close(out, w.reference(*[x.double().cpu() for x in xs]))
+        assert good and out.is_cuda, err
+
     for seed in range(6):                       # the generic path, then the bound one
         xs = [x.cuda() for x in w.inputs(cfg, seed=seed, scales=logit_scales(cfg, 30.0))]
-        _assert_matches(cg(*xs)[0], w, xs)
+        matches(cg(*xs)[0], xs)
         assert not any(t.any() for t in cg.kept.values())
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         (out,) = cg(*xs)
     graph.replay()
     first = out.clone()
-    _assert_matches(first, w, xs)
+    matches(first, xs)
     for _ in range(50):
         graph.replay()
         assert torch.equal(out, first)
