@@ -27,13 +27,9 @@ def device_us(fn, inputs, calls: int = 20) -> float:
     divided by `calls` (what the host's launches and gaps between kernels do not count)."""
     import torch
 
-    fn(*inputs)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn(*inputs)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    from prism.tune.profile import kernel_profile
+
+    kernels = [e for e in kernel_profile(fn, inputs, calls).events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return sum(e.time_range.elapsed_us() for e in kernels) / calls
 
 

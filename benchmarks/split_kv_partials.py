@@ -24,7 +24,7 @@ import torch
 import prism.workloads as wl
 from prism.bench.report import markdown_table
 from prism.codegen import compile_graph
-from prism.tune.profile import input_copies, timings
+from prism.tune.profile import input_copies, kernel_profile, timings
 from prism.workloads.attention import default_split
 
 
@@ -66,14 +66,7 @@ def kernel_times(calls: int = 50) -> str:
     xs = [x.cuda() for x in w.inputs(cfg, 0, "float16")]
     out = []
     for partials in (False, True):
-        fn = compile_graph(w.fused(cfg, partials=partials))
-        for _ in range(5):
-            fn(*xs)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn(*xs)
-            torch.cuda.synchronize()
+        prof = kernel_profile(compile_graph(w.fused(cfg, partials=partials)), xs, calls, warmup=5)
         out += ["partials + group_sum" if partials else "atomic adds",
                 prof.key_averages().table(sort_by="cuda_time_total", row_limit=8)]
     return "\n".join(out)

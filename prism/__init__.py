@@ -11,12 +11,13 @@ from typing import Any
 
 from prism import errors
 
-__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchResult", "Tensor", "errors", "from_torch", "interp",
-           "search", "superoptimize", "verify", "workloads"]
+__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchOptions", "SearchResult", "Tensor", "TuneOptions",
+           "errors", "from_torch", "interp", "search", "superoptimize", "verify", "workloads"]
 __version__ = "0.1.0"
 
 _HOME = {"BlockGraph": "prism.ir", "KernelGraph": "prism.ir", "Tensor": "prism.ir", "OptimizedGraph": "prism.runtime",
-         "superoptimize": "prism.runtime", "SearchResult": "prism.search", "from_torch": "prism.capture"}
+         "superoptimize": "prism.runtime", "SearchResult": "prism.search", "SearchOptions": "prism.search",
+         "TuneOptions": "prism.tune", "from_torch": "prism.capture"}
 _SUBPACKAGES = ("interp", "verify", "workloads")
 
 

@@ -20,9 +20,12 @@ import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from prism.errors import InputError, PrismError
+
+if TYPE_CHECKING:
+    from prism.search.options import SearchOptions
 
 __all__ = ["main", "load_program", "Program"]
 
@@ -201,13 +204,13 @@ def _check(args: argparse.Namespace) -> int:
 
 # -- search --------------------------------------------------------------------------------------
 
-def _search_options(args: argparse.Namespace) -> dict[str, Any]:
-    opts = {"time_limit": getattr(args, "time_limit", 3600.0), "workers": args.workers}
-    if getattr(args, "max_block_ops", None) is not None:
-        opts["max_block_ops"] = args.max_block_ops
-    if getattr(args, "modes", None):
-        opts["modes"] = args.modes
-    return opts | _backend(args)
+def _search_options(args: argparse.Namespace) -> SearchOptions:
+    """The search's options from the command line's flags (those a command has; the rest keep their defaults)."""
+    from prism.search.options import SearchOptions
+
+    given = {"time_limit": getattr(args, "time_limit", None), "workers": args.workers,
+             "max_block_ops": getattr(args, "max_block_ops", None), "modes": getattr(args, "modes", None) or None}
+    return SearchOptions.of({k: v for k, v in given.items() if v is not None} | _backend(args), "prism")
 
 
 def _backend(args: argparse.Namespace) -> dict[str, Any]:
@@ -244,7 +247,7 @@ def _search(args: argparse.Namespace) -> int:
     check_writable(out.parent)
     _say(args, f"{prog.name}: {_shapes(prog.graph)}")
     with _bars(args) as bars:
-        result = search(prog.graph, progress=bars, **_search_options(args))
+        result = search(prog.graph, _search_options(args), progress=bars)
     result.save(out)
     rows = [["#", "grid", "loop", "block ops", "outputs", "kernel ops"]]
     for i, g in enumerate(result.graphs):

@@ -312,10 +312,12 @@ def _result(call: Callable[..., Any], outs: Any, k: int, val: Any, held: Any) ->
 def _said(opt: Any) -> dict[str, Any]:
     """What a cone's record says about the OptimizedGraph chosen for it (not its op: in the background, the graph
     calls the job's op, which runs it)."""
+    from prism.tune.report import Status
+
     best = opt.report.best
     return {"chosen": best.label if best else None, "launches": opt.launches,
             "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
-            "dropped": [f"{e.label}: {e.status}" for e in opt.report.entries if e.status.startswith("dropped")]}
+            "dropped": [f"{e.label}: {e.fate}" for e in opt.report.entries if e.status is Status.DROPPED]}
 
 
 def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,

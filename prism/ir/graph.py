@@ -197,11 +197,10 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
         return [n.attrs["block"] for n in self.nodes if n.op == "custom"]
 
     def check(self) -> KernelGraph:
-        """Raise GraphError if the graph cannot be run (no output); return self for chaining."""
-        if not self.outputs:
-            raise GraphError("the kernel graph has no output: call g.output(tensor)")
-        if not self.input_refs:
-            raise GraphError("the kernel graph has no input")
+        """Raise GraphError if the graph cannot be run (no output, or no input); return self for chaining."""
+        missing = "output: call g.output(tensor)" if not self.outputs else "input" if not self.input_refs else None
+        if missing is not None:
+            raise GraphError(f"the kernel graph has no {missing}")
         return self
 
     def __str__(self) -> str:

@@ -8,9 +8,9 @@ when there is one), store the chosen µGraph and its report; wrap it in an Optim
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,9 +24,11 @@ from prism.runtime.cache import ResultCache, cache_key
 from prism.runtime.dynamic import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
+from prism.search.options import SearchOptions
 from prism.tune.report import Report
 from prism.tune.target import get_target
 from prism.tune.cost import estimate
+from prism.tune.options import TuneOptions
 from prism.tune.tuner import tune, tuning_target
 
 __all__ = ["cached_search", "check_search_result", "superoptimize", "resolve_device", "target_key"]
@@ -87,13 +89,11 @@ def _load_result(search_result: Any):
     return search_result
 
 
-def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int = 16,
-                  time_budget: float | None = None, device: Any = None, cache: Any = True, seed: int = 0,
-                  target: Any = None, workers: int | None = None,
-                  search_options: dict[str, Any] | None = None, compile: bool = True,
-                  log: Callable[[str], None] | None = None, progress: Progress | None = None,
-                  backend: str = "local", ray_address: str | None = None,
-                  dynamic: dict[str, Any] | None = None) -> OptimizedGraph | DynamicGraph:
+def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any = None, cache: Any = True,
+                  dynamic: dict[str, Any] | None = None, search_options: SearchOptions | dict[str, Any] | None = None,
+                  tune_options: TuneOptions | dict[str, Any] | None = None, workers: int | None = None,
+                  backend: str = "local", ray_address: str | None = None, log: Callable[[str], None] | None = None,
+                  progress: Progress | None = None, **changes: Any) -> OptimizedGraph | DynamicGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph. A program with several outputs
     is searched and tuned one output at a time, and outputs whose parts share forms also jointly, as one kernel
     (`_per_output`); the chosen kernels are joined into one graph. Given a search result of such a program
@@ -106,16 +106,19 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
         been searched at other sizes of the same program (another program is an InputError). It is part
         of the cache key: a cached answer is reused only for the same graphs.
-    budget: candidates compiled ahead of time and, on a GPU, timed (the model's best plus a uniform draw),
-        before refinement around the best (prism.tune.tuner).
-    time_budget: seconds of tuning after which no more candidates are refined or timed (None: no limit).
     device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu". On the CPU candidates
         are ranked by the cost model (`prism.tune.cost`) and the result runs in Triton's interpreter
         or the reference executor; the report says which.
     cache: True (the default file, see `prism.runtime.cache`), False, a path, or a ResultCache.
-    target: the GPU the cost model assumes without one ("h100" default, "h200").
-    search_options: keyword limits for `prism.search.search` (time_limit, max_block_ops, workers, ...).
-    compile: False skips ahead-of-time compilation on the CPU (faster, less informed).
+    search_options: `prism.search.search`'s (a SearchOptions, or a dict of its fields: time_limit,
+        max_block_ops, workers, ...).
+    tune_options: the tuning's (prism.tune.options.TuneOptions, or a dict of its fields): budget
+        (candidates compiled ahead of time and, on a GPU, timed, before refinement around the best),
+        time_budget (seconds of tuning after which no more candidates are refined or timed), target (the
+        GPU the cost model assumes without one: "h100", the default, or "h200"), compile (False skips
+        ahead-of-time compilation on the CPU: faster, less informed), seed. Keyword arguments change them
+        (`superoptimize(g, budget=8)`).
+    workers: worker processes for the tuning (the search's are its options').
     backend, ray_address: "ray" runs the search (unless search_options say otherwise) and the
         ahead-of-time compiles as Ray tasks, on the cluster at ray_address or a local Ray
         (prism.search.cluster); "local" (the default) in worker processes here.
@@ -125,29 +128,41 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, budget: int 
     if not isinstance(graph, KernelGraph):
         raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
     graph.check()
-    check_positive("superoptimize", "budget", budget, whole=True)
-    if time_budget is not None:
-        check_positive("superoptimize", "time_budget", time_budget)
     if workers is not None:
         check_positive("superoptimize", "workers", workers, whole=True)
     check_backend("superoptimize", backend, ray_address)
-    if backend == "ray":
-        search_options = {"backend": backend, "ray_address": ray_address, **(search_options or {})}
+    searching = SearchOptions.of(search_options, "superoptimize")
+    if backend == "ray" and searching.backend == "local":
+        searching = replace(searching, backend=backend, ray_address=ray_address)
+    job = _Job(TuneOptions.of(tune_options, "superoptimize", **changes), searching, cache, workers, backend,
+               ray_address, log, progress)
     dev = resolve_device(device)
-    options = dict(budget=budget, time_budget=time_budget, cache=cache, seed=seed, target=target, workers=workers,
-                   search_options=search_options, compile=compile, log=log, progress=progress, backend=backend,
-                   ray_address=ray_address)
     if dynamic is not None:
-        return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, options)
+        return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, job)
     if len(graph.outputs) > 1 and search_result is None:
-        chosen, report = _per_output(graph, dev, options)
+        chosen, report = _per_output(graph, dev, job)
         return OptimizedGraph(graph, chosen, report, dev)
-    chosen, report, result = _optimize(graph, dev, search_result, **options)
+    chosen, report, result = _optimize(graph, dev, search_result, job)
     return OptimizedGraph(graph, chosen, report, dev, result)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One superoptimize call's settings, handed down its steps: what to search and tune with, the result
+    cache, where the work runs, and whom to tell."""
+
+    tune: TuneOptions
+    search: SearchOptions
+    cache: Any
+    workers: int | None
+    backend: str
+    ray_address: str | None
+    log: Callable[[str], None] | None
+    progress: Progress | None
+
+
 def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: torch.device, search_result: Any,
-             options: dict[str, Any]) -> DynamicGraph:
+             job: _Job) -> DynamicGraph:
     """superoptimize with dynamic dims: every size of them through one SizeBuckets (prism.runtime.dynamic)."""
     if len(graph.outputs) > 1:
         raise InputError(f"superoptimize: dynamic sizes need a program with one output (this one has "
@@ -158,15 +173,15 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
         """Tune `program` from the one search result (searched, or from the cache, at the first tuning): the
         program is searched once, and a cached tuning is reused only if it was tuned from that result."""
         if found[0] is None:
-            found[0] = cached_search(program, options["search_options"], options["cache"], options["progress"])
-        chosen, report, _ = _optimize(program, dev, found[0], **options)
+            found[0] = cached_search(program, job.search, job.cache, job.progress)
+        chosen, report, _ = _optimize(program, dev, found[0], job)
         return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False)
 
-    target = tuning_target(dev.type == "cuda", dev, options["target"])
+    target = tuning_target(dev.type == "cuda", dev, job.tune.target)
     return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target, dims))
 
 
-def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) -> tuple[KernelGraph, Report]:
+def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[KernelGraph, Report]:
     """A program with several outputs: each output's cone (`KernelGraph.output_cone`, the ops it depends on) is
     searched (and cached) as a program of its own. Outputs whose parts share forms (Q, K and V of one norm:
     `prism.search.joint.groups`) are also searched jointly (`prism.search.join`: one kernel writing all of them,
@@ -176,11 +191,10 @@ def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) 
     graph, in output order, and their reports into one (`Report.joined`)."""
     from prism.search.joint import groups
 
-    store = _open_cache(options["cache"])
+    store = _open_cache(job.cache)
     run: list[str] = []
     cones = [graph.output_cone(k) for k in range(len(graph.outputs))]
-    parts = [_cached_search(cone, options["search_options"], options["log"], options["progress"], store, run)
-             for cone, _ in cones]
+    parts = [_cached_search(cone, job.search, job.log, job.progress, store, run) for cone, _ in cones]
     joined = KernelGraph()
     args = [joined.input(t.shape, t.dtype, t.name) for t in graph.inputs]
     outs: dict[int, Any] = {}
@@ -188,41 +202,40 @@ def _per_output(graph: KernelGraph, dev: torch.device, options: dict[str, Any]) 
     for group in groups(graph, [p.graphs for p in parts]):
         picks = []
         for k in group:
-            if options["log"]:
-                options["log"](f"output {k} of {len(graph.outputs)}")
-            chosen, report, _ = _optimize(cones[k][0], dev, parts[k], **options)
+            if job.log:
+                job.log(f"output {k} of {len(graph.outputs)}")
+            chosen, report, _ = _optimize(cones[k][0], dev, parts[k], job)
             report.search["source"] = parts[k].stats.get("source", "searched")
             picks.append(([k], chosen, report))
         if len(group) > 1:
-            picks = _joint(graph, group, parts, picks, dev, options, store, run)
+            picks = _joint(graph, group, parts, picks, dev, job, store, run)
         for ks, chosen, report in picks:
             used = graph.outputs_cone(ks)[1]
             outs.update(zip(ks, chosen.replay(joined, [args[j] for j in used])))
             reports.append(report)
             members.append(ks)
     joined.output(*(outs[k] for k in range(len(graph.outputs))))
-    target = tuning_target(dev.type == "cuda", dev, options["target"])
+    target = tuning_target(dev.type == "cuda", dev, job.tune.target)
     report = Report.joined(reports, baseline_us=estimate(graph, target).seconds * 1e6, outputs=members)
     report.notes = _events(store, run) + report.notes
     return joined, report
 
 
 def _joint(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], picks: list[tuple[list[int], KernelGraph,
-           Report]], dev: torch.device, options: dict[str, Any], store: ResultCache | None, run: list[str]
+           Report]], dev: torch.device, job: _Job, store: ResultCache | None, run: list[str]
            ) -> list[tuple[list[int], KernelGraph, Report]]:
     """`picks` (the group's outputs each tuned on its own), or the group's joint kernel where it is at least as
     fast as they are together."""
     sub, _ = graph.outputs_cone(list(group))
-    result = _cached_search(sub, options["search_options"], options["log"], options["progress"], store, run,
-                            parts=[parts[k] for k in group])
+    result = _cached_search(sub, job.search, job.log, job.progress, store, run, parts=[parts[k] for k in group])
     names = "outputs " + "+".join(map(str, group))
     if not result.graphs:
         picks[0][2].notes.append(f"{names}: no joint form verified ({result.stats['joint']['forms']} tried); "
                                  "each has a kernel of its own")
         return picks
-    if options["log"]:
-        options["log"](f"{names} in one kernel")
-    chosen, report, _ = _optimize(sub, dev, result, **options)
+    if job.log:
+        job.log(f"{names} in one kernel")
+    chosen, report, _ = _optimize(sub, dev, result, job)
     report.search["source"] = result.stats.get("source", "searched")
     own, one = sum(_us(r) for _, _, r in picks), _us(report)
     said = f"{names} in one kernel: {one:.2f} us, against {own:.2f} us for their own kernels together"
@@ -240,10 +253,8 @@ def _us(report: Report) -> float:
     return float("inf") if value is None else value
 
 
-def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budget: int, time_budget: float | None,
-              cache: Any, seed: int, target: Any, workers: int | None, search_options: dict[str, Any] | None,
-              compile: bool, log: Callable[[str], None] | None, progress: Progress | None, backend: str,
-              ray_address: str | None) -> tuple[KernelGraph, Report, Any]:
+def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _Job
+              ) -> tuple[KernelGraph, Report, Any]:
     """superoptimize for a program with one output: (the chosen graph, its report, the search result tuned,
     None when the result cache answered)."""
     start = time.time()
@@ -253,7 +264,7 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
         raise InputError(f"superoptimize: the search result has no joint form of the program's {len(graph.outputs)} "
                          "outputs (no kernel writes them all); give none, and each output is searched and tuned on "
                          "its own, with joint forms where outputs share them")
-    store = _open_cache(cache)
+    store = _open_cache(job.cache)
     notes: list[str] = []  # about the result: stored with it
     run: list[str] = []    # about this run's use of the cache: never stored, or every later hit would repeat them
     if given is not None and given.stale:
@@ -262,8 +273,8 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
     key = fields = None
     if store is not None:
         key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
-                                [t.dtype for t in graph.inputs], target_key(dev, target), build_id(),
-                                _options_text(search_options) if given is None else _identity(given))
+                                [t.dtype for t in graph.inputs], target_key(dev, job.tune.target), build_id(),
+                                job.search.key() if given is None else _identity(given))
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
         except Exception as e:  # an unreadable cache never stops the optimizer
@@ -276,11 +287,10 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, *, budg
                 f"loaded from the result cache {store.path} in {time.time() - start:.3f} s"]
             return chosen, report, None
 
-    result = given if given is not None else _cached_search(graph, search_options, log, progress, store, run)
-    cluster = RayWorkers(workers, ray_address) if backend == "ray" and compile else None
-    tuned = tune(result, graph, budget=budget, time_budget=time_budget, seed=seed, gpu=gpu,
-                 device=dev if gpu else None, target=target, workers=workers, compile=compile, log=log,
-                 progress=progress, cluster=cluster)
+    result = given if given is not None else _cached_search(graph, job.search, job.log, job.progress, store, run)
+    cluster = RayWorkers(job.workers, job.ray_address) if job.backend == "ray" and job.tune.compile else None
+    tuned = tune(result, graph, job.tune, gpu=gpu, device=dev if gpu else None, workers=job.workers, log=job.log,
+                 progress=job.progress, cluster=cluster)
     report = tuned.report
     report.search = {"source": "given" if search_result is not None else result.stats.get("source", "searched"),
                      "graphs": len(result.graphs),
@@ -336,14 +346,15 @@ def _size_free(graph: KernelGraph) -> str:
     return KernelGraph.from_json(strip(inputs_first.to_json())).structural_hash(shapes=False)
 
 
-def cached_search(graph: KernelGraph, search_options: dict[str, Any] | None = None, cache: Any = True,
-                  progress: Progress | None = None) -> Any:
+def cached_search(graph: KernelGraph, search_options: SearchOptions | dict[str, Any] | None = None,
+                  cache: Any = True, progress: Progress | None = None) -> Any:
     """The search result `superoptimize` tunes for `graph` when given none: from the result cache, else
     searched now (and stored there). A tuned result from the cache comes without it; this fetches it."""
-    return _cached_search(graph, search_options, None, progress, _open_cache(cache), [])
+    return _cached_search(graph, SearchOptions.of(search_options, "cached_search"), None, progress,
+                          _open_cache(cache), [])
 
 
-def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
+def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[str], None] | None,
                    progress: Progress | None, store: ResultCache | None, notes: list[str],
                    parts: list[Any] | None = None) -> Any:
     """The search result for `graph`'s program: from the cache if this program (at any sizes and dtypes:
@@ -357,7 +368,7 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
     if store is None:
         return searched()
     key, fields = cache_key(("search:" if parts is None else "join:") + _size_free(graph), [], [], "any", build_id(),
-                            _options_text(options))
+                            options.key())
     try:
         hit = store.get(key, lambda payload: SearchResult.from_json(payload))
     except Exception as e:  # an unreadable cache never stops the optimizer
@@ -375,27 +386,19 @@ def _cached_search(graph: KernelGraph, options: dict[str, Any] | None, log: Call
     return result
 
 
-def _options_text(options: dict[str, Any] | None) -> str:
-    """The search options as part of a cache key: a search with other limits finds other graphs, and a tuning
-    chose among the graphs of its search."""
-    return json.dumps({k: v for k, v in sorted((options or {}).items()) if k != "progress"}, default=str)
-
-
-def _search(graph: KernelGraph, options: dict[str, Any] | None, log: Callable[[str], None] | None,
+def _search(graph: KernelGraph, options: SearchOptions, log: Callable[[str], None] | None,
             progress: Progress | None):
     from prism.search import search
 
     if log:
         log("searching fused µGraphs")
-    return search(graph, **({"progress": progress} | (options or {})))
+    return search(graph, options, progress=progress)
 
 
-def _join(graph: KernelGraph, parts: list[Any], options: dict[str, Any] | None, progress: Progress | None):
-    """`join(graph, parts)` with the search options it takes (the others are for the parts' searches)."""
+def _join(graph: KernelGraph, parts: list[Any], options: SearchOptions, progress: Progress | None):
     from prism.search import join
 
-    taken = inspect.signature(join).parameters
-    return join(graph, parts, **{k: v for k, v in ({"progress": progress} | (options or {})).items() if k in taken})
+    return join(graph, parts, options, progress=progress)
 
 
 def _decode(payload: Any, program: KernelGraph) -> tuple[KernelGraph, Report]:

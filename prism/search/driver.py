@@ -20,16 +20,17 @@ import warnings
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from prism.errors import InputError, check_positive
+from prism.errors import InputError
 from prism.ir import KernelGraph, serialize
 from prism.pool import importable
 from prism.progress import Progress, report
-from prism.search.cluster import RayWorkers, check_backend
+from prism.search.cluster import RayWorkers
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
 from prism.search.generator import Generator, Limits, default_max_ops
-from prism.search.parallel import (Checker, Workers, concrete_task, default_verify, generate_task, mirage_task,
+from prism.search.parallel import (Check, Checker, Workers, concrete_task, default_verify, generate_task, mirage_task,
                                    prefilter_task, verify_task)
 from prism.search.joint import joint_forms
+from prism.search.options import SearchOptions
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
@@ -49,69 +50,52 @@ JOINT_FORMS = 64
 """Joint forms of a program with several outputs checked, at most (prism.search.joint gives the order)."""
 
 
-def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, workers: int | None = None,
-           time_limit: float = 3600.0, max_block_ops: int | None = None, max_accums: int = 3,
-           max_outputs: int = 2, max_kernel_ops: int = 1, max_grid: int = 3, modes: str = "SSS",
-           cross_check: bool = True, prefilter: bool = True, verify_timeout: float | None = None,
-           progress: Progress | None = None, backend: str = "local", ray_address: str | None = None) -> SearchResult:
+def search(graph: KernelGraph, options: SearchOptions | None = None, *, verify: Callable[..., Any] | None = None,
+           progress: Progress | None = None, **changes: Any) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
+    options: its limits, checks and workers (prism.search.options.SearchOptions; default: its defaults);
+        keyword arguments change them (`search(g, time_limit=60, workers=2)`).
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default (None)
         `prism.verify.equivalent`, imported only where candidates are verified (with worker processes,
         not in this one: egglog's import is half a second). Workers import it by name: one defined in
         the `__main__` script (or a lambda) makes the search run in this process, with a warning.
-    workers: processes (default: all cores; 1 runs everything in this process, as does a process
-        that cannot start workers, with a warning). Results are the same either way.
-    backend: "local" (worker processes here) or "ray": the work runs as Ray tasks (needs
-        `pip install 'prism-superopt[ray]'`), on the Ray this process has joined, else on the cluster at
-        `ray_address` (as `ray.init(address=...)` takes it), else on a local Ray instance with `workers`
-        CPUs (default: all cores), kept for later searches. Results are the same as a local search's;
-        `stats["workers"]` is then the cluster's CPU count. See prism.search.cluster for failures.
-    modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS";
-        "mirage" also enumerates grid sizes and loop ranges (the concrete baseline, at these shapes).
-    prefilter: first run each mapping once at a small fixed size and skip the verifier for those that
-        disagree (sound: a correct mapping agrees at every size); False sends every mapping to the
-        verifier, as the paper does (and exposes more of the axioms to the cross-check).
-    The limits bound block ops (loaders included; None: `generator.default_max_ops`), accumulators,
-    block outputs, kernel-level ops after the fused kernel, grid dims, and total seconds.
     progress: called as (phase, done, total) while the search runs: "generate" (subtrees explored),
         "verify" (candidates prefiltered out or verified), or "search" (the Mirage-style mode's concrete
         map choices).
+    With `backend="ray"`, `stats["workers"]` is the cluster's CPU count; results are a local search's.
     """
-    _check_arguments(graph, workers, time_limit, max_block_ops, verify_timeout, backend, ray_address)
+    _check_graph(graph)
+    opts = SearchOptions.of(options, **changes)
     graph.check()
-    mode = Modes.parse(modes)
+    mode = Modes.parse(opts.modes)
     start = time.time()
-    deadline = start + time_limit
+    deadline = start + opts.time_limit
     if len(graph.outputs) > 1:
         if mode.code != "SSS":
             raise InputError(f"search: a program with several outputs is searched with symbolic maps only "
-                             f"(modes 'SSS'), not {modes!r}")
-        return _joint(graph, dict(verify=verify, workers=workers, max_block_ops=max_block_ops,
-                                  max_accums=max_accums, max_outputs=max_outputs, max_kernel_ops=max_kernel_ops,
-                                  max_grid=max_grid, cross_check=cross_check, prefilter=prefilter,
-                                  verify_timeout=verify_timeout, progress=progress, backend=backend,
-                                  ray_address=ray_address), deadline)
+                             f"(modes 'SSS'), not {opts.modes!r}")
+        return _joint(graph, opts, verify, progress, deadline)
     space = AtomSpace(tuple(t.shape for t in graph.inputs))
     (root,) = from_graph(graph)
     target = closure(root, space)
     # the default op budget is computed once here, not by every worker task's generator
-    limits = Limits(max_block_ops or default_max_ops(target, max_accums), max_accums, max_outputs, max_kernel_ops,
-                    max_grid, time_limit)
+    limits = Limits(opts.max_block_ops or default_max_ops(target, opts.max_accums), opts.max_accums,
+                    opts.max_outputs, opts.max_kernel_ops, opts.max_grid, opts.time_limit)
     stats: dict[str, Any] = {"modes": mode.code, "limits": dict(limits.__dict__)}
-    checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
-    pool = _workers(backend, workers, ray_address)
+    checker = Checker(serialize.dumps(graph), verify, opts.verify_timeout, opts.cross_check, opts.prefilter)
+    pool = _workers(opts)
     if isinstance(pool, Workers) and pool.n > 1 and verify is not None and not importable(verify):
         warnings.warn(f"search: worker processes cannot import the verifier {verify!r} (define it in a module, "
                       "not in the __main__ script); searching in this process", RuntimeWarning, stacklevel=2)
         pool.n = 1
-    stats["workers"], stats["backend"] = pool.n, backend
+    stats["workers"], stats["backend"] = pool.n, opts.backend
     if mode.sizes:
         structures = _generate(target, limits, mode, deadline, pool, stats, progress)
         pairs = _instantiate(structures, mode, limits, deadline, stats)
         t0 = time.time()
         results = _check(pairs, checker, deadline, pool, progress)
-        graphs = _tally(graph, pairs, results, cross_check, prefilter, stats)
+        graphs = _tally(graph, pairs, results, opts.cross_check, opts.prefilter, stats)
         stats["check_wall_seconds"] = time.time() - t0
     else:
         graphs = _mirage(graph, target, limits, mode, checker, deadline, pool, stats, progress)
@@ -123,33 +107,33 @@ def search(graph: KernelGraph, *, verify: Callable[..., Any] | None = None, work
     return SearchResult(graph, graphs, stats)
 
 
-def _joint(graph: KernelGraph, options: dict[str, Any], deadline: float) -> SearchResult:
+def _joint(graph: KernelGraph, opts: SearchOptions, verify: Callable[..., Any] | None, progress: Progress | None,
+           deadline: float) -> SearchResult:
     """A program with several outputs: each output's part searched on its own, then `join`ed."""
     parts = []
     for k in range(len(graph.outputs)):
         cone, _ = graph.output_cone(k)
-        parts.append(search(cone, time_limit=max(deadline - time.time(), 1e-3), **options))
-    joint = {k: options[k] for k in ("verify", "workers", "cross_check", "prefilter", "verify_timeout", "progress",
-                                     "backend", "ray_address")}
-    return join(graph, parts, time_limit=max(deadline - time.time(), 1e-3), **joint)
+        parts.append(search(cone, opts, verify=verify, progress=progress,
+                            time_limit=max(deadline - time.time(), 1e-3)))
+    return join(graph, parts, opts, verify=verify, progress=progress, time_limit=max(deadline - time.time(), 1e-3))
 
 
-def join(graph: KernelGraph, parts: Sequence[SearchResult], *, verify: Callable[..., Any] | None = None,
-         workers: int | None = None, time_limit: float = 3600.0, cross_check: bool = True, prefilter: bool = True,
-         verify_timeout: float | None = None, progress: Progress | None = None, backend: str = "local",
-         ray_address: str | None = None) -> SearchResult:
+def join(graph: KernelGraph, parts: Sequence[SearchResult], options: SearchOptions | None = None, *,
+         verify: Callable[..., Any] | None = None, progress: Progress | None = None,
+         **changes: Any) -> SearchResult:
     """The joint forms of a program with several outputs (prism.search.joint: one kernel writing them all),
     from the search result of each output's part (`graph.output_cone(k)`, in output order), checked against
     the whole program like any candidates: the prefilter, the verifier proving each output for all parallel
     sizes, the numeric cross-check. The parts' stats are kept under "parts"; no graphs where the parts
-    cannot share a kernel. The arguments are `search`'s."""
-    _check_arguments(graph, workers, time_limit, None, verify_timeout, backend, ray_address)
+    cannot share a kernel. The arguments are `search`'s (its limits on generation are the parts')."""
+    _check_graph(graph, "join")
+    opts = SearchOptions.of(options, "join", **changes)
     graph.check()
     if len(parts) != len(graph.outputs) or len(parts) < 2:
         raise InputError(f"join: a program with {len(graph.outputs)} outputs needs one search result per output "
                          f"(at least 2), got {len(parts)}")
     start = time.time()
-    deadline = start + time_limit
+    deadline = start + opts.time_limit
     lifts = []
     for k, part in enumerate(parts):
         cone, used = graph.output_cone(k)
@@ -162,40 +146,33 @@ def join(graph: KernelGraph, parts: Sequence[SearchResult], *, verify: Callable[
     forms = joint_forms(AtomSpace(tuple(t.shape for t in graph.inputs)), [(p.graphs, lift) for p, lift in
                                                                            zip(parts, lifts)], JOINT_FORMS)
     stats["joint"] = {"forms": len(forms), "seconds": time.time() - start}
-    checker = Checker(serialize.dumps(graph), verify, verify_timeout, cross_check, prefilter)
-    pool = _workers(backend, workers, ray_address)
+    checker = Checker(serialize.dumps(graph), verify, opts.verify_timeout, opts.cross_check, opts.prefilter)
+    pool = _workers(opts)
     t0 = time.time()
-    graphs = _tally(graph, forms, _check(forms, checker, deadline, pool, progress), cross_check, prefilter, stats)
+    graphs = _tally(graph, forms, _check(forms, checker, deadline, pool, progress), opts.cross_check,
+                    opts.prefilter, stats)
     stats["check_wall_seconds"] = time.time() - t0
     for phase, counts in (("generate", ("structures", "states")), ("instantiate", ("mappings",))):
         stats[phase] = {c: sum(p[phase].get(c, 0) for p in stats["parts"]) for c in counts}
     stats["instantiate"]["candidates"] = len(forms)
     stats["cross_check"]["unsound"] += sum(p["cross_check"]["unsound"] for p in stats["parts"])
     stats["timed_out"] = time.time() > deadline or any(p["timed_out"] for p in stats["parts"])
-    stats["workers"], stats["backend"] = pool.n, backend
+    stats["workers"], stats["backend"] = pool.n, opts.backend
     stats["seconds"] = time.time() - start + sum(p["seconds"] for p in stats["parts"])
     return SearchResult(graph, graphs, stats)
 
 
-def _check_arguments(graph: Any, workers: Any, time_limit: Any, max_block_ops: Any, verify_timeout: Any,
-                     backend: Any, ray_address: Any) -> None:
-    """InputError for a call that could only do nothing, or something other than what was asked."""
+def _check_graph(graph: Any, who: str = "search") -> None:
+    """InputError for what is not a program."""
     if not isinstance(graph, KernelGraph):
         hint = f" (for a built-in workload: prism.workloads.get({graph!r}).build(config))" \
             if isinstance(graph, str) else ""
-        raise InputError(f"search: expected a KernelGraph, got {type(graph).__name__}{hint}")
-    check_positive("search", "time_limit", time_limit)
-    for name, value in (("workers", workers), ("max_block_ops", max_block_ops)):
-        if value is not None:
-            check_positive("search", name, value, whole=True)
-    if verify_timeout is not None:
-        check_positive("search", "verify_timeout", verify_timeout)
-    check_backend("search", backend, ray_address)
+        raise InputError(f"{who}: expected a KernelGraph, got {type(graph).__name__}{hint}")
 
 
-def _workers(backend: str, workers: int | None, ray_address: str | None) -> Workers | RayWorkers:
+def _workers(opts: SearchOptions) -> Workers | RayWorkers:
     """Local worker processes or Ray tasks; both have `n` and `map(fn, tasks, done)`."""
-    return RayWorkers(workers, ray_address) if backend == "ray" else Workers(workers)
+    return RayWorkers(opts.workers, opts.ray_address) if opts.backend == "ray" else Workers(opts.workers)
 
 
 def _ticker(progress: Progress | None, phase: str, total: int) -> Callable[[int], None]:
@@ -210,29 +187,29 @@ def _ticker(progress: Progress | None, phase: str, total: int) -> Callable[[int]
     return advance
 
 
-def _settled(recs: list[dict]) -> int:
-    """How many check records are final: rejected by the prefilter, verified or not, or skipped."""
-    return sum(1 for r in recs if r["skipped"] or "equal" in r)
+def _settled(checks: list[Check]) -> int:
+    """How many checks are final: rejected by the prefilter, verified or not, or skipped."""
+    return sum(1 for c in checks if c.settled)
 
 
 def _check(pairs: list[tuple[Structure, Mapping]], checker: Checker, deadline: float, pool: Workers | RayWorkers,
-           progress: Progress | None) -> list[dict]:
-    """Each pair's check record: the prefilter on every pair (tasks of whole structures, CHUNK pairs or more),
+           progress: Progress | None) -> list[Check]:
+    """Each pair's check: the prefilter on every pair (tasks of whole structures, CHUNK pairs or more),
     then the verifier and the cross-check on the ones left (tasks of BATCH, one e-graph run each). The
     "verify" progress counts candidates as the prefilter rejects them or their verification ends."""
     advance = _ticker(progress, "verify", len(pairs))
     if checker.prefilter:
         tasks = [(checker, deadline, chunk) for chunk in _by_structure(pairs, CHUNK)]
-        recs = [r for out in pool.map(prefilter_task, tasks, lambda i, out: advance(_settled(out))) for r in out]
+        checks = [c for out in pool.map(prefilter_task, tasks, lambda i, out: advance(_settled(out))) for c in out]
     else:
-        recs = [{"skipped": False, "prefilter_s": 0.0} for _ in pairs]
-    todo = [k for k, r in enumerate(recs) if not r["skipped"] and "equal" not in r]
+        checks = [Check() for _ in pairs]
+    todo = [k for k, c in enumerate(checks) if not c.settled]
     batches = [todo[k:k + BATCH] for k in range(0, len(todo), BATCH)]
     tasks = [(checker, deadline, [pairs[j] for j in b]) for b in batches]
     for b, out in zip(batches, pool.map(verify_task, tasks, lambda i, out: advance(len(out)))):
-        for j, r in zip(b, out):
-            recs[j].update(r)
-    return recs
+        for j, c in zip(b, out):
+            checks[j] = checks[j].then(c)
+    return checks
 
 
 def _by_structure(pairs: list[tuple[Structure, Mapping]], size: int) -> list[list[tuple[Structure, Mapping]]]:
@@ -339,7 +316,7 @@ def _mirage(graph: KernelGraph, target: Target, limits: Limits, mode: Modes, che
     advance = _ticker(progress, "search", len(tasks))
     for found, c in pool.map(mirage_task, tasks, lambda i, out: advance(1)):
         pairs.extend((st, m) for st, m, _ in found)
-        results.extend(rec for _, _, rec in found)
+        results.extend(check for _, _, check in found)
         counts.update(c)
     stats["generate"] = dict(sorted(counts.items())) | {"starts": sum(len(s) for _, s in starts),
                                                         "structures": len(pairs), "seconds": time.time() - t0}
@@ -360,36 +337,36 @@ def _expressions(graph: KernelGraph, sg: SymbolicGraph, names: list[str]) -> tup
         return f"<not encodable: {e}>", f"<not encodable: {e}>"
 
 
-def _tally(graph: KernelGraph, pairs: list[tuple[Structure, Mapping]], results: list[dict], numeric: bool,
+def _tally(graph: KernelGraph, pairs: list[tuple[Structure, Mapping]], checks: list[Check], numeric: bool,
            prefilter: bool, stats: dict) -> list[SymbolicGraph]:
-    """Count the check results, record unsound events, and keep the verified, cross-checked graphs."""
+    """Count the checks, record unsound events, and keep the verified, cross-checked graphs."""
     v = Counter()
     graphs, events = [], []
     names = [t.name for t in graph.inputs]
-    for (st, m), rec in zip(pairs, results):
-        if rec["skipped"]:
+    for (st, m), c in zip(pairs, checks):
+        if c.skipped:
             v["skipped"] += 1
             continue
-        v["prefilter_seconds"] += rec["prefilter_s"]
-        if rec.get("prefiltered"):
+        v["prefilter_seconds"] += c.prefilter_s
+        if c.prefiltered:
             v["prefiltered"] += 1
             continue
         v["checked"] += 1
-        v["verify_seconds"] += rec["verify_s"]
-        v["errors"] += rec.get("error", False)
-        if not rec["equal"]:
+        v["verify_seconds"] += c.verify_s
+        v["errors"] += c.error
+        if not c.equal:
             v["rejected"] += 1
             continue
         v["verified"] += 1
         if numeric:
             v["cross_checked"] += 1
-            v["cross_check_seconds"] += rec["check_s"]
-            if not rec["numeric_ok"]:
+            v["cross_check_seconds"] += c.check_s
+            if not c.numeric_ok:
                 sg = SymbolicGraph(st, m)
                 ref_expr, cand_expr = _expressions(graph, sg, names)
                 events.append({"reference": ref_expr, "candidate": cand_expr, "program": "; ".join(render(t, names) for t in from_graph(graph)),
-                               "graph": sg.describe(names), "verifier": rec["reason"],
-                               "max_error": rec["numeric_error"], "detail": rec["numeric_detail"]})
+                               "graph": sg.describe(names), "verifier": c.reason,
+                               "max_error": c.numeric_error, "detail": c.numeric_detail})
                 continue
         graphs.append(SymbolicGraph(st, m))
     if any(g.structure.sizes is not None for g in graphs):  # Mirage mode: one result per graph, any size

@@ -30,8 +30,8 @@ from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.sgraph import SGraph
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task", "mirage_task",
-           "prefilter_one", "prefilter_task", "running", "shutdown", "verify_all", "verify_task"]
+__all__ = ["Check", "Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task",
+           "mirage_task", "prefilter_one", "prefilter_task", "running", "shutdown", "verify_all", "verify_task"]
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
@@ -179,53 +179,81 @@ def _program(checker: Checker) -> _Program:
     return _PROGRAMS[key]
 
 
-def prefilter_one(checker: Checker, st: Structure, m: Mapping) -> dict[str, Any]:
-    """The prefilter's record of one (structure, mapping): "prefiltered" if a numeric run rejected it."""
+@dataclass(frozen=True)
+class Check:
+    """What checking one (structure, mapping) found, phase by phase: the prefilter's numeric run, then the
+    verifier's verdict, then the cross-check of a verified one at two concrete parameter choices."""
+
+    skipped: bool = False                 # past the search's deadline: not checked
+    prefilter_s: float = 0.0
+    prefiltered: bool = False             # rejected by the prefilter, never verified
+    equal: bool | None = None             # the verifier's verdict (None: not yet verified)
+    reason: str = ""                      # the verifier's words, or the failure that counts as a rejection
+    error: bool = False                   # the verifier (or the instantiation) failed
+    verify_s: float = 0.0
+    numeric_ok: bool | None = None        # the cross-check of a verified one (None: not cross-checked)
+    numeric_error: float | None = None
+    numeric_detail: str | None = None
+    check_s: float = 0.0
+
+    @property
+    def settled(self) -> bool:
+        """Final: skipped, rejected by the prefilter, or verified or not."""
+        return self.skipped or self.equal is not None
+
+    def then(self, later: Check) -> Check:
+        """`later` (the verifier's check of what this prefilter check let through) with this one's time."""
+        return replace(later, prefilter_s=self.prefilter_s)
+
+
+def prefilter_one(checker: Checker, st: Structure, m: Mapping) -> Check:
+    """The prefilter's check of one (structure, mapping): `prefiltered` if a numeric run rejected it."""
     prog = _program(checker)
     t0 = time.perf_counter()
     rejected = prog.prefilter is not None and not prog.prefilter.passes(st, m, prog.names)
-    rec: dict[str, Any] = {"skipped": False, "prefilter_s": time.perf_counter() - t0}
-    return rec | {"prefiltered": True, "equal": False, "reason": "numerically different"} if rejected else rec
+    seconds = time.perf_counter() - t0
+    return Check(prefilter_s=seconds, prefiltered=True, equal=False, reason="numerically different") if rejected \
+        else Check(prefilter_s=seconds)
 
 
-def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> list[Check]:
     """Verify each (structure, mapping) on its size-free instance and cross-check the verified ones.
 
     Prism's own verifier checks them together (`prism.verify.equiv.equivalent_all`: one e-graph run,
     verdicts remembered by the candidates' terms); another is called once per candidate. A verifier
     failure is a rejection, recorded with its reason."""
     prog = _program(checker)
-    recs: list[dict[str, Any]] = [{} for _ in items]
+    checks: list[Check] = [Check() for _ in items]
     cands = []
-    for rec, (st, m) in zip(recs, items):
+    for k, (st, m) in enumerate(items):
         try:
-            cands.append((rec, instantiate(st, m, names=prog.names, dtype=prog.graph.inputs[0].dtype)))
+            cands.append((k, instantiate(st, m, names=prog.names, dtype=prog.graph.inputs[0].dtype)))
         except Exception as e:
-            rec.update(equal=False, reason=f"{type(e).__name__}: {e}", error=True, verify_s=0.0)
+            checks[k] = Check(equal=False, reason=f"{type(e).__name__}: {e}", error=True)
     kwargs = {} if checker.verify_timeout is None else {"timeout": checker.verify_timeout}
     t0 = time.perf_counter()
     verdicts = _batched(checker, prog, [c for _, c in cands], kwargs)
     if verdicts is not None:
         share = (time.perf_counter() - t0) / max(1, len(cands))
-        for (rec, _), v in zip(cands, verdicts):
-            rec.update(equal=bool(v.equal), reason=str(v.reason), verify_s=share)
+        for (k, _), v in zip(cands, verdicts):
+            checks[k] = Check(equal=bool(v.equal), reason=str(v.reason), verify_s=share)
     else:
-        for rec, cand in cands:
+        for k, cand in cands:
             t0 = time.perf_counter()
             try:
                 verdict = (checker.verify or default_verify())(prog.graph, cand, **kwargs)
-                rec["equal"], rec["reason"] = bool(verdict.equal), str(verdict.reason)
+                checks[k] = Check(equal=bool(verdict.equal), reason=str(verdict.reason))
             except Exception as e:
-                rec["equal"], rec["reason"], rec["error"] = False, f"{type(e).__name__}: {e}", True
-            rec["verify_s"] = time.perf_counter() - t0
+                checks[k] = Check(equal=False, reason=f"{type(e).__name__}: {e}", error=True)
+            checks[k] = replace(checks[k], verify_s=time.perf_counter() - t0)
     if checker.numeric:
-        for rec, (st, m) in zip(recs, items):
-            if rec["equal"]:
+        for k, (st, m) in enumerate(items):
+            if checks[k].equal:
                 t1 = time.perf_counter()
-                check = cross_check(prog.graph, st, m, prog.names)
-                rec.update(numeric_ok=check.ok, numeric_error=check.max_error, numeric_detail=check.detail,
-                           check_s=time.perf_counter() - t1)
-    return recs
+                found = cross_check(prog.graph, st, m, prog.names)
+                checks[k] = replace(checks[k], numeric_ok=found.ok, numeric_error=found.max_error,
+                                    numeric_detail=found.detail, check_s=time.perf_counter() - t1)
+    return checks
 
 
 def _batched(checker: Checker, prog: _Program, cands: list[KernelGraph], kwargs: dict) -> list[Any] | None:
@@ -242,22 +270,22 @@ def _batched(checker: Checker, prog: _Program, cands: list[KernelGraph], kwargs:
         return None
 
 
-def check_one(checker: Checker, st: Structure, m: Mapping) -> dict[str, Any]:
+def check_one(checker: Checker, st: Structure, m: Mapping) -> Check:
     """Prefilter, verify on the size-free instance, and cross-check one (structure, mapping)."""
-    rec = prefilter_one(checker, st, m)
-    return rec if rec.get("prefiltered") else rec | verify_all(checker, [(st, m)])[0]
+    first = prefilter_one(checker, st, m)
+    return first if first.prefiltered else first.then(verify_all(checker, [(st, m)])[0])
 
 
 def prefilter_task(checker: Checker, deadline: float,
-                   items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+                   items: Sequence[tuple[Structure, Mapping]]) -> list[Check]:
     """prefilter_one for each item until the deadline; later items are marked skipped."""
-    return [{"skipped": True} if time.time() > deadline else prefilter_one(checker, st, m) for st, m in items]
+    return [Check(skipped=True) if time.time() > deadline else prefilter_one(checker, st, m) for st, m in items]
 
 
 def verify_task(checker: Checker, deadline: float,
-                items: Sequence[tuple[Structure, Mapping]]) -> list[dict[str, Any]]:
+                items: Sequence[tuple[Structure, Mapping]]) -> list[Check]:
     """verify_all on the items (skipped, all of them, past the deadline)."""
-    return [{"skipped": True} for _ in items] if time.time() > deadline else verify_all(checker, items)
+    return [Check(skipped=True) for _ in items] if time.time() > deadline else verify_all(checker, items)
 
 
 def mirage_task(target: Target, limits: Limits, deadline: float, modes: Any, labels: Any, sizes: Sequence[Any],
@@ -265,7 +293,7 @@ def mirage_task(target: Target, limits: Limits, deadline: float, modes: Any, lab
     """Mirage's way: for each size choice, search structures from the concrete maps `labels` and check
     every concrete candidate as it is found (so a search stopped by its time limit keeps its finds)."""
     gen = Generator(target, limits, deadline, modes=modes)
-    out: list[tuple[Structure, Mapping, dict]] = []
+    out: list[tuple[Structure, Mapping, Check]] = []
     for size in sizes:
         for st in gen.run(gen.start(labels)):
             problem = st.problem()

@@ -17,8 +17,8 @@ import torch
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
-__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "copies_for", "input_copies", "random_inputs",
-           "timings",
+__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "copies_for", "input_copies", "kernel_profile",
+           "random_inputs", "timings",
            "spearman", "ranks", "close", "time_kernels"]
 
 L2_BYTES = 50 * 2**20
@@ -114,6 +114,19 @@ def bench_graph(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]]
             fn(*c)
     seconds = triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median") * 1e-3
     return seconds / len(copies)
+
+
+def kernel_profile(fn: Callable[..., Any], inputs: Sequence[Any], calls: int, warmup: int = 1) -> Any:
+    """torch.profiler's record of the device's kernels over `calls` calls of `fn(*inputs)`, after `warmup`
+    calls (CUDA only): what the benchmarks read device time and per-kernel tables from."""
+    for _ in range(warmup):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    return prof
 
 
 def timings(fn: Callable[..., Any], copies: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:

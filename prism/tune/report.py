@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Sequence
 
 from prism.tune.space import Candidate
 
-__all__ = ["COST_MODEL", "GPU_PROFILE", "PER_OUTPUT", "Entry", "Report", "UNFUSED"]
+__all__ = ["COST_MODEL", "GPU_PROFILE", "PER_OUTPUT", "Entry", "Report", "Status", "UNFUSED"]
 
 COST_MODEL = "cost-model"
 GPU_PROFILE = "gpu-profile"
@@ -17,27 +18,47 @@ PER_OUTPUT = "per output"
 """Entry.origin of a program's choice when its outputs were tuned one at a time: their choices together."""
 
 
+class Status(StrEnum):
+    """A candidate's fate in a tuning: not yet judged, usable, the one chosen, or dropped (its `Entry.why`)."""
+
+    PENDING = "pending"
+    OK = "ok"
+    CHOSEN = "chosen"
+    DROPPED = "dropped"
+
+
 @dataclass
 class Entry:
     """One candidate: where it came from ("model": the cost model's best; "random": a uniform draw;
     "baseline": the unfused program; "per output": the choices of a program with several outputs, together),
-    its estimate, its time if measured, its kernels, its fate, and `risk`: why it can overflow
-    (prism.tune.safety), None if it cannot. `output`: the output it was tuned for, when a program with
-    several outputs was tuned one output at a time; `text`: a label of its own (the joined choice's)."""
+    its estimate, its time if measured, its kernels, its fate (`status`, and `why` it was dropped), and `risk`:
+    why it can overflow (prism.tune.safety), None if it cannot. `output`: the output it was tuned for, when a
+    program with several outputs was tuned one output at a time; `text`: a label of its own (the joined
+    choice's)."""
 
     candidate: Candidate
     origin: str
     estimate_us: float | None = None
     measured_us: float | None = None
     kernels: list[dict[str, Any]] = field(default_factory=list)
-    status: str = "pending"
+    status: Status = Status.PENDING
     risk: str | None = None
     output: int | None = None
     text: str | None = None
+    why: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status in ("ok", "chosen")
+        return self.status in (Status.OK, Status.CHOSEN)
+
+    def drop(self, why: str) -> None:
+        """Mark it dropped, and why (it did not compile, needs too much shared memory, failed or was wrong)."""
+        self.status, self.why = Status.DROPPED, why
+
+    @property
+    def fate(self) -> str:
+        """Its status as a table and a message say it: "ok", "chosen", "dropped: <why>"."""
+        return f"{self.status}: {self.why}" if self.why else str(self.status)
 
     @property
     def label(self) -> str:
@@ -51,13 +72,16 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate.to_json(), "origin": self.origin, "estimate_us": self.estimate_us,
-                "measured_us": self.measured_us, "kernels": self.kernels, "status": self.status, "risk": self.risk,
-                "output": self.output, "text": self.text}
+                "measured_us": self.measured_us, "kernels": self.kernels, "status": str(self.status),
+                "why": self.why, "risk": self.risk, "output": self.output, "text": self.text}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Entry:
+        """An entry saved by to_json; one saved before `why` (status "dropped: <why>") too."""
+        status, _, why = str(d.get("status", "ok")).partition(": ")
         return cls(Candidate.from_json(d["candidate"]), d["origin"], d.get("estimate_us"), d.get("measured_us"),
-                   list(d.get("kernels", [])), d.get("status", "ok"), d.get("risk"), d.get("output"), d.get("text"))
+                   list(d.get("kernels", [])), Status(status), d.get("risk"), d.get("output"), d.get("text"),
+                   d.get("why", why or None))
 
 
 @dataclass
@@ -102,10 +126,11 @@ class Report:
             values = [getattr(e, key) for e in picks]
             return None if any(v is None for v in values) else sum(values)
 
-        chosen = Entry(picks[0].candidate, PER_OUTPUT, total("estimate_us"), total("measured_us"),  # type: ignore
-                       [k for e in picks for k in e.kernels], "chosen", next((e.risk for e in picks if e.risk), None),
-                       text=" + ".join(e.label for e in picks))  # type: ignore
-        base = Entry(Candidate(UNFUSED, (), 1), "baseline", baseline_us, status="ok",
+        chosen = Entry(picks[0].candidate, PER_OUTPUT, total("estimate_us"), total("measured_us"),
+                       [k for e in picks for k in e.kernels], Status.CHOSEN,  # type: ignore[union-attr]
+                       next((e.risk for e in picks if e.risk), None),  # type: ignore[union-attr]
+                       text=" + ".join(e.label for e in picks))  # type: ignore[union-attr]
+        base = Entry(Candidate(UNFUSED, (), 1), "baseline", baseline_us, status=Status.OK,
                      risk=next((e.risk for e in bases if e.risk), None))
         first = parts[0]
         out = cls(first.method, first.target, execution=first.execution, chosen=0)
@@ -157,7 +182,7 @@ class Report:
             rows.append(["*" if i == self.chosen else "", label, e.origin,
                          "-" if e.estimate_us is None else f"{e.estimate_us:.2f}",
                          "-" if e.measured_us is None else f"{e.measured_us:.2f}", regs, smem,
-                         "no" if e.risk else "yes", e.status])
+                         "no" if e.risk else "yes", e.fate])
         widths = [max(len(str(r[c])) for r in [head] + rows) for c in range(len(head))]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]

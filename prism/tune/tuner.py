@@ -45,18 +45,15 @@ from prism.search.parallel import running
 from prism.tune.compile import CompileResult, compile_many, default_workers, start_workers
 from prism.tune.cost import Cost, estimate
 from prism.tune.rank import Ranked, rank
-from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report
+from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
 from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
+from prism.tune.options import RANK_LIMIT, TuneOptions
 from prism.tune.target import Target, get_target
 
 __all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "RANK_LIMIT",
            "REFINE_ROUNDS"]
 
-RANK_LIMIT = 4096
-"""Tilings ranked by the cost model (each at all its launches); a larger space is ranked on a uniform
-sample of this many. At 1024, attention's sample (of 8112 tilings) missed every good split-KV tiling on an
-H100 (2026-11-23: the unfused program won at 108 µs where 4096 points had found 15 µs)."""
 EXPLORE_BAND = 4.0
 """The random share is drawn from the ranked points estimated within this factor of the model's best (the
 calibrated model's mean squared log error on held-out points is 0.58, BENCHMARKS.md: about a factor of 2
@@ -100,34 +97,26 @@ def floor_seconds(program: KernelGraph, target: Target) -> float:
     return nbytes / (target.peak_bandwidth or target.dram_bandwidth)
 
 
-def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: bool = False,
-         device: Any = None, target: Target | str | None = None, workers: int | None = None,
-         compile: bool = True, explore: float = 0.25, rank_limit: int = RANK_LIMIT, refine: int | None = None,
-         time_budget: float | None = None, log: Callable[[str], None] | None = None,
-         progress: Progress | None = None, cluster: Any = None) -> Tuned:
+def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gpu: bool = False, device: Any = None,
+         workers: int | None = None, log: Callable[[str], None] | None = None, progress: Progress | None = None,
+         cluster: Any = None, **changes: Any) -> Tuned:
     """Pick the best (graph, grid, loop, warps, stages) of `result` (a SearchResult) for `program`'s shapes.
 
-    budget: candidates compiled (and on a GPU, timed) before refinement, the unfused baseline not counted.
-    refine: neighbours of the best tried per refinement round (default: budget // 2 on a GPU, where
-        measurements steer it; 0 without one, where it would only re-rank by the model at twice the
-        compile time).
-    time_budget: seconds after which no more candidates are refined (None: no limit); the first batch
-        (the model's best, the random draw, the baseline) is always tried whole.
+    options: what it tries and spends (prism.tune.options.TuneOptions: budget, seed, refine, time_budget,
+        compile, target, ...); keyword arguments change them (`tune(result, program, budget=8)`).
     gpu: time candidates on `device` (CUDA-graph replay); else rank them by the cost model.
-    compile: compile candidates ahead of time for sm_90 (drops what fails or needs too much shared memory,
-        and feeds the compiler's registers, shared memory and spills to the model); False ranks by the
-        model alone, in this process or on the search's worker processes if they are running.
     workers: worker processes for ranking and compiling (default: all cores).
     log, progress: one line per step; (phase, done, total) as "rank", "compile" and "profile" advance.
     cluster: a prism.search.cluster.RayWorkers to rank and compile on (Ray tasks), instead of local processes.
     """
+    opts = TuneOptions.of(options, "tune", **changes)
+    budget, seed, compile = opts.budget, opts.seed, opts.compile
     log = log or (lambda s: None)
-    budget = max(1, int(budget))
-    refine = (budget // 2 if gpu else 0) if refine is None else max(0, int(refine))
-    target = tuning_target(gpu, device, target)
+    refine = (budget // 2 if gpu else 0) if opts.refine is None else int(opts.refine)
+    target = tuning_target(gpu, device, opts.target)
     report = Report(GPU_PROFILE if gpu else COST_MODEL, target.name)
     report.floor_us = floor_seconds(program, target) * 1e6
-    clock = _Clock(time_budget)
+    clock = _Clock(opts.time_budget)
     space = Space(result, program, target)
     space.tilings()
     clock.lap("space")
@@ -138,11 +127,11 @@ def tune(result, program: KernelGraph, *, budget: int = 16, seed: int = 0, gpu: 
     mapper = _Mapper(started, cluster, progress, report, shared)
     clock.lap("workers")
     try:
-        ranked = _rank(space, rank_limit, seed, target, report, log, mapper,
+        ranked = _rank(space, opts.rank_limit, seed, target, report, log, mapper,
                        n if mapper.started or cluster or shared else 1)
         clock.lap("rank")
         seen: set[str] = set()
-        picks = _select(space, ranked, budget, explore, seed, seen, target, report)
+        picks = _select(space, ranked, budget, opts.explore, seed, seen, target, report)
         base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)),
                      estimate(program, target), program)
         picks.append(base)
@@ -377,7 +366,7 @@ class _Trial:
             self._compile(batch)
         else:
             for p in batch:
-                p.entry.status = "ok"
+                p.entry.status = Status.OK
         self.clock.lap("compile")
         if self.gpu:
             self._profile(batch)
@@ -430,18 +419,18 @@ def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
     e = p.entry
     e.kernels = [k.to_json() for k in r.kernels]
     if not r.ok:
-        e.status = f"dropped: does not compile ({r.error})"
+        e.drop(f"does not compile ({r.error})")
         return
     big = [k for k in r.kernels if k.shared > target.smem_per_block]
     if big:
-        e.status = f"dropped: {big[0].name} needs {big[0].shared} B shared memory > {target.smem_per_block}"
+        e.drop(f"{big[0].name} needs {big[0].shared} B shared memory > {target.smem_per_block}")
         return
     # A kernel that spills a little can still be the fastest: dropping such candidates once left a decoder
     # layer's norm + projection to the 8-kernel unfused program on an H100 (136 B stack frames, 2026-11-23).
     # The cost model charges spills a little (the target's spill_penalty), and on a GPU the measurement decides.
     p.cost = estimate(p.graph, target, aot=r.kernels)
     e.estimate_us = p.cost.seconds * 1e6
-    e.status = "ok"
+    e.status = Status.OK
 
 
 def _time_one(p: _Pick, inputs: list, want: Any, copies: list, report: Report) -> None:
@@ -452,7 +441,7 @@ def _time_one(p: _Pick, inputs: list, want: Any, copies: list, report: Report) -
     t = time_kernels(p.graph, inputs, want, copies)
     p.entry.measured_us = t.us
     if t.dropped is not None:
-        p.entry.status = f"dropped: {t.dropped}"
+        p.entry.drop(t.dropped)
     if t.wrong is not None:
         report.notes.append(f"{p.entry.label}: verified equal but its kernels disagree with the "
                             f"reference (relative error {t.wrong:.2e}): a code generation bug")
@@ -475,7 +464,7 @@ def _choose(report: Report, target: Target) -> None:
     key = (lambda e: e.measured_us) if gpu else (lambda e: e.estimate_us)
     ok = [i for i, e in enumerate(report.entries) if e.ok and key(e) is not None]
     if not ok:
-        reasons = "; ".join(f"{e.label}: {e.status}" for e in report.entries)
+        reasons = "; ".join(f"{e.label}: {e.fate}" for e in report.entries)
         raise TuneError(f"no candidate survived tuning ({reasons})")
     risky = [i for i in ok if report.entries[i].risk]
     if risky:
@@ -487,7 +476,7 @@ def _choose(report: Report, target: Target) -> None:
     best = min(ok, key=lambda i: (key(report.entries[i]), i))
     report.chosen = best
     e = report.entries[best]
-    e.status = "chosen"
+    e.status = Status.CHOSEN
     others = len(ok) - 1
     if gpu:
         report.reason = (f"fastest measured median ({e.measured_us:.2f} us) of {len(ok)} candidate(s) that "

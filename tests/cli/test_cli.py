@@ -89,7 +89,8 @@ def test_search_a_program_file(capsys, tmp_path):
     assert code == EXIT_OK and doc["program"] == "silu_linear" and doc["graphs"] > 0
 
 
-def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path):
+def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRISM_CACHE_DIR", str(tmp_path / "cache"))  # its first run searches, whatever ran before
     out = tmp_path / "opt"
     argv = ["optimize", "rmsnorm", "--config", SMALL, "--workers", "1", "--budget", "2", "--out", str(out)]
     code, text, err = run(capsys, *argv)

@@ -13,7 +13,7 @@ import prism.workloads as wl
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.runtime import OptimizedGraph, superoptimize
-from prism.search import SearchResult
+from prism.search import SearchOptions, SearchResult
 from prism.tune.safety import overflow_risk
 from tests.child import interpreted
 
@@ -76,7 +76,7 @@ def test_it_searches_when_no_result_is_given(tmp_path, monkeypatch):
     cfg = {"n": 4, "d": 64}
     opt = superoptimize(w.build(cfg), search_options={"workers": 1, "max_block_ops": 9, "max_grid": 1},
                         budget=2, compile=False, cache=tmp_path, device="cpu")
-    assert calls == [{"workers": 1, "max_block_ops": 9, "max_grid": 1}]
+    assert calls == [SearchOptions(workers=1, max_block_ops=9, max_grid=1)]
     assert opt.report.search["source"] == "searched"
     _check_outputs(opt, w, cfg)
 

@@ -13,7 +13,7 @@ from prism.tune import COST_MODEL, Report, TuneError, spearman, tune
 from prism.codegen.aot import AotKernel
 from prism.tune.compile import CompileResult, compile_many
 from prism.tune.profile import close, copies_for, ranks
-from prism.tune.report import UNFUSED
+from prism.tune.report import UNFUSED, Status
 from prism.tune.target import H100
 
 
@@ -177,9 +177,10 @@ def test_what_fails_or_overflows_is_dropped_and_more_are_tried(searched, monkeyp
     r = tune(result, w.build(cfg), budget=3, seed=0, workers=1).report
     assert len(calls) == 1 + tuner.EXTRA_ROUNDS
     assert r.best.candidate.graph == UNFUSED
-    statuses = " | ".join(e.status for e in r.entries)
+    assert all(e.status is Status.DROPPED for e in r.entries if e.candidate.graph != UNFUSED), r.table()
+    whys = " | ".join(e.why or "" for e in r.entries)
     for why in ("does not compile", "shared memory"):
-        assert why in statuses
+        assert why in whys
     assert any("compiled" in n and "more" in n for n in r.notes)
 
 
@@ -315,7 +316,7 @@ def test_the_gpu_branch_keeps_the_fastest_measured_and_reports_the_rank_correlat
     monkeypatch.setattr(tuner._Trial, "_profile", spy)
     r = tune(result, program, budget=5, gpu=True, device="cpu", compile=False).report
     assert r.method == "gpu-profile" and "GPU profiling" in r.method_text
-    assert "wrong output" in r.entries[1].status
+    assert r.entries[1].status is Status.DROPPED and "wrong output" in r.entries[1].why
     measured = [e for e in r.entries if e.measured_us is not None]
     assert len(measured) == len(r.entries) - 1
     assert r.best.measured_us == min(e.measured_us for e in measured)

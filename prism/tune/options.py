@@ -1,0 +1,62 @@
+"""`TuneOptions`: how `prism.tune.tune` chooses among a search's graphs, as one value (prism.options).
+
+`tune`, `superoptimize` and the benchmarks pass one object; `tune(result, program, budget=8)` keeps working
+(keyword arguments are changes to the options given).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from prism.errors import InputError, check_positive
+from prism.options import Settings
+
+__all__ = ["RANK_LIMIT", "TuneOptions"]
+
+RANK_LIMIT = 4096
+"""Tilings ranked by the cost model (each at all its launches); a larger space is ranked on a uniform
+sample of this many. At 1024, attention's sample (of 8112 tilings) missed every good split-KV tiling on an
+H100 (2026-11-23: the unfused program won at 108 µs where 4096 points had found 15 µs)."""
+
+
+@dataclass(frozen=True)
+class TuneOptions(Settings):
+    """What a tuning tries and spends.
+
+    budget: candidates compiled (and on a GPU, timed) before refinement, the unfused baseline not counted.
+    seed: the random draw's and the sampled ranking's.
+    explore: the share of the budget drawn at random among points near the model's best.
+    rank_limit: tilings ranked by the cost model at most (RANK_LIMIT).
+    refine: neighbours of the best tried per refinement round (default: budget // 2 on a GPU, where
+        measurements steer it; 0 without one, where it would only re-rank by the model at twice the
+        compile time).
+    time_budget: seconds after which no more candidates are refined (None: no limit); the first batch
+        (the model's best, the random draw, the baseline) is always tried whole.
+    compile: compile candidates ahead of time for sm_90 (drops what fails or needs too much shared memory,
+        and feeds the compiler's registers, shared memory and spills to the model); False ranks by the
+        model alone, in this process or on the search's worker processes if they are running.
+    target: the GPU the cost model assumes without one (a Target, or "h100" (the default), "h200").
+    """
+
+    budget: int = 16
+    seed: int = 0
+    explore: float = 0.25
+    rank_limit: int = RANK_LIMIT
+    refine: int | None = None
+    time_budget: float | None = None
+    compile: bool = True
+    target: Any = None
+
+    WHAT: ClassVar[str] = "tuning options"
+
+    def checked(self, who: str = "tune") -> TuneOptions:
+        check_positive(who, "budget", self.budget, whole=True)
+        check_positive(who, "rank_limit", self.rank_limit, whole=True)
+        for name, low, high in (("explore", 0, 1), ("time_budget", 0, math.inf), ("refine", 0, math.inf)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not low <= value <= high):
+                raise InputError(f"{who}: {name} must be a number from {low} to {high}, got {value!r}")
+        return self
