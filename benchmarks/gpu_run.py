@@ -25,8 +25,10 @@ runs out is reported, and killed with what it started; the others still run):
   decoder    `benchmarks/decoder_bench.py`: the example decoder layer through the same backends;
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
              OUT/every_size.json.
-The limits come from an H200 run (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s there
-(tuning on the GPU), the GPU tests did not finish in 140 s. It prints each step's last lines and a summary table
+The limits come from two H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
+209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's `warm`); the
+decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the
+steps together: a step gets at most what is left, so a call never runs past its limit with a step's output lost. It prints each step's last lines and a summary table
 last. Without a GPU, `run` says so in one line and exits 2.
 """
 
