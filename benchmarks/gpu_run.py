@@ -21,8 +21,11 @@ runs out is reported, and killed with what it started; the others still run):
              benchmarks/results/tune_samples_<gpu>_<date>.json: the oracle the CPU tests replay
              (tests/tune/test_oracle.py);
   llama      `benchmarks/hf_decode.py --llama2048 --batches 1`: a Llama-shaped float16 decode step (2 layers, KV
-             1024) through eager, Inductor, Inductor's reduce-overhead, Prism and Prism with CUDA graphs;
-  decoder    `benchmarks/decoder_bench.py`: the example decoder layer through the same backends;
+             1024) through eager, Inductor, Inductor's reduce-overhead, Prism and Prism with CUDA graphs, each
+             Prism region's chosen kernel and µs, and each backend's kernels by device time into
+             OUT/llama_kernels.md (where Prism's step loses to Inductor's, kernel by kernel);
+  decoder    `benchmarks/decoder_bench.py`: the example decoder layer through the same backends, Prism's host
+             and kernel profile into OUT/decoder_profile.txt;
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
              OUT/every_size.json.
 The limits come from two H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
@@ -75,8 +78,9 @@ STEPS = {
         str(out / "tune_samples.json")]),
     "llama": Step(500, lambda py, searches, out, budget: [
         py, "benchmarks/hf_decode.py", "--llama2048", "--layers", "2", "--repeat", "30", "--budget", "8",
-        "--batches", "1"]),
-    "decoder": Step(330, lambda py, searches, out, budget: [py, "benchmarks/decoder_bench.py", "--budget", "8"]),
+        "--batches", "1", "--kernels", str(out / "llama_kernels.md")]),
+    "decoder": Step(330, lambda py, searches, out, budget: [py, "benchmarks/decoder_bench.py", "--budget", "8",
+                                                            "--profile", str(out / "decoder_profile.txt")]),
     "sizes": Step(180, lambda py, searches, out, budget: [
         py, "benchmarks/every_size.py", "--budget", "8", "--out", str(out / "every_size.json")]),
 }

@@ -86,9 +86,10 @@ def small(hf: Any, name: str, layers: int, backend: str | None, repeat: int, dev
 
 
 def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str | None,
-              repeat: int, device: str = "cuda") -> dict[str, Any]:
-    """The Llama-shaped float16 step: first-compile seconds, µs as called and (on a GPU) in a CUDA graph, and
-    for Prism each region's choice and launches."""
+              repeat: int, device: str = "cuda", kernels: bool = False) -> dict[str, Any]:
+    """The Llama-shaped float16 step: first-compile seconds, µs as called and (on a GPU) in a CUDA graph, for
+    Prism each region's choice and launches, and with `kernels` (on a GPU) torch.profiler's table of the step's
+    kernels by device time (20 steps)."""
     import transformers as tf
 
     torch._dynamo.reset()
@@ -116,14 +117,19 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
             torch.cuda.synchronize()
         row["compile_s"] = time.perf_counter() - start
         row["launches"] = launches_per_layer(start_record, layers) if backend == "prism" else None
-        row["regions"] = ([(r["root"], r["chosen"], r["launches"]) for r in prism.capture.history[-1]["replaced"]]
-                          if backend == "prism" else [])
+        row["regions"] = ([(r["root"], r["chosen"], r["launches"], r["us"], r["measured"])
+                           for r in prism.capture.history[-1]["replaced"]] if backend == "prism" else [])
         row["called_us"] = median_us(step, repeat, cuda)
         if cuda and mode != "reduce-overhead":
             try:
                 row["graph_us"] = _graph_us(step, repeat)
             except Exception as e:  # the row says why there is no figure
                 row["graph_failure"] = f"{type(e).__name__}: {str(e)[:200]}"
+        if cuda and kernels:
+            from prism.tune.profile import kernel_profile
+
+            table = kernel_profile(step, [], 20).key_averages().table(sort_by="cuda_time_total", row_limit=20)
+            row["kernels"] = table
     return row
 
 
@@ -159,6 +165,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8", help="--llama2048's batch sizes, comma-separated (default %(default)s)")
     ap.add_argument("--budget", type=int, default=prism.capture.OPTIONS.budget,
                     help="candidates Prism tunes per region (default %(default)s, the backend's)")
+    ap.add_argument("--kernels", default="", help="--llama2048 on a GPU: write each backend's kernels by device "
+                    "time (torch.profiler, 20 steps) to this file")
     ap.add_argument("--background", action="store_true",
                     help="the prism row with options={'background': True}: cones superoptimized on a thread")
     args = ap.parse_args()
@@ -173,16 +181,22 @@ def main() -> None:
         regions = []
         for batch in [int(b) for b in args.batches.split(",")]:
             for label, backend, mode in GPU_BACKENDS if cuda else (BACKENDS[0], BACKENDS[2]):
-                r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat, "cuda" if cuda else "cpu")
+                r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat, "cuda" if cuda else "cpu",
+                              bool(args.kernels))
+                if "kernels" in r:
+                    with open(args.kernels, "a") as f:
+                        f.write(f"## batch {batch}, {label}\n{r['kernels']}\n\n")
                 graph = f"{r['graph_us']:.0f}" if "graph_us" in r else r.get(
                     "graph_failure", "(a replay as called)" if cuda else "")
                 launches = "" if r["launches"] is None else f"{r['launches']:.0f}"
                 print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} | {launches} |",
                       flush=True)
                 regions += [(batch, *region) for region in r["regions"] if mode is None]
-        print("| batch | Prism region (its roots) | chosen | launches |\n|---|---|---|---|")
-        for batch, root, chosen, launches in regions:
-            print(f"| {batch} | {root} | {chosen} | {launches} |")
+        print("| batch | Prism region (its roots) | chosen | launches | µs (measured, else estimated) |\n"
+              "|---|---|---|---|---|")
+        for batch, root, chosen, launches, us, measured in regions:
+            time_text = "" if us is None else f"{us:.1f}" + ("" if measured else " est.")
+            print(f"| {batch} | {root} | {chosen} | {launches} | {time_text} |")
         return
     hf = argparse.Namespace(**runpy.run_path(str(EXAMPLE)))
     device = "cuda" if cuda else "cpu"

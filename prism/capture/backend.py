@@ -16,7 +16,8 @@ superoptimizes them on a thread, each op switching to its chosen kernels when th
 made symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with
 symbolic sizes becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph
 that needs gradients is left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger "prism.compile") and kept
-in `history`: what each cone became, or why it stayed with torch.
+in `history`: what each cone became (its chosen kernels, their launches and µs: "measured" on a GPU, else the cost
+model's estimate), or why it stayed with torch.
 """
 
 from __future__ import annotations
@@ -273,8 +274,8 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
     graph, sources, _ = lower(nodes, inputs, cone.roots)
     if opts.background:
         opt = pending = submit(graph, device, _options(device, opts), _said)
-        done = {"program": str(graph), "op": str(pending.op), "launches": None, "cached": None, "search": None,
-                "dropped": []}
+        done = {"program": str(graph), "op": str(pending.op), "launches": None, "us": None, "measured": False,
+                "cached": None, "search": None, "dropped": []}
     else:
         opt, pending = superoptimize(graph, device=device, **_options(device, opts)), None
         done = {"program": str(graph), "op": str(opt.op)} | _said(opt)
@@ -315,7 +316,10 @@ def _said(opt: Any) -> dict[str, Any]:
     from prism.tune.report import Status
 
     best = opt.report.best
+    measured = best is not None and best.measured_us is not None
     return {"chosen": best.label if best else None, "launches": opt.launches,
+            "us": None if best is None else best.measured_us if measured else best.estimate_us,
+            "measured": measured,
             "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
             "dropped": [f"{e.label}: {e.fate}" for e in opt.report.entries if e.status is Status.DROPPED]}
 
@@ -330,8 +334,7 @@ def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
     out = call(region.op.default, [n for n in inputs if isinstance(n.meta.get("val"), torch.Tensor)])
     out.meta["val"] = cone.root.meta["val"]
     return [out], {"program": str(region.program), "op": str(region.op), "chosen": "per size bucket, at run time",
-                 "launches": None,
-                 "cached": None, "search": None, "dropped": [],
+                 "launches": None, "us": None, "measured": False, "cached": None, "search": None, "dropped": [],
                  "why": f"symbolic sizes {region.symbols}: lowered again at each new size, tuned once per size "
                         "bucket (prism.capture.dynamic)"}
 

@@ -36,6 +36,8 @@ def test_the_decoder_layer_compiles_fuses_and_matches_eager(options):
     (qkv,) = [r for r in record["replaced"] if r["ops"].count("aten.mm.default") == 3]
     assert qkv["root"].count(",") == 2 and qkv["launches"] == 1       # one kernel writes Q, K and V
     assert all(r["chosen"] != "unfused program" for r in record["replaced"]), [r["program"] for r in record["replaced"]]
+    gpu = inputs[0].is_cuda   # each region's time: measured on a GPU, the cost model's estimate on a CPU
+    assert all(r["us"] > 0 and r["measured"] == gpu for r in record["replaced"]), record["replaced"]
     left = {op for r in record["left"] for op in r["ops"]}
     assert left <= {"aten.view.default", "aten.cat.default", "aten.expand.default", "aten._unsafe_view.default"}, left
 
