@@ -66,7 +66,7 @@ def search(graph: KernelGraph, options: SearchOptions | None = None, *, verify: 
     With `backend="ray"`, `stats["workers"]` is the cluster's CPU count; results are a local search's.
     """
     _check_graph(graph)
-    opts = SearchOptions.of(options, **changes)
+    opts = SearchOptions.of(options, "search", **changes)
     graph.check()
     mode = Modes.parse(opts.modes)
     start = time.time()
