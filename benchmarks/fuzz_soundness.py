@@ -7,12 +7,17 @@ their safe split-KV forms (online splits rescaled to the largest max, "+safe_spl
          parallel dim, an op of the same family, operand order, a dropped parallel op, a constant),
          checked against the program's term in batches (`egraph.check_all`);
   maps   the fused graph with its imaps/fmaps/omaps redrawn (`prism.verify.fuzz.random_maps`), checked
-         end to end by `prism.verify.equivalent`.
+         end to end by `prism.verify.equivalent`;
+  constrained  the split-KV forms right only under size constraints (prism.workloads.constrained, classes
+         A-D), built at sizes drawn from each class's sweep, then with their maps redrawn (sizes kept) or one
+         node edited (`prism.verify.fuzz.mutants`), checked by `prism.verify.equivalent(..., constrained=True)`
+         (proved for all sizes, or under the size constraints it derives).
 Every candidate, proved or not, is also evaluated numerically (terms: `prism.verify.model` at two
-choices of parallel sizes; maps: `prism.verify.numeric.random_test` in the reference executor), so the
-table counts proved, numerically equal, and unsound (proved but numerically different) candidates.
+choices of parallel sizes; maps: `prism.verify.numeric.random_test` in the reference executor; constrained:
+the same, at sizes that satisfy the constraints the proof states), so the table counts proved, numerically
+equal, and unsound (proved but numerically different) candidates, and how many were distinct graphs.
 
-    PYTHONPATH=. python benchmarks/fuzz_soundness.py --mutants 100000 --maps 5000 --workers 2
+    PYTHONPATH=. python benchmarks/fuzz_soundness.py --mutants 100000 --maps 5000 --constrained 10000 --workers 2
 
 Seeded: the same arguments draw the same candidates. Prints a markdown table; --json writes the counts.
 """
@@ -71,7 +76,7 @@ def _form(label: str):
 SAFE_SPLIT = {"online": True, "partials": True}
 
 
-def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
+def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float, set[str]]:
     """`count` term mutants of fused form `label`, drawn with `seed`."""
     from prism.verify.egraph import check_all
     from prism.verify.encode import encode
@@ -85,7 +90,7 @@ def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], fl
     env = random_env({f"in{k}": t.shape for k, t in enumerate(program.inputs)}, seed=seed)
     ref_values = [evaluate(ref, env, {}) for _ in range(2)]
     rng = random.Random(seed)
-    counts, unsound = Counter(), []
+    counts, unsound, seen = Counter(), [], set()
     start = time.perf_counter()
     pending = []
     for k in range(count):
@@ -93,14 +98,15 @@ def term_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], fl
         for _ in range(rng.randint(1, 3)):
             cand = mutate(cand, rng) or cand
         pending.append(cand)
+        seen.add(str(cand))
         if len(pending) == BATCH or k == count - 1:
             for cand, res in zip(pending, check_all(ref, pending, timeout=2.0)):
                 _tally(counts, unsound, res.equal, res.reason, _numeric(cand, ref_values, env), f"{cand}")
             pending = []
-    return counts, unsound, time.perf_counter() - start
+    return counts, unsound, time.perf_counter() - start, seen
 
 
-def map_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float]:
+def map_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float, set[str]]:
     """`count` random maps of fused form `label` (a third uniform, the rest near it)."""
     from prism.verify import equivalent
     from prism.verify.fuzz import random_maps
@@ -108,16 +114,55 @@ def map_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], flo
 
     _, _, program, fused = _form(label)
     rng = random.Random(seed)
-    counts, unsound = Counter(), []
+    counts, unsound, seen = Counter(), [], set()
     start = time.perf_counter()
     for k in range(count):
         cand = random_maps(fused, rng, keep=0.0 if k % 3 == 0 else 0.8)
+        seen.add(cand.structural_hash())
         verdict = equivalent(program, cand)
         num = random_test(program, cand, seed=seed + k)
         # equal only at sizes of 1 (the only ones that fit) says nothing about the maps
         numeric = "different" if not num.equal else "equal" if num.all_varied else "not evaluable"
         _tally(counts, unsound, verdict.equal, verdict.reason, numeric, str(cand))
-    return counts, unsound, time.perf_counter() - start
+    return counts, unsound, time.perf_counter() - start, seen
+
+
+def constrained_task(label: str, seed: int, count: int) -> tuple[Counter, list[str], float, set[str]]:
+    """`count` candidates near class `label` of prism.workloads.constrained: the class built at sizes drawn from
+    its sweep (or its mutant), then its maps redrawn with those sizes kept (a third uniform, the rest near it) or
+    one node edited; each proved (constrained=True) and run at sizes its verdict's constraints allow."""
+    from prism.errors import GraphError
+    from prism.verify import equivalent
+    from prism.verify.fuzz import mutants, random_maps
+    from prism.verify.numeric import random_test
+    from prism.workloads import constrained, get
+
+    form = constrained.CLASSES[label]
+    program = get("attention").build(constrained.CFG)
+    rng = random.Random(seed)
+    counts, unsound = Counter(), []
+    start = time.perf_counter()
+    seen: set[str] = set()
+    for k in range(count):
+        while True:
+            try:
+                base = form.build(constrained.CFG, *(rng.choice(s) for s in form.sweep), mutant=rng.random() < 0.2)
+                if rng.random() < 0.5:
+                    cand = random_maps(base, rng, keep=0.0 if k % 3 == 0 else 0.8, keep_sizes=True)
+                else:
+                    cand = rng.choice([g for _, g in mutants(base)] or [base])
+                break
+            except GraphError:   # sizes the class does not build at, or maps that do not fit them
+                continue
+        seen.add(cand.structural_hash())
+        verdict = equivalent(program, cand, constrained=True)
+        counts["proved under constraints"] += bool(verdict.equal and verdict.constraints)
+        if verdict.equal:
+            cand.constraints = verdict.constraints
+        num = random_test(program, cand, seed=seed + k)
+        numeric = "different" if not num.equal else "equal" if num.all_varied else "not evaluable"
+        _tally(counts, unsound, verdict.equal, verdict.reason, numeric, str(cand))
+    return counts, unsound, time.perf_counter() - start, seen
 
 
 def _tally(counts: Counter, unsound: list[str], proved: bool, reason: str, numeric: str, what: str) -> None:
@@ -135,6 +180,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mutants", type=int, default=100_000, help="term mutants in all (split over workloads)")
     ap.add_argument("--maps", type=int, default=5_000, help="random maps in all (split over workloads)")
+    ap.add_argument("--constrained", type=int, default=0,
+                    help="candidates near the forms right under size constraints, in all (split over classes A-D)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the counts here")
@@ -148,31 +195,37 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"fuzz_soundness: unknown form(s) {sorted(unknown)}; known: {', '.join(names)}")
         names = args.forms.split(",")
+    from prism.workloads.constrained import CLASSES
+
     tasks = []
-    for kind, total, fn in (("terms", args.mutants, term_task), ("maps", args.maps, map_task)):
-        per = total // len(names)
-        for i, name in enumerate(names):
+    for kind, total, fn, forms in (("terms", args.mutants, term_task, names), ("maps", args.maps, map_task, names),
+                                   ("constrained", args.constrained, constrained_task, list(CLASSES))):
+        per = total // len(forms)
+        for i, name in enumerate(forms):
             for j, start in enumerate(range(0, per, CHUNK)):
                 tasks.append((kind, name, fn, args.seed + 1000 * i + j, min(CHUNK, per - start)))
     t0 = time.perf_counter()
     rows: dict[tuple[str, str], Counter] = {}
+    distinct: dict[tuple[str, str], set[str]] = {}
     seconds: Counter = Counter()
     unsound: list[str] = []
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=torch.set_num_threads, initargs=(1,)) as pool:
         futures = [(kind, name, pool.submit(fn, name, seed, n)) for kind, name, fn, seed, n in tasks]
         for kind, name, f in futures:
-            c, bad, s = f.result()
+            c, bad, s, seen = f.result()
             rows.setdefault((kind, name), Counter()).update(c)
+            distinct.setdefault((kind, name), set()).update(seen)
             seconds[(kind, name)] += s
             unsound += bad
     wall = time.perf_counter() - t0
-    cols = ["candidates", "proved", "numerically equal", "numerically different", "numerically not evaluable",
-            "type or shape refused", "unsound"]
+    cols = ["candidates", "distinct", "proved", "proved under constraints", "numerically equal",
+            "numerically different", "numerically not evaluable", "type or shape refused", "unsound"]
     print(f"| kind | workload | {' | '.join(cols)} | checks/s per worker |")
     print("|---|---|" + "---|" * (len(cols) + 1))
     total = Counter()
     for (kind, name), c in sorted(rows.items()):
+        c["distinct"] = len(distinct[(kind, name)])
         total.update(c)
         rate = c["candidates"] / seconds[(kind, name)]
         print(f"| {kind} | {name} | " + " | ".join(str(c[k]) for k in cols) + f" | {rate:.0f} |")

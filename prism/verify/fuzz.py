@@ -97,21 +97,24 @@ def mutants(graph: KernelGraph) -> Iterator[tuple[str, KernelGraph]]:
                 continue
 
 
-def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0, tries: int = 100) -> KernelGraph:
+def random_maps(graph: KernelGraph, rng: random.Random, keep: float = 0.0, tries: int = 100,
+                keep_sizes: bool = False) -> KernelGraph:
     """`graph` with its imaps, fmaps and omaps redrawn at random; each grid dim's entry (and each fmap)
     keeps its current value with probability `keep`, so keep > 0 samples near a known-good graph.
     Grid sizes and the loop become 1, which always divide: the checker ignores sizes and the numeric
-    test picks its own. A draw the builder refuses (a loop-invariant tile the loop would now walk, used
-    after it: LoRA's B) is drawn again, up to `tries` times."""
+    test picks its own. With `keep_sizes` they stay (a kernel whose outputs' shapes depend on its sizes, as
+    split-KV partials do, feeds a second kernel that expects those shapes). A draw the builder refuses (a
+    loop-invariant tile the loop would now walk, used after it: LoRA's B; a tile that does not divide its
+    extent) is drawn again, up to `tries` times."""
     for _ in range(tries - 1):
         try:
-            return _random_maps(graph, rng, keep)
+            return _random_maps(graph, rng, keep, keep_sizes)
         except GraphError:
             continue
-    return _random_maps(graph, rng, keep)
+    return _random_maps(graph, rng, keep, keep_sizes)
 
 
-def _random_maps(graph: KernelGraph, rng: random.Random, keep: float) -> KernelGraph:
+def _random_maps(graph: KernelGraph, rng: random.Random, keep: float, keep_sizes: bool) -> KernelGraph:
     def draw(kernel: int, i: int, node: Node) -> Node:
         kind = kind_of(node)
         if kind not in (LOADER, SAVER):
@@ -130,7 +133,7 @@ def _random_maps(graph: KernelGraph, rng: random.Random, keep: float) -> KernelG
         return _with(node, attrs={"imap": m, "fmap": fmap})
 
     blocks = graph.blocks
-    return rebuild(graph, draw, grid_loop=lambda k, b: ((1,) * len(b.grid), 1))
+    return rebuild(graph, draw, grid_loop=None if keep_sizes else lambda k, b: ((1,) * len(b.grid), 1))
 
 
 _CONSTS = (0.5, 2.0, 1 / 64)

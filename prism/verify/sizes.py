@@ -28,7 +28,10 @@ at s', what that kernel computes at s:
     With one part, the dim is r's family named q (of the same size; a term in which q and r would both be
     live is ill formed and refused).
   - Count(e, s, g): at s the group op's operand has e(s) = s·s'[g] elements along its dim, so part by g
-    (chunk b = group b) and a sum (max) over the members is the op itself.
+    (chunk b = group b) and a sum (max) over the members is the op itself. Where e names a fresh f of a
+    Factor(r, (q, f)), the constraint is stated over e with f written r/q (`Assumed.in_sizes`): at s',
+    s'[f] = s[r]/s[q], so that is e's value, and s | it is what makes s'[g] a size. A Count over an extent
+    naming another fresh dim (a group count) is not offered.
 Kernels meet only through whole tensors (no live parallel dim crosses a kernel's edge), so the graph's
 terms at s' are its outputs at s. The terms are well formed for all sizes (typing checked them), so at s';
 the proof gives them equal to the program's terms at s' (the axioms hold at every size where the terms are
@@ -91,14 +94,16 @@ class Factor:
 
 @dataclass(frozen=True)
 class Count:
-    """A group op of `size` over `extent` has `groups` groups, a fresh parallel dim."""
+    """A group op of `size` over `extent` has `groups` groups, a fresh parallel dim. `over`: `extent` in the
+    graph's sizes, where it names a fresh dim of a Factor (`Assumed.in_sizes`; None: it names none)."""
 
     extent: Extent
     size: int
     groups: str
+    over: Extent | None = None
 
     def constraint(self) -> Constraint:
-        return Constraint.divides(Extent(self.size), self.extent)
+        return Constraint.divides(Extent(self.size), self.extent if self.over is None else self.over)
 
 
 Assumption = Union[Factor, Count]
@@ -140,6 +145,17 @@ class Assumed:
         place = {q: i for a in self.assumptions if isinstance(a, Factor) for i, q in enumerate(self.factors(a.size))}
         return sorted(pdims, key=lambda p: place.get(p, 0))
 
+    def in_sizes(self, extent: Extent) -> Extent | None:
+        """`extent` in the graph's sizes: each fresh dim f of a Factor(r, (q, f)) written as r/q (r itself
+        rewritten if a Factor made it); None if it names a fresh dim no size stands for (a group count)."""
+        out = extent
+        for _ in range(len(self.assumptions)):
+            for a in self.assumptions:
+                k = dict(out.mono).get(a.parts[-1], 0) if isinstance(a, Factor) and len(a.parts) == 2 else 0
+                if k:
+                    out = out.times(((a.parts[1], k),), -1).times(((a.size, k), (a.parts[0], -k)))
+        return None if any(p in self.fresh for p, _ in out.mono) else out
+
     def groups(self, extent: Extent, size: int) -> str | None:
         """The fresh group count a Count gave a group op of `size` over `extent`, if any."""
         return next((a.groups for a in self.assumptions if isinstance(a, Count)
@@ -161,8 +177,10 @@ def options(need: Need, assumed: Assumed) -> list[Assumption]:
     pairs = [(r, q) for r in sizes(e.ups) for q in sizes(e.downs) if _apart(r, q)]
     if isinstance(need, Cancel):
         return [Factor(r, (q,)) for r, q in pairs]
-    counted = [] if assumed.groups(need.extent, need.size) else \
-        [Count(need.extent, need.size, f"groups{sum(isinstance(a, Count) for a in assumed.assumptions)}")]
+    over = None if assumed.groups(need.extent, need.size) else assumed.in_sizes(need.extent)
+    counted = [] if over is None else [Count(need.extent, need.size,
+                                             f"groups{sum(isinstance(a, Count) for a in assumed.assumptions)}",
+                                             None if over == need.extent else over)]
     return [Factor(r, (q, f"{r}_per_{q}")) for r, q in pairs] + counted
 
 

@@ -1,16 +1,7 @@
 """Proofs under size constraints (prism.verify.sizes): split-KV attention forms that compute the program only
-when their parallel sizes are related, each proved under the constraints it needs and refused without them.
+when their parallel sizes are related (prism.workloads.constrained: classes A-D), each proved under the
+constraints it needs and refused without them.
 
-Kernel 1 is the paper's split-KV kernel with partials (prism.workloads.attention): a block per (batch, split)
-saves its numerator [g, d] and denominator [g, 1] side by side along the last dim. Kernel 2 folds the splits:
-  A  its loop walks the partials; each iteration group-sums its numerator tile and sums its denominators
-     (right when the loop range i1 divides the split count y0: every tile holds whole partials);
-  B  kernel 1 folds each exp tile into groups of S columns (group_sum) before it sums over the loop, and
-     kernel 2 sums those (right when the tile h/(i0·y0) holds whole groups: i0·y0 divides h/S);
-  C  its grid dim y splits the denominators, one per split, and its blocks' sums are added (right when y1
-     divides y0); the numerators are group-summed by the kernel graph;
-  D  its loop accumulator is the group sum: one split's numerator and denominator per iteration (right only
-     when the loop range equals the split count: i1 = y0; elsewhere the output has the wrong shape).
 Every accepted graph is run by the reference executor at every small size that satisfies its constraints
 (`counterexamples`), and a verdict with a constraint dropped or weakened is caught there. Mutants that are
 wrong at the constrained sizes are refused. A launch at sizes that break the constraints raises.
@@ -29,97 +20,13 @@ import prism.workloads as wl
 from prism import interp, verify
 from prism.codegen import compile_graph
 from prism.errors import ConstraintError, GraphError
-from prism.ir import BlockGraph, KernelGraph
+from prism.ir import KernelGraph
 from prism.ir.sizes import Constraint, Extent, check, parallel_sizes, violations
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.result import SearchResult
 from prism.tune.report import Report
 from prism.tune.space import Space
-
-CFG = {"b": 2, "g": 4, "h": 32, "d": 8}
-S = 4
-"""B's group size: kernel 1 folds each exp tile into S columns."""
-
-
-def size(name: str) -> Extent:
-    return Extent(1, ((name, 1),))
-
-
-def _kernel1(g: KernelGraph, cfg: dict, splits: int, loop: int, fold: str = "") -> tuple:
-    """The program's inputs and kernel 1's partials: numerators [b, g, splits·d] and denominators
-    [b, g, splits] (or, with `fold` a group op, each split's exp tile folded into S columns: [b, g, splits·S])."""
-    b, q_, h, d = cfg["b"], cfg["g"], cfg["h"], cfg["d"]
-    q, kt, v = g.input((b, q_, d), "float16", "Q"), g.input((b, d, h), "float16", "Kt"), \
-        g.input((b, h, d), "float16", "V")
-    k1 = BlockGraph(grid=(b, splits), loop=loop)
-    bq, bk = k1.input(q, imap={"x": 0}), k1.input(kt, imap={"x": 0, "y": 2}, fmap=2)
-    bv = k1.input(v, imap={"x": 0, "y": 1}, fmap=1)
-    e = k1.exp(k1.matmul(bq, bk))                                          # [1, g, h/(splits·loop)]
-    k1.output(k1.accum(k1.matmul(e, bv)), omap={"x": 0, "y": 2})
-    k1.output(k1.accum(getattr(k1, fold)(e, 2, S) if fold else k1.sum(e, 2)), omap={"x": 0, "y": 2})
-    return g.custom(k1, [q, kt, v])
-
-
-def class_a(cfg: dict, splits: int, loop: int, loop2: int, mutant: bool = False) -> KernelGraph:
-    """Mutant: group_max of each numerator tile (right only when a tile holds one split)."""
-    g = KernelGraph()
-    num, den = _kernel1(g, cfg, splits, loop)
-    k2 = BlockGraph(grid=(cfg["b"],), loop=loop2)
-    n = k2.input(num, imap={"x": 0}, fmap=2)                               # [1, g, d·y0/i1]
-    ns = k2.accum((k2.group_max if mutant else k2.group_sum)(n, 2, cfg["d"]))
-    ds = k2.accum(k2.sum(k2.input(den, imap={"x": 0}, fmap=2), 2))        # [1, g, y0/i1] summed
-    k2.output(k2.div(ns, ds), omap={"x": 0})
-    (o,) = g.custom(k2, [num, den])
-    g.output(o)
-    return g
-
-
-def class_b(cfg: dict, splits: int, loop: int, mutant: bool = False) -> KernelGraph:
-    """Mutant: each exp tile folded by group_max (a max of columns, then summed over the loop)."""
-    g = KernelGraph()
-    num, den = _kernel1(g, cfg, splits, loop, fold="group_max" if mutant else "group_sum")
-    k2 = BlockGraph(grid=(cfg["b"],), loop=1)
-    ns = k2.group_sum(k2.accum(k2.input(num, imap={"x": 0})), 2, cfg["d"])
-    ds = k2.sum(k2.accum(k2.input(den, imap={"x": 0})), 2)
-    k2.output(k2.div(ns, ds), omap={"x": 0})
-    (o,) = g.custom(k2, [num, den])
-    g.output(o)
-    return g
-
-
-def class_c(cfg: dict, splits: int, loop: int, splits2: int, mutant: bool = False) -> KernelGraph:
-    """Mutant: each block takes the max of its denominators instead of their sum."""
-    g = KernelGraph()
-    num, den = _kernel1(g, cfg, splits, loop)
-    k2 = BlockGraph(grid=(cfg["b"], splits2), loop=1)
-    t = k2.accum(k2.input(den, imap={"x": 0, "y": 2}))                     # [1, g, y0/y1]
-    k2.output((k2.max if mutant else k2.sum)(t, 2), omap={"x": 0})         # blocks along y add up
-    (ds,) = g.custom(k2, [den])
-    g.output(g.div(g.group_sum(num, 2, cfg["d"]), ds))
-    return g
-
-
-def class_d(cfg: dict, splits: int, loop: int, loop2: int, mutant: bool = False) -> KernelGraph:
-    """Mutant: the denominators' accumulator takes their max (accum_max), not their sum."""
-    g = KernelGraph()
-    num, den = _kernel1(g, cfg, splits, loop)
-    k2 = BlockGraph(grid=(cfg["b"],), loop=loop2)
-    ns = k2.accum(k2.input(num, imap={"x": 0}, fmap=2))                   # [1, g, d·y0/i1]
-    ds = k2.accum(k2.sum(k2.input(den, imap={"x": 0}, fmap=2), 2), "accum_max" if mutant else "accum")
-    k2.output(k2.div(ns, ds), omap={"x": 0})
-    (o,) = g.custom(k2, [num, den])
-    g.output(o)
-    return g
-
-
-CLASSES = {
-    # builder, sizes it is proved at, the constraints it needs, the sizes the sweep tries per argument
-    "A": (class_a, (4, 2, 2), (Constraint.divides(size("i1"), size("y0")),), [(1, 2, 4, 8), (1, 2, 4), (1, 2, 4, 8)]),
-    "B": (class_b, (2, 2), (Constraint.divides(size("i0").times(size("y0").mono), Extent(CFG["h"] // S)),),
-          [(1, 2, 4, 8, 16), (1, 2, 4, 8)]),
-    "C": (class_c, (4, 2, 2), (Constraint.divides(size("y1"), size("y0")),), [(1, 2, 4, 8), (1, 2, 4), (1, 2, 4, 8)]),
-    "D": (class_d, (4, 2, 4), (Constraint.equal(size("i1"), size("y0")),), [(1, 2, 4, 8), (1, 2, 4), (1, 2, 4, 8)]),
-}
+from prism.workloads.constrained import CFG, CLASSES, class_d, size
 
 REFERENCE = wl.get("attention").build(CFG)
 
@@ -257,3 +164,37 @@ def test_the_tuner_instantiates_only_points_that_satisfy_a_graph_s_constraints(s
         assert g.constraints == only
         check(g)
     assert SearchResult.from_json(constrained.to_json()).graphs[0].constraints == only
+
+
+def test_a_group_count_over_a_factored_size_is_constrained_in_the_graph_s_sizes():
+    """A Count whose extent names the fresh dim f of a Factor(r, (q, f)) states its constraint with f written
+    r/q (prism.verify.sizes: at s', s'[f] = s[r]/s[q]). The constrained soundness fuzz
+    (benchmarks/fuzz_soundness.py --constrained) found `equivalent` raising a ConstraintError there instead of
+    giving a verdict: the constraint named the fresh 'y0_per_y1', which no launch can check."""
+    from prism.verify.sizes import Assumed, Count, Factor, Whole, options
+
+    assumed = Assumed((Factor("y0", ("y1", "y0_per_y1")),))
+    extent = Extent(8).times((("y0_per_y1", 1), ("y1", 1), ("i0", -1)))
+    (count,) = [a for a in options(Whole(extent, 4), assumed) if isinstance(a, Count)]
+    assert count.constraint() == Constraint.divides(Extent(4), Extent(8).times((("y0", 1), ("i0", -1))))
+    with pytest.raises(ConstraintError, match="y0_per_y1"):
+        Count(extent, 4, "groups0").constraint()        # over the fresh dim itself: no constraint at all
+    nested = Assumed((Count(Extent(8), 4, "groups0"),))  # a group count no size stands for: not offered
+    assert not [a for a in options(Whole(Extent(8).times((("groups0", 1),)), 4), nested) if isinstance(a, Count)]
+
+
+def test_the_constrained_soundness_fuzz_draws_proves_and_checks_near_every_class():
+    """benchmarks/fuzz_soundness.py --constrained, small: candidates near each class (its sizes drawn, its maps
+    redrawn or one node edited) get a verdict each, some are proved under constraints, and none proved is
+    numerically different at sizes its constraints allow."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_soundness.py"
+    spec = importlib.util.spec_from_file_location("fuzz_soundness", path)
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    for name in CLASSES:
+        counts, unsound, _, seen = fuzz.constrained_task(name, 7, 40)
+        assert counts["candidates"] == 40 and len(seen) > 20 and not unsound, (name, counts)
+        assert counts["proved under constraints"] > 0, (name, counts)
