@@ -31,8 +31,8 @@ runs out is reported, and killed with what it started; the others still run):
 The limits come from two H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
 209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's `warm`); the
 decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the
-steps together: a step gets at most what is left, so a call never runs past its limit with a step's output lost. It prints each step's last lines and a summary table
-last. Without a GPU, `run` says so in one line and exits 2.
+steps together: a step gets at most what is left, so a call never runs past its limit with a step's output
+lost. It prints each step's last lines and a summary table last. Without a GPU, `run` says so in one line and exits 2.
 """
 
 from __future__ import annotations

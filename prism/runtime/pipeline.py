@@ -363,7 +363,10 @@ def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[st
     from prism.search import SearchResult
 
     def searched() -> Any:
-        return _search(graph, options, log, progress) if parts is None else _join(graph, parts, options, progress)
+        from prism.search import join
+
+        return _search(graph, options, log, progress) if parts is None else join(graph, parts, options,
+                                                                                 progress=progress)
 
     if store is None:
         return searched()
@@ -393,12 +396,6 @@ def _search(graph: KernelGraph, options: SearchOptions, log: Callable[[str], Non
     if log:
         log("searching fused µGraphs")
     return search(graph, options, progress=progress)
-
-
-def _join(graph: KernelGraph, parts: list[Any], options: SearchOptions, progress: Progress | None):
-    from prism.search import join
-
-    return join(graph, parts, options, progress=progress)
 
 
 def _decode(payload: Any, program: KernelGraph) -> tuple[KernelGraph, Report]:

@@ -1,8 +1,8 @@
 """`SearchOptions`: how `prism.search.search` searches, as one value instead of thirteen keyword arguments.
 
-The search, `join`, `superoptimize(search_options=...)`, the backend's cones and the command line all pass
-one object, so a limit added here reaches every caller, and the result cache keys a search by it
-(`SearchOptions.key`). The keyword arguments of `search(graph, time_limit=5, workers=2)` keep working: they
+The search, `join`, `superoptimize(search_options=...)` and the command line take one object (a dict of its
+fields, as the backend's `Options.search` holds, is made one), so a limit added here reaches every caller, and
+the result cache keys a search by it (`SearchOptions.key`). The keyword arguments of `search(graph, time_limit=5, workers=2)` keep working: they
 are changes to the options given (`SearchOptions.of`, prism.options).
 """
 

@@ -190,3 +190,42 @@ def test_the_space_counts_the_tail_kernels_tiles(searched):
                       for b in _blocks(space.instantiate(c)) for i in range(len(b.nodes)))
         assert space.graphs[c.graph].footprint(c.grid, c.loop).max_numel == largest, c
     assert seen > 10
+
+
+QK_TAIL_ERRORS = """
+import json, torch, prism.workloads as wl
+from prism.codegen import compile_graph
+from prism.tune.profile import close
+from prism.workloads.attention import logit_scales, rms_norm
+w = wl.get("qk_attention"); cfg = w.configs[0]
+cg = compile_graph(w.fused(cfg, online=True, splits=16, loop=cfg["h"] // 1024, partials=True, tail=True))
+q, kt, v = xs = w.inputs(cfg, seed=0, scales=logit_scales(cfg, 30.0))
+want = w.reference(*[x.double() for x in xs])
+got = cg(*xs)[0].double()
+rounded = (torch.softmax(rms_norm(q.float()).half().float() @ kt.float(), -1).half().float() @ v.float()).double()
+entry_ok = torch.allclose(got, want, rtol=2e-2, atol=2e-3)
+print(json.dumps({"entry_ok": entry_ok, "close": close(got, want)[0], "to_reference": (got - want).abs().max().item(),
+                  "rounded_to_reference": (rounded - want).abs().max().item(),
+                  "to_rounded": (got - rounded).abs().max().item()}))
+"""
+
+
+def test_qk_attention_s_tail_kernel_errs_as_float16_rounding_does():
+    """Why tests/runtime/test_gpu.py judges the tail kernels with the tuner's criterion: under Triton's interpreter,
+    qk_attention's tail kernel at logit std 30 misses the per-entry tolerance against the float64 reference, as
+    torch does when rms_norm(Q) and the probabilities are rounded to float16 for the dots; the kernel stays far
+    closer to that rounded computation than either is to the reference, and within the tuner's criterion."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
+    done = subprocess.run([sys.executable, "-c", QK_TAIL_ERRORS], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not r["entry_ok"] and r["close"], r
+    assert r["rounded_to_reference"] > 2e-3 and r["to_rounded"] < r["rounded_to_reference"] / 4, r
