@@ -9,9 +9,11 @@ their safe split-KV forms (online splits rescaled to the largest max, "+safe_spl
   maps   the fused graph with its imaps/fmaps/omaps redrawn (`prism.verify.fuzz.random_maps`), checked
          end to end by `prism.verify.equivalent`;
   constrained  the split-KV forms right only under size constraints (prism.workloads.constrained, classes
-         A-D), built at sizes drawn from each class's sweep, then with their maps redrawn (sizes kept) or one
-         node edited (`prism.verify.fuzz.mutants`), checked by `prism.verify.equivalent(..., constrained=True)`
-         (proved for all sizes, or under the size constraints it derives).
+         A-D, and the search's walk and group forms of attention at the same config, "searched walk" and
+         "searched group"), built at sizes drawn from each class's sweep, then with their maps redrawn (sizes
+         kept) or one node edited (`prism.verify.fuzz.mutants`), checked by
+         `prism.verify.equivalent(..., constrained=True)` (proved for all sizes, or under the size constraints
+         it derives).
 Every candidate, proved or not, is also evaluated numerically (terms: `prism.verify.model` at two
 choices of parallel sizes; maps: `prism.verify.numeric.random_test` in the reference executor; constrained:
 the same, at sizes that satisfy the constraints the proof states), so the table counts proved, numerically
@@ -137,8 +139,11 @@ def constrained_task(label: str, seed: int, count: int) -> tuple[Counter, list[s
     from prism.verify.numeric import random_test
     from prism.workloads import constrained, get
 
-    form = constrained.CLASSES[label]
     program = get("attention").build(constrained.CFG)
+    if label in SEARCHED:
+        build, sweep = _searched(program, label)
+    else:
+        build, sweep = constrained.CLASSES[label].build, constrained.CLASSES[label].sweep
     rng = random.Random(seed)
     counts, unsound = Counter(), []
     start = time.perf_counter()
@@ -146,7 +151,8 @@ def constrained_task(label: str, seed: int, count: int) -> tuple[Counter, list[s
     for k in range(count):
         while True:
             try:
-                base = form.build(constrained.CFG, *(rng.choice(s) for s in form.sweep), mutant=rng.random() < 0.2)
+                mutant = {"mutant": rng.random() < 0.2} if label not in SEARCHED else {}   # a class's wrong variant
+                base = build(constrained.CFG, *(rng.choice(s) for s in sweep), **mutant)
                 if rng.random() < 0.5:
                     cand = random_maps(base, rng, keep=0.0 if k % 3 == 0 else 0.8, keep_sizes=True)
                 else:
@@ -163,6 +169,24 @@ def constrained_task(label: str, seed: int, count: int) -> tuple[Counter, list[s
         numeric = "different" if not num.equal else "equal" if num.all_varied else "not evaluable"
         _tally(counts, unsound, verdict.equal, verdict.reason, numeric, str(cand))
     return counts, unsound, time.perf_counter() - start, seen
+
+
+SEARCHED = {"searched walk": "walk", "searched group": "group"}
+"""Constrained classes drawn from the search's own forms: each kind's graphs of attention at the classes' config."""
+
+
+def _searched(program, label: str):
+    """(build(cfg, sizes...), sweep) over the search's graphs of kind SEARCHED[label]: the first size picks the
+    graph, the others its grid sizes and loop range (a MappingError, a GraphError, where its tiles do not fit)."""
+    from prism.search import search
+
+    result = search(program, workers=1, max_grid=2)
+    graphs = [i for i, sg in enumerate(result.graphs) if getattr(sg.mapping, SEARCHED[label])]
+
+    def build(cfg, pick, x, y, loop):
+        sg = result.graphs[graphs[pick]]
+        return result.instantiate(graphs[pick], grid=(x, y)[:sg.n_grid], loop=loop if sg.mapping.loop else 1)
+    return build, [range(len(graphs)), (1, 2, 4), (1, 2, 4), (1, 2, 4)]
 
 
 def _tally(counts: Counter, unsound: list[str], proved: bool, reason: str, numeric: str, what: str) -> None:
@@ -199,7 +223,7 @@ def main() -> None:
 
     tasks = []
     for kind, total, fn, forms in (("terms", args.mutants, term_task, names), ("maps", args.maps, map_task, names),
-                                   ("constrained", args.constrained, constrained_task, list(CLASSES))):
+                                   ("constrained", args.constrained, constrained_task, [*CLASSES, *SEARCHED])):
         per = total // len(forms)
         for i, name in enumerate(forms):
             for j, start in enumerate(range(0, per, CHUNK)):

@@ -180,7 +180,9 @@ class OpDef:
     per element: special-function ops cost several), `zero_preserving` (f(0, ...) = 0, so zeroed padding
     lanes stay zero). For a reduction: `pad`, the value padded lanes take before it reduces over them (its
     identity: 0 for a sum, -inf for a max), and `accumulator`, the accumulator kind (prism.ir.kinds) that
-    combines its results over loop tiles. `online`: its part in the online softmax (OnlineRule).
+    combines its results over loop tiles. `online`: its part in the online softmax (OnlineRule). `grouped`:
+    the group op that reduces the contiguous groups of a dim as this reduction reduces the whole dim (a first
+    kernel may sum a tile in groups and leave the rest to the second: prism.symbolic.structure.group_variant).
     """
 
     name: str
@@ -200,6 +202,7 @@ class OpDef:
     pad: float = 0.0
     accumulator: str = "accum"
     online: OnlineRule = OnlineRule()
+    grouped: str = ""
 
     def __post_init__(self) -> None:
         if self.torch_fn is None:
@@ -517,6 +520,7 @@ for _d in [
           online=OnlineRule((Passes((SCALED, None), SCALED),), ratio=True)),  # e^-m·a / b = e^-m·(a / b)
     OpDef("sum", REDUCE, "sum over dim, kept as size 1", lambda x, dim: x.sum(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True,
+          grouped="group_sum",
           online=OnlineRule((Passes((SCALED,), SCALED, along="dim"),))),     # sum(e^-m·a, d) = e^-m·sum(a, d)
     OpDef("max", MAX_REDUCE, "max over dim, kept as size 1", lambda x, dim: x.amax(dim=dim, keepdim=True),
           attrs=("dim",), triton="tl.max({0}, axis={dim}, keep_dims=True)", term="max", pad=-math.inf,

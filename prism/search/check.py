@@ -21,7 +21,7 @@ from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT
 from prism.symbolic.mapping import Mapping
 from prism.symbolic.sgraph import op_dims
-from prism.symbolic.structure import Structure, class_factor, instantiate, program_classes
+from prism.symbolic.structure import Structure, class_factor, grouped_sums, instantiate, program_classes
 
 __all__ = ["CHECK_PARAMS", "PREFILTER_EXTENT", "NumericCheck", "Prefilter", "check_shapes_for", "cross_check",
            "rebuild", "restrictions"]
@@ -57,7 +57,8 @@ def rebuild(graph: KernelGraph, shapes: Sequence[Sequence[int]]) -> KernelGraph:
 def check_shapes_for(reference: KernelGraph, st: Structure, m: Mapping, grid: Sequence[int], loop: int,
                      tile: int) -> list[tuple[int, ...]]:
     """Input shapes at which `st` under `m` with these sizes divides evenly and the program is valid:
-    every class (merged with the program's own dim equalities) gets tile × lcm of its split factors."""
+    every class (merged with the program's own dim equalities) gets tile × lcm of its split factors (times a
+    group mapping's group width, for a class it sums in groups)."""
     space = st.graph.space
     uf = program_classes(reference, space)
     for a in range(len(space)):
@@ -74,6 +75,8 @@ def check_shapes_for(reference: KernelGraph, st: Structure, m: Mapping, grid: Se
         if space.extent(a) != 1:
             f = class_factor(m, st.graph.uf.find(a), grid, loop)
             need[uf.find(a)] = math.lcm(need.get(uf.find(a), 1), f)
+    for k, d in (grouped_sums(st, m) if m.group else {}).items():   # each block's tile holds whole groups
+        need[uf.find(st.graph.dims[st.graph.ops[k].inputs[0]][d])] *= m.group
     return [tuple(1 if (a := space.atom(i, d)) == UNIT else tile * need[uf.find(a)] for d in range(len(s)))
             for i, s in enumerate(space.shapes)]
 
@@ -155,10 +158,10 @@ class Prefilter:
         self.want = interp.run(self.program, self.inputs, dtype=torch.float64)
         self.tolerance = tolerance
         self.restricted: dict[tuple, bool] = {}
-        """Verdicts of one-dim runs by (structure key, partials, tail, what the dim splits)."""
+        """Verdicts of one-dim runs by (structure key, the mapping's variant, what the dim splits)."""
 
     def passes(self, st: Structure, m: Mapping, names: Sequence[str] | None = None) -> bool:
-        key = (st.key(), m.partials, m.tail)  # partials differ from sums across blocks for online sums (own maxima)
+        key = (st.key(), m.variant)  # partials differ from sums across blocks for online sums (own maxima)
         for splits, grid, loop in restrictions(m):
             if (key, splits) not in self.restricted:
                 self.restricted[(key, splits)] = self._agrees(st, m, grid, loop, names)

@@ -3,7 +3,9 @@
 Phases (each timed and counted in `SearchResult.stats`):
   generate     structures explored ("states") / emitted / pruned (order, expression check, phase,
                dims, budget)
-  instantiate  mappings enumerated under the linear and equality constraints, modulo symmetry
+  instantiate  mappings enumerated under the linear and equality constraints, modulo symmetry; with each
+               mapping that sums blocks, its partials and tail forms; after verification, the forms of each
+               verified partials graph right only for some sizes (`_constrained_variants`), checked in turn
   prefilter    mappings rejected by cheap numeric runs before the verifier (optional, sound)
   verify       each mapping's size-free instance checked by the verifier (verified / rejected), in
                batches that share one e-graph run
@@ -35,7 +37,7 @@ from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
 from prism.symbolic.mapping import Mapping, enumerate_mappings, partial_variant
-from prism.symbolic.structure import Structure, tail_variant
+from prism.symbolic.structure import Structure, group_variant, tail_variant, walk_variant
 from prism.symbolic.terms import from_graph, mk, render
 
 __all__ = ["search", "join", "default_verify"]
@@ -46,6 +48,9 @@ CHUNK = 64
 """(structure, mapping) pairs per prefilter task, at least; a task takes whole structures (`_by_structure`)."""
 BATCH = 16
 """Candidates per verification task, checked in one e-graph run (more than about 32 slow it down)."""
+CONSTRAINED = (walk_variant, group_variant)
+"""Forms of a verified partials graph right only for some sizes (prism.symbolic.structure): each a candidate of
+its own, verified under the size constraints its proof needs (`_constrained_variants`)."""
 JOINT_FORMS = 64
 """Joint forms of a program with several outputs checked, at most (prism.search.joint gives the order)."""
 
@@ -95,6 +100,9 @@ def search(graph: KernelGraph, options: SearchOptions | None = None, *, verify: 
         pairs = _instantiate(structures, mode, limits, deadline, stats)
         t0 = time.time()
         results = _check(pairs, checker, deadline, pool, progress)
+        later = _constrained_variants(pairs, results)
+        stats["instantiate"]["constrained_variants"] = len(later)
+        pairs, results = pairs + later, results + _check(later, checker, deadline, pool, progress)
         graphs = _tally(graph, pairs, results, opts.cross_check, opts.prefilter, stats)
         stats["check_wall_seconds"] = time.time() - t0
     else:
@@ -294,6 +302,16 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadl
     return pairs
 
 
+def _constrained_variants(pairs: list[tuple[Structure, Mapping]], checks: list[Check]
+                          ) -> list[tuple[Structure, Mapping]]:
+    """The walk and group forms (CONSTRAINED) of each partials graph the checks verified. Only of verified ones:
+    at the sizes a form's constraints allow it computes what its partials graph computes, and the prefilter
+    cannot run a group form at its small extents (its tiles hold no whole group), so every variant would reach
+    the e-graph (on attention, a thousand of them took 15 s for the 12 that prove)."""
+    return [(st, v) for (st, m), c in zip(pairs, checks) if c.equal and c.numeric_ok is not False and m.partials
+            and not m.tail for make in CONSTRAINED if (v := make(st, m))]
+
+
 def _loop_free_key(st: Structure) -> tuple:
     """What a structure computes when its accumulators are identities: the saved terms, and the
     kernel-level result over them (so the order the outputs are saved in does not matter)."""
@@ -368,7 +386,7 @@ def _tally(graph: KernelGraph, pairs: list[tuple[Structure, Mapping]], checks: l
                                "graph": sg.describe(names), "verifier": c.reason,
                                "max_error": c.numeric_error, "detail": c.numeric_detail})
                 continue
-        graphs.append(SymbolicGraph(st, m))
+        graphs.append(SymbolicGraph(st, m, c.constraints))
     if any(g.structure.sizes is not None for g in graphs):  # Mirage mode: one result per graph, any size
         unique: dict = {}
         for g in sorted(graphs, key=SymbolicGraph.key):

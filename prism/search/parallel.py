@@ -195,6 +195,7 @@ class Check:
     numeric_error: float | None = None
     numeric_detail: str | None = None
     check_s: float = 0.0
+    constraints: tuple = ()               # the size constraints a verified one's proof needs (prism.ir.sizes)
 
     @property
     def settled(self) -> bool:
@@ -220,8 +221,9 @@ def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> 
     """Verify each (structure, mapping) on its size-free instance and cross-check the verified ones.
 
     Prism's own verifier checks them together (`prism.verify.equiv.equivalent_all`: one e-graph run,
-    verdicts remembered by the candidates' terms); another is called once per candidate. A verifier
-    failure is a rejection, recorded with its reason."""
+    verdicts remembered by the candidates' terms), and proves the forms right only for some sizes
+    (`Mapping.constrained`) under the size constraints it derives; another is called once per candidate. A
+    verifier failure is a rejection, recorded with its reason."""
     prog = _program(checker)
     checks: list[Check] = [Check() for _ in items]
     cands = []
@@ -232,11 +234,12 @@ def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> 
             checks[k] = Check(equal=False, reason=f"{type(e).__name__}: {e}", error=True)
     kwargs = {} if checker.verify_timeout is None else {"timeout": checker.verify_timeout}
     t0 = time.perf_counter()
-    verdicts = _batched(checker, prog, [c for _, c in cands], kwargs)
+    verdicts = _batched(checker, prog, [c for _, c in cands], [items[k][1].constrained for k, _ in cands], kwargs)
     if verdicts is not None:
         share = (time.perf_counter() - t0) / max(1, len(cands))
         for (k, _), v in zip(cands, verdicts):
-            checks[k] = Check(equal=bool(v.equal), reason=str(v.reason), verify_s=share)
+            checks[k] = Check(equal=bool(v.equal), reason=str(v.reason), verify_s=share,
+                              constraints=tuple(v.constraints) if v.equal else ())
     else:
         for k, cand in cands:
             t0 = time.perf_counter()
@@ -256,18 +259,28 @@ def verify_all(checker: Checker, items: Sequence[tuple[Structure, Mapping]]) -> 
     return checks
 
 
-def _batched(checker: Checker, prog: _Program, cands: list[KernelGraph], kwargs: dict) -> list[Any] | None:
-    """Prism's verifier's verdicts on all candidates at once; None for another verifier, or where the
-    batch raised (then each candidate is checked alone, so the failure is recorded against its own)."""
+def _batched(checker: Checker, prog: _Program, cands: list[KernelGraph], constrained: list[bool],
+             kwargs: dict) -> list[Any] | None:
+    """Prism's verifier's verdicts on all candidates at once (the `constrained` ones in a batch of their own,
+    proved under size constraints where they are not valid for all sizes); None for another verifier, or where
+    a batch raised (then each candidate is checked alone, so the failure is recorded against its own)."""
     from prism.verify import equivalent
     from prism.verify.equiv import equivalent_all
 
     if checker.verify not in (None, equivalent) or not cands:
         return None
+    out: list[Any] = [None] * len(cands)
     try:
-        return equivalent_all(prog.graph, cands, cache=prog.verdicts, **kwargs)
+        for flag in (False, True):
+            ks = [k for k, c in enumerate(constrained) if c == flag]
+            if ks:
+                verdicts = equivalent_all(prog.graph, [cands[k] for k in ks], cache=None if flag else prog.verdicts,
+                                          constrained=flag, **kwargs)
+                for k, v in zip(ks, verdicts):
+                    out[k] = v
     except Exception:
         return None
+    return out
 
 
 def check_one(checker: Checker, st: Structure, m: Mapping) -> Check:

@@ -16,7 +16,7 @@ from prism.outputs import write_text
 from prism.provenance import build_id
 from prism.symbolic.mapping import Mapping
 from prism.symbolic.sgraph import LOADER
-from prism.symbolic.structure import Structure, instantiate, structure_from_json
+from prism.symbolic.structure import Structure, grouped_sums, instantiate, structure_from_json
 
 __all__ = ["FORMAT", "SearchResult", "SymbolicGraph"]
 
@@ -69,13 +69,17 @@ class SymbolicGraph:
                 rhs = f"{op.op}({args})"
             lines.append(f"  t{k} = {rhs}")
         folds = self.structure.problem().partials(self.mapping) if self.mapping.partials else None
+        grouped = grouped_sums(self.structure, self.mapping) if self.mapping.group else {}
         for k, o in enumerate(self.structure.outputs):
             fold = folds[k] if folds else {}
             rescale = "group_scale to the largest of the splits' maxima, " \
                 if self.structure.graph.ops[o].op == ONLINE.name else ""
             sides = ", ".join(f"d_{p} side by side along {d}" for p, d in fold.items())
-            tail = ", run as this kernel's tail" if self.mapping.tail else ""
-            kept = f"  (partials: {sides}, then {rescale}group_sum{tail})" if fold else ""
+            m = self.mapping
+            combine = "a loop over the splits, one per iteration" if m.walk else f"{rescale}group_sum"
+            first = f", its tile summed in groups of {m.group}" if grouped.keys() & {o, *g.ops[o].inputs} else ""
+            tail = ", run as this kernel's tail" if m.tail else ""
+            kept = f"  (partials: {sides}{first}, then {combine}{tail})" if fold else ""
             lines.append(f"  out{k} = save t{o} omap={omaps[k] | fold}{kept}")
         for k, op in enumerate(self.structure.kernel_ops):
             lines.append(f"  kernel v{len(self.structure.outputs) + k} = {op.op}("

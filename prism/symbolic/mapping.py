@@ -42,12 +42,21 @@ class Mapping:
     zeroed buffer). Same structure, same function; `partial_variant` makes it from the summing mapping.
     `tail` (with `partials`): that second kernel has a block per row of the first (the grid dims of the first
     that map the same data dim in all it saves: `prism.symbolic.structure.tail_rows`) and runs in the first's
-    last block of each row (prism.codegen.tail): one launch less. A µGraph of its own, verified on its own."""
+    last block of each row (prism.codegen.tail): one launch less. A µGraph of its own, verified on its own.
+    `walk` (with `partials`): that second kernel's loop walks the partials, one split per iteration, and its
+    accumulators sum them (no group op): right only when its loop range is the first kernel's split count, which
+    its instantiation sets, and its proof states (issue 34's class D).
+    `group` (with `partials`, > 1): the first kernel sums each tile of a kept sum in groups of `group` columns
+    (group_sum) instead of whole, and the second sums the groups of all splits (class B): right only where the
+    tiles hold whole groups. Variants of a partials mapping (prism.symbolic.structure.walk_variant,
+    group_variant), each verified under the size constraints its proof needs."""
 
     grid: tuple[tuple[int, ...], ...]
     loop: tuple[int, ...]
     partials: bool = False
     tail: bool = False
+    walk: bool = False
+    group: int = 0
 
     @property
     def n_grid(self) -> int:
@@ -61,12 +70,31 @@ class Mapping:
 
     def to_json(self) -> dict:
         return {"grid": [list(g) for g in self.grid], "loop": list(self.loop)} | \
-            ({"partials": True} if self.partials else {}) | ({"tail": True} if self.tail else {})
+            ({"partials": True} if self.partials else {}) | ({"tail": True} if self.tail else {}) | \
+            ({"walk": True} if self.walk else {}) | ({"group": self.group} if self.group else {})
 
     @classmethod
     def from_json(cls, data: dict) -> Mapping:
         return cls(tuple(tuple(g) for g in data["grid"]), tuple(data["loop"]), bool(data.get("partials", False)),
-                   bool(data.get("tail", False)))
+                   bool(data.get("tail", False)), bool(data.get("walk", False)), int(data.get("group", 0)))
+
+    @property
+    def variant(self) -> tuple[bool, bool, bool, int]:
+        """How its kernels combine the blocks' sums, apart from the maps: (partials, tail, walk, group)."""
+        return self.partials, self.tail, self.walk, self.group
+
+    @property
+    def form(self) -> str:
+        """How its kernels combine the blocks' sums, in a few words (a tuning report's forms)."""
+        if not self.partials:
+            return "fused"
+        return "partials" + ("+tail" if self.tail else "+walk (class D)" if self.walk else
+                             "+group (class B)" if self.group else "")
+
+    @property
+    def constrained(self) -> bool:
+        """Whether it is a form right only for some parallel sizes (walk, group): proved under constraints."""
+        return self.walk or self.group > 0
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ from typing import Any, Sequence
 from prism.errors import MappingError
 from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, MAX_GRID_YZ
-from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE
+from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE, SUM
 from prism.ir.ops import OPS, rescaling
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX, BOp, SGraph, attr_from_json, attr_json, op_dims
 
-__all__ = ["Structure", "check_shapes", "class_factor", "instantiate", "program_classes", "structure_from_json",
-           "tail_rows", "tail_variant"]
+__all__ = ["GROUP", "Structure", "check_shapes", "class_factor", "group_variant", "grouped_sums", "instantiate",
+           "program_classes", "structure_from_json", "tail_rows", "tail_variant", "walk_variant"]
 
 
 @dataclass(frozen=True)
@@ -150,12 +150,21 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     if folds is None:
         raise MappingError("instantiate: an output has no free dim to keep its partials along")
     maxima = _maxima(st, problem, m, omaps, folds)
+    grouped = grouped_sums(st, m) if m.group else {}
+    if m.group and not grouped:
+        raise MappingError("instantiate: a group mapping needs a kept sum to group (grouped_sums)")
     g = KernelGraph()
     ins = [g.input(s, dtype, n) for s, n in zip(shapes, names)]
     b = BlockGraph(grid=grid, loop=loop)
     ts = []
-    for op in st.graph.ops:
-        if op.op == LOADER:
+    for k, op in enumerate(st.graph.ops):
+        if k in grouped:   # the tile summed in groups of m.group columns: the second kernel sums the rest
+            x, d = ts[op.inputs[0]], grouped[k]
+            if x.shape[d] % m.group:
+                raise MappingError(f"instantiate: a tile of {x.shape[d]} along dim {d} does not hold whole groups "
+                                   f"of {m.group} (the group mapping's sums)")
+            ts.append(b.apply(OPS[op.op].grouped, [x], {"dim": d, "size": m.group}))
+        elif op.op == LOADER:
             imap, fmap = loaders[op.attrs[0]]
             ts.append(b.input(ins[op.attrs[0]], imap=imap, fmap=fmap))
         elif op.op in ACCUMULATORS:
@@ -179,7 +188,9 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     for operand, omap in maxima.values():   # each split's maximum, beside the sums it scales
         save(operand, omap, {}, MAX.name)
     values = list(g.custom(b, ins))
-    groups = [{d: values[k].shape[d] // b.grid_size(p) for p, d in fold.items()} for k, fold in enumerate(folds)]
+    groups = [{d: (values[k].shape[d] // b.grid_size(p), 1 if st.graph.dims[o][d] == UNIT else
+                   extent[st.graph.uf.find(st.graph.dims[o][d])]) for p, d in fold.items()}
+              for k, (o, fold) in enumerate(zip(st.outputs, folds))]
     if any(groups):
         saved_max = dict(zip(maxima, values[len(st.outputs):]))
         scaled = [saved_max.get(_running(st, o)) if gr else None for o, gr in zip(st.outputs, groups)]
@@ -189,7 +200,8 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
             if not rows:
                 raise MappingError("instantiate: a tail mapping whose first kernel has no grid dim that maps the "
                                    "same data dim in all it saves (tail_rows)")
-        g.output(_fold(g, values[:len(st.outputs)], groups, scaled, st.kernel_ops, shapes, rows))
+        walk = b.grid_size(next(iter(folds[0]))) if m.walk else None
+        g.output(_fold(g, values[:len(st.outputs)], groups, scaled, st.kernel_ops, shapes, rows, walk))
         return g
     for op in st.kernel_ops:
         values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
@@ -253,15 +265,69 @@ def tail_rows(st: Structure, m: Mapping) -> dict[str, int]:
 def tail_variant(st: Structure, m: Mapping) -> Mapping | None:
     """`m` (a partials mapping) with its second kernel run as the tail of its first; None where `tail_rows`
     finds no row to pair the kernels by."""
-    if not m.partials or m.tail or not tail_rows(st, m):
+    if not _plain(m) or not tail_rows(st, m):
         return None
     return Mapping(m.grid, m.loop, partials=True, tail=True)
 
 
-def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled: list[Any],
-          kernel_ops: Sequence[BOp], shapes: Sequence[Sequence[int]], rows: dict[int, int] | None = None) -> Any:
+GROUP = 16
+"""The group width of a group mapping's first kernel (class B): the narrowest tile Triton's dot takes
+(prism.codegen.layout.MIN_DOT), so a tile of a dim that also feeds a dot holds whole groups."""
+
+
+def grouped_sums(st: Structure, m: Mapping) -> dict[int, int]:
+    """{op: data dim} of the reductions a group mapping sums in groups: for each output kept as partials along one
+    data dim d, the reduction over d (one with a group form, OpDef.grouped) whose value it saves, directly or
+    through a sum accumulator that is its only consumer. Not an online sum's: each split's sums are rescaled by
+    the second kernel's group ops over the splits, and under a group count (prism.verify.sizes.Count) the
+    verifier knows a split's width only as a quotient of sizes, not as the groups a grid dim concatenated."""
+    folds = st.problem().partials(m) if m.partials else None
+    out: dict[int, int] = {}
+    for o, fold in zip(st.outputs, folds or ()):
+        if len(fold) != 1:
+            continue
+        (d,), op = fold.values(), st.graph.ops[o]
+        r = op.inputs[0] if op.op == SUM.name else o
+        red = st.graph.ops[r]
+        if r != o and st.graph.uses[r] != 1:
+            continue
+        if red.op in OPS and OPS[red.op].grouped and tuple(red.attrs) == (d,) \
+                and st.graph.dims[red.inputs[0]][d] != UNIT:
+            out[r] = d
+    return out
+
+
+def _plain(m: Mapping) -> bool:
+    """A partials mapping with no other variant: the one the walk and group variants are made from."""
+    return m.partials and not (m.tail or m.walk or m.group)
+
+
+def group_variant(st: Structure, m: Mapping) -> Mapping | None:
+    """`m` (a partials mapping) with its kept sums summed in groups of GROUP columns by the first kernel (class B;
+    right where each tile holds whole groups); None where it keeps no such sum (`grouped_sums`)."""
+    return Mapping(m.grid, m.loop, partials=True, group=GROUP) if _plain(m) and grouped_sums(st, m) else None
+
+
+def walk_variant(st: Structure, m: Mapping) -> Mapping | None:
+    """`m` (a partials mapping) with its second kernel's loop walking the splits (class D; its loop range is the
+    split count); None where the outputs are not all kept along one grid dim, or some are online sums (each split
+    scaled by its own maximum: kernel 2 would need a running max of them), or kernel-level ops after the sums
+    are not element-wise (the second kernel then holds whole tensors)."""
+    folds = st.problem().partials(m) if _plain(m) else None
+    if not folds or len({tuple(f) for f in folds}) != 1 or len(folds[0]) != 1 or \
+            any(_running(st, o) is not None for o in st.outputs) or \
+            not all(OPS[op.op].family.elementwise for op in st.kernel_ops):
+        return None
+    return Mapping(m.grid, m.loop, partials=True, walk=True)
+
+
+def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, tuple[int, int]]], scaled: list[Any],
+          kernel_ops: Sequence[BOp], shapes: Sequence[Sequence[int]], rows: dict[int, int] | None = None,
+          walk: int | None = None) -> Any:
     """Kernel 2 of a partials form, one custom op: every block loads whole rows of the saved partials, sums
-    them in groups (`groups[k]`: data dim -> group size of saved tensor k), then runs the kernel-level ops.
+    them in groups (`groups[k]`: data dim -> (the width one split saved, the program's width) of saved tensor k:
+    groups of the first, then summed whole where the program's width is 1 and a split saved more), then runs the
+    kernel-level ops.
     Online sums (`scaled[k]`: the saved maxima of their splits, else None) were each scaled by exp(-m) for
     their split's own max m, so each group is first rescaled to the largest: by exp(m_split - max m), at
     most 1 (FlashDecoding's combine; group_max and group_scale).
@@ -271,7 +337,9 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled
     1.2 µs for the atomic form's division; H100, 2026-11-23).
     With `rows` ({data dim: blocks}, a tail mapping's `tail_rows` at kernel 1's sizes), kernel 2 has kernel 1's
     blocks along those dims instead, and its launch says `tail`: the last block of each row of kernel 1 runs
-    it (prism.codegen.tail)."""
+    it (prism.codegen.tail).
+    With `walk` (a walk mapping's split count), its loop walks the splits instead, one per iteration, and
+    its accumulators sum them: no group ops (the first kernel saved each split's tile at the program's width)."""
     rank, shape = len(saved[0].shape), saved[0].shape
     elementwise = all(OPS[op.op].family.elementwise for op in kernel_ops)
     tensors = saved + [t for t in scaled if t is not None]
@@ -284,23 +352,26 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, int]], scaled
         sizes = [shape[d] for d in dims]
     else:
         dims, sizes = list(rows), list(rows.values())
-    k2 = BlockGraph(grid=tuple(sizes) or (1,), loop=1, launch=Launch(tail=rows is not None))
+    k2 = BlockGraph(grid=tuple(sizes) or (1,), loop=walk or 1, launch=Launch(tail=rows is not None))
     imap = {GRID_DIMS[k]: d for k, d in enumerate(dims)}
     inputs, loaded, scales = [], {}, {}
-    for t in tensors:
+    for t, gr in zip(tensors, folded):
         if id(t) not in loaded:
             inputs.append(t)
-            loaded[id(t)] = k2.accum(k2.input(t, imap=imap))
+            loaded[id(t)] = k2.accum(k2.input(t, imap=imap, fmap=None if walk is None else next(iter(gr))))
     tiles = []
     for t, gr, mx in zip(saved, groups, scaled):
         tile = loaded[id(t)]
-        for d, size in gr.items():
+        for d, (size, width) in gr.items():
+            if walk is not None:
+                continue
             if mx is not None:
                 if id(mx) not in scales:   # exp(m_split - max m_split): at most 1
                     m_split = loaded[id(mx)]
                     scales[id(mx)] = rescaling(k2, m_split, k2.group_max(m_split, d, 1))
                 tile = k2.group_scale(tile, scales[id(mx)], d, size)
-            tile = k2.group_sum(tile, d, size)
+            # a group mapping's sum: each split saved `size` group sums of the program's one, all summed at once
+            tile = k2.group_sum(tile, d, size) if width == size else k2.sum(tile, d)
         tiles.append(tile)
     for op in kernel_ops:
         tiles.append(k2.apply(op.op, [tiles[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))

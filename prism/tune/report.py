@@ -103,6 +103,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     floor_us: float | None = None
     cached: bool = False
+    forms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per form of the ranked sGraphs (prism.symbolic.mapping.Mapping.form): how many sGraphs, and the best
+    ranked point's label, estimate and safety, so forms no pick came from are seen beside the others."""
 
     @classmethod
     def joined(cls, parts: Sequence[Report], baseline_us: float | None = None,
@@ -205,6 +208,10 @@ class Report:
             lines.append(f"DRAM floor: {self.floor_us:.2f} us (bytes moved once / DRAM bandwidth)")
         if self.space:
             lines.append("space: " + ", ".join(f"{k} {v}" for k, v in self.space.items()))
+        if self.forms:
+            lines.append("forms, the cost model's best of each: " + "; ".join(
+                f"{name} ({f['graphs']} sGraphs) {f['estimate_us']:.2f} us {f['best']}"
+                + ("" if f["safe"] else " (can overflow)") for name, f in self.forms.items()))
         if self.spearman is not None:
             lines.append(f"cost model vs measured: Spearman rank correlation {self.spearman:+.3f}")
         if self.seconds:
@@ -219,11 +226,11 @@ class Report:
         return {"method": self.method, "target": self.target, "entries": [e.to_json() for e in self.entries],
                 "chosen": self.chosen, "reason": self.reason, "execution": self.execution,
                 "spearman": self.spearman, "space": self.space, "search": self.search, "seconds": self.seconds,
-                "notes": list(self.notes), "floor_us": self.floor_us}
+                "notes": list(self.notes), "floor_us": self.floor_us} | ({"forms": self.forms} if self.forms else {})
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Report:
         return cls(d["method"], d["target"], [Entry.from_json(e) for e in d["entries"]], d.get("chosen"),
                    d.get("reason", ""), d.get("execution", ""), d.get("spearman"), dict(d.get("space", {})),
                    dict(d.get("search", {})), dict(d.get("seconds", {})), list(d.get("notes", [])),
-                   d.get("floor_us"))
+                   d.get("floor_us"), forms=dict(d.get("forms", {})))

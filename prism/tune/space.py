@@ -54,6 +54,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from prism.codegen.layout import MIN_DOT
+from prism.errors import MappingError
 from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, split
 from prism.ir.kinds import ACCUMULATORS
@@ -263,8 +264,12 @@ class GraphSpace:
             return []
         key = (grid, loop)
         if key not in self._broken:
-            g = self.sgraph.instantiate(self.shapes, grid, loop)
-            self._broken[key] = violations(g.constraints, parallel_sizes(g))
+            try:
+                g = self.sgraph.instantiate(self.shapes, grid, loop)
+            except MappingError as e:   # a tile that holds no whole group (a group mapping)
+                self._broken[key] = [str(e)]
+            else:
+                self._broken[key] = violations(g.constraints, parallel_sizes(g))
         return self._broken[key]
 
     # -- one point ------------------------------------------------------------------------------

@@ -224,12 +224,28 @@ def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Repo
     report.notes += notes
     points = len(space)
     report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
+    report.forms = _forms(space, ranked)
     if not tilings:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
                             "unfused program (one generated kernel per op) is left")
     log(f"space: {points} points ({len(tilings)} tilings x launches) over {len(space.graphs)} sGraphs; "
         f"ranked {len(ranked)}")
     return ranked
+
+
+def _forms(space: Space, ranked: list[Ranked]) -> dict[str, dict[str, Any]]:
+    """Per form of the space's sGraphs that has ranked points (Report.forms), its best point as the tuner ranks
+    them (safe first, then by estimate)."""
+    graphs: dict[str, int] = {}
+    for g in space.result.graphs:
+        graphs[g.mapping.form] = graphs.get(g.mapping.form, 0) + 1
+    best: dict[str, Ranked] = {}
+    for r in ranked:
+        form = space.result.graphs[r.candidate.graph].mapping.form
+        if form not in best or r.order < best[form].order:
+            best[form] = r
+    return {form: {"graphs": graphs[form], "best": str(r.candidate), "estimate_us": r.seconds * 1e6,
+                   "safe": r.risk is None} for form, r in sorted(best.items(), key=lambda fr: fr[1].order)}
 
 
 def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, seed: int, seen: set[str],

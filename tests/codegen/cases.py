@@ -156,6 +156,24 @@ def searched_split_kv_partials() -> Case:
     return Case(result.instantiate(i, grid=(2, 2), loop=2), w.inputs(SMALL_ATT, 0, torch.float16))
 
 
+def searched_constrained(kind: str) -> Callable[[], Case]:
+    """The search's split-KV attention whose second kernel's loop walks the splits (kind "walk", class D), or
+    whose first kernel sums each exp tile in groups of 16 ("group", class B): the first such form with a loop, at
+    2 splits and a loop of 2 (walk) or 1 (group: a tile of 16 keys holds one group)."""
+    def make() -> Case:
+        from prism.search import search
+        from tests.configs import SMALL_ATT, limits
+
+        w = prism.workloads.get("attention")
+        result = search(w.build(SMALL_ATT), workers=1, **limits("attention", fused=True))
+        i, sg = next((i, sg) for i, sg in enumerate(result.graphs) if getattr(sg.mapping, kind) and sg.mapping.loop)
+        (p,), = [fold.keys() for fold in sg.structure.problem().partials(sg.mapping)[:1]]
+        grid = tuple(2 if d == p else 1 for d in "xyz"[:sg.n_grid])
+        return Case(result.instantiate(i, grid=grid, loop=2 if kind == "walk" else 1),
+                    w.inputs(SMALL_ATT, 0, torch.float16))
+    return make
+
+
 def searched_joint_qkv() -> Case:
     """One kernel writing Q, K and V of one norm (prism.search.joint), the first joint form the search finds whose
     loop walks the norm's dim (the sum of squares accumulated once for the three), at a grid of 2 and a loop of 2."""
@@ -394,6 +412,8 @@ CASES: dict[str, Callable[[], Case]] = {
                                             partials=True),
     "group_sums": group_sums,
     "searched_split_kv_partials": searched_split_kv_partials,
+    "searched_split_kv_walk": searched_constrained("walk"),
+    "searched_split_kv_group": searched_constrained("group"),
     "searched_softmax_matmul": searched_softmax_matmul,
     "searched_joint_qkv": searched_joint_qkv,
     "long_rows_softmax": long_rows_softmax,
