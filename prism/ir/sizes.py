@@ -16,7 +16,6 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from prism.errors import ConstraintError, SerializationError
@@ -47,11 +46,6 @@ class Extent:
         for p, k in mono:
             powers[p] += sign * k
         return Extent(self.coef, _mono(powers))
-
-    def at(self, sizes: Mapping[str, int]) -> Fraction:
-        """The value at concrete sizes (a known coefficient only)."""
-        assert isinstance(self.coef, int), "an unknown extent has no value"
-        return Fraction(self.coef) * math.prod((Fraction(sizes[p]) ** k for p, k in self.mono), start=Fraction(1))
 
     @property
     def ups(self) -> Mono:
@@ -135,8 +129,9 @@ class Constraint:
 
     def holds(self, sizes: Mapping[str, int]) -> bool:
         """Whether it holds at these sizes (every size it names must be given)."""
-        lhs, rhs = self.lhs.at(sizes), self.rhs.at(sizes)
-        return lhs == rhs if self.rel == "=" else (rhs / lhs).denominator == 1
+        # both sides are whole numbers: positive integers times positive powers (the normal form)
+        lhs, rhs = (side.coef * math.prod(sizes[p] ** k for p, k in side.mono) for side in (self.lhs, self.rhs))
+        return lhs == rhs if self.rel == "=" else rhs % lhs == 0
 
     def renamed(self, kernels: Mapping[int, int]) -> Constraint:
         """The same relation with custom op k's sizes those of custom op kernels[k] (how a graph copied into

@@ -128,6 +128,9 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     `grid` has one size per grid dim of `m` (default all 1). Tiles that do not divide raise the
     IR's MappingError. A mapping whose loop splits nothing has no loop: its range must be 1 (the
     accumulators are then identities; this is how the verifier reads such a kernel).
+    A partials form's second kernel has sizes that follow from the first kernel's grid alone, never its loop
+    (the loop splits no dim an output keeps, so what the first kernel saves is the same at every loop range):
+    the tuner's space reads them once per grid (prism.tune.space).
     """
     space = st.graph.space
     shapes = [tuple(s) for s in (space.shapes if shapes is None else shapes)]

@@ -59,7 +59,7 @@ from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, split
 from prism.ir.kinds import ACCUMULATORS
 from prism.ir.ops import TORCH_DTYPES, contracts
-from prism.ir.sizes import parallel_sizes, violations
+from prism.ir.sizes import grid_size_name, kernel_of, loop_size_name, parallel_sizes, violations
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX
 from prism.symbolic.structure import tail_rows
@@ -226,7 +226,7 @@ class GraphSpace:
                               for op in g.ops if contracts(op.op) for o in op.inputs]
         self._tail_tiles = self._tail(st, m, slot) if m.tail else []
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
-        self._broken: dict[tuple[tuple[int, ...], int], list[str]] = {}
+        self._later: dict[tuple[int, ...], dict[str, int]] = {}   # the later kernels' sizes by the first's grid
         self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
 
@@ -257,20 +257,23 @@ class GraphSpace:
         return self.mapping.n_grid
 
     def broken(self, grid: tuple[int, ...], loop: int) -> list[str]:
-        """The sGraph's size constraints a tiling breaks (prism.ir.sizes), in words: read off the µGraph it
-        instantiates, whose later kernels' sizes follow from the first's (computed once per tiling, and only
-        for an sGraph proved under constraints)."""
-        if not self.sgraph.constraints:
+        """The sGraph's size constraints a tiling breaks (prism.ir.sizes), in words: the first kernel's sizes are
+        the tiling's, and the later kernels' are read off the µGraph it instantiates, once per grid (they follow
+        from the first kernel's grid alone: prism.symbolic.structure.instantiate); only for an sGraph proved under
+        constraints."""
+        constraints = self.sgraph.constraints
+        if not constraints:
             return []
-        key = (grid, loop)
-        if key not in self._broken:
-            try:
-                g = self.sgraph.instantiate(self.shapes, grid, loop)
-            except MappingError as e:   # a tile that holds no whole group (a group mapping)
-                self._broken[key] = [str(e)]
-            else:
-                self._broken[key] = violations(g.constraints, parallel_sizes(g))
-        return self._broken[key]
+        sizes = {grid_size_name(d, 0): n for d, n in zip(GRID_DIMS, grid)} | {loop_size_name(0): loop}
+        if not all(c.names <= sizes.keys() for c in constraints):
+            if grid not in self._later:
+                try:
+                    g = self.sgraph.instantiate(self.shapes, grid, loop)
+                except MappingError as e:
+                    return [str(e)]
+                self._later[grid] = {n: v for n, v in parallel_sizes(g).items() if kernel_of(n)[1] > 0}
+            sizes |= self._later[grid]
+        return violations(constraints, sizes)
 
     # -- one point ------------------------------------------------------------------------------
 

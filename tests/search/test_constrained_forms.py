@@ -114,3 +114,24 @@ def test_the_tuning_report_shows_each_form_s_best_estimate(searched):
         assert best["graphs"] and f"{form} ({best['graphs']} sGraphs) {best['estimate_us']:.2f} us" in \
             report.summary()
     assert type(report).from_json(report.to_json()).forms == report.forms
+
+
+def test_the_later_kernels_sizes_follow_from_the_first_kernels_grid_alone(searched):
+    """What the tuner's space relies on to read a constrained form's later sizes once per grid (Space.broken)."""
+    from prism.ir.sizes import kernel_of, parallel_sizes
+    from prism.tune.space import Space
+
+    w, cfg, result = searched("attention")
+    space = Space(result, w.build(cfg))
+    checked = 0
+    for gs in space.graphs:
+        if not gs.sgraph.mapping.partials:
+            continue
+        by_grid: dict = {}
+        for grid, loop in gs.tilings():
+            later = {n: v for n, v in parallel_sizes(result.instantiate(gs.index, grid=grid, loop=loop)).items()
+                     if kernel_of(n)[1] > 0}
+            assert by_grid.setdefault(grid, later) == later
+            checked += 1
+        assert not any(gs.broken(grid, loop) for grid, loop in gs.tilings())
+    assert checked > 100
