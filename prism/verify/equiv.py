@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from prism.errors import VerificationError
 from prism.ir.graph import KernelGraph
@@ -68,14 +68,15 @@ def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *,
 
     cache: a dict the caller keeps to remember verdicts in, by both sides' terms and the bounds (so a
     candidate whose terms were checked before, in this call or an earlier one, is not checked again).
-    constrained: prove a candidate that is valid only for some sizes under size constraints, one at a time
-    (`_constrained`), where the reference has no parallel dims of its own.
+    constrained: prove a candidate that is valid only for some sizes under size constraints (`_constrained`, all
+    such candidates in one batch per round), where the reference has no parallel dims of its own.
     """
     _graph("reference", reference)
     ref = None
     out: list[Verdict | None] = []
     open_: dict[tuple, list[int]] = {}  # candidates to prove, by their terms' text and the bounds
     terms: dict[tuple, tuple[E.Term, ...]] = {}
+    sized: dict[int, tuple[Verdict, Iterator[tuple[Assumed, tuple[E.Term, ...]]]]] = {}  # to prove under constraints
     for i, candidate in enumerate(candidates):
         _graph("candidate", candidate)
         verdict = _mismatch(reference, candidate)
@@ -86,7 +87,7 @@ def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *,
             except NotEncodable as e:
                 verdict = Verdict(False, f"not a valid µGraph for all parallel sizes: {e}")
                 if constrained and e.need is not None and ref is not None and not ref.pdims:
-                    verdict = _constrained(verdict, ref.outputs, candidate, e.need, timeout, max_iters, max_nodes)
+                    sized[i] = (verdict, _encodings(candidate, e.need))
             else:
                 key = (tuple(t.text for t in ref.outputs), tuple(t.text for t in outs), timeout, max_iters, max_nodes)
                 verdict = cache.get(key) if cache is not None else None
@@ -99,38 +100,58 @@ def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *,
             cache[key] = verdict
         for i in open_[key]:
             out[i] = verdict
+    for i, verdict in _constrained(ref.outputs if ref else (), sized, timeout, max_iters, max_nodes).items():
+        out[i] = verdict
     return out  # type: ignore[return-value]
 
 
-def _constrained(refused: Verdict, ref_terms: Sequence[E.Term], candidate: KernelGraph, need: Need, timeout: float,
-                 max_iters: int, max_nodes: int) -> Verdict:
-    """The candidate proved under the first set of assumptions (prism.verify.sizes) its proof holds under, or
-    `refused` saying what was tried. Sets grow one assumption at a time from the refusals: breadth first,
-    each refusal's options weakest first, so that fewer and weaker constraints are found before more and
-    stronger ones."""
+def _encodings(candidate: KernelGraph, need: Need) -> Iterator[tuple[Assumed, tuple[E.Term, ...]]]:
+    """The candidate's encodings under sets of assumptions (prism.verify.sizes), in the order they are tried: sets
+    grow one assumption at a time from the refusals, breadth first, each refusal's options weakest first, so
+    that fewer and weaker constraints come before more and stronger ones (at most MAX_ENCODINGS sets tried)."""
     queue: deque[tuple[Assumed, Need]] = deque([(Assumed(), need)])
     encodings = 0
-    unproved: list[str] = []
     while queue and encodings < MAX_ENCODINGS:
         assumed, need = queue.popleft()
         for a in options(need, assumed)[:MAX_ENCODINGS - encodings]:
             tried = assumed.plus(a)
             encodings += 1
             try:
-                outs = encode(candidate, tried).outputs
+                yield tried, encode(candidate, tried).outputs
             except NotEncodable as e:
                 if e.need is not None and len(tried) < MAX_ASSUMPTIONS:
                     queue.append((tried, e.need))
-                continue
-            verdict = _prove(ref_terms, {0: outs}, timeout, max_iters, max_nodes)[0]
-            where = "; ".join(map(str, tried.constraints))
+
+
+def _constrained(ref_terms: Sequence[E.Term], sized: dict[int, tuple[Verdict, Iterator]], timeout: float,
+                 max_iters: int, max_nodes: int) -> dict[int, Verdict]:
+    """Each candidate proved under the first of its encodings (`_encodings`) whose proof holds, or refused (its
+    verdict for all sizes) saying what was tried. Round by round: every candidate's next encoding, all proved in
+    one batch (`_prove`), so a candidate's verdict is the one proving them one at a time would give."""
+    out: dict[int, Verdict] = {}
+    unproved: dict[int, list[str]] = {i: [] for i in sized}
+    live = dict(sized)
+    while live:
+        batch: dict[int, tuple[E.Term, ...]] = {}
+        tried: dict[int, Assumed] = {}
+        for i, (refused, encodings) in list(live.items()):
+            nxt = next(encodings, None)
+            if nxt is None:
+                out[i] = Verdict(False, f"{refused.reason}; nor under size constraints: " + (
+                    " / ".join(unproved[i]) if unproved[i] else "none that sizes could satisfy makes it valid"))
+                del live[i]
+            else:
+                tried[i], batch[i] = nxt
+        for i, verdict in _prove(ref_terms, batch, timeout, max_iters, max_nodes).items():
+            where = "; ".join(map(str, tried[i].constraints))
             if verdict.equal:
-                names = set().union(*(c.names for c in tried.constraints))
-                return Verdict(True, f"equal for all parallel sizes where {where} ({describe(names)})",
-                               verdict.stats, tried.constraints)
-            unproved.append(f"where {where}, {verdict.reason}")
-    return Verdict(False, f"{refused.reason}; nor under size constraints: "
-                   + (" / ".join(unproved) if unproved else "none that sizes could satisfy makes it valid"))
+                names = set().union(*(c.names for c in tried[i].constraints))
+                out[i] = Verdict(True, f"equal for all parallel sizes where {where} ({describe(names)})",
+                                 verdict.stats, tried[i].constraints)
+                del live[i]
+            else:
+                unproved[i].append(f"where {where}, {verdict.reason}")
+    return out
 
 
 def _graph(name: str, g: object) -> None:
