@@ -294,6 +294,8 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, given: A
             print(f"chosen     {best.label}: {rep.reason}{speed}")
         if rep.space:
             print("space      " + ", ".join(f"{v} {k}" for k, v in rep.space.items()))
+        for k, line in enumerate(rep.forms_text()):
+            print(("forms      " if k == 0 else " " * 11) + line)
         if rep.seconds:
             print(f"tuning     {rep.seconds_text}" + (" when it was tuned (this run read the result cache)"
                                                         if rep.cached else ""))

@@ -199,6 +199,11 @@ class Report:
         return (e.output is not None, first or 0, not e.ok, e.risk is not None, key if key is not None else
                 float("inf"), i)
 
+    def forms_text(self) -> list[str]:
+        """Each form's line (`forms`): its name, its sGraphs, the cost model's best point of it."""
+        return [f"{name} ({f['graphs']} sGraphs) {f['estimate_us']:.2f} us {f['best']}"
+                + ("" if f["safe"] else " (can overflow)") for name, f in self.forms.items()]
+
     def summary(self) -> str:
         lines = [f"method: {self.method_text}",
                  f"execution: {self.execution}" + (" (from the result cache)" if self.cached else "")]
@@ -209,9 +214,7 @@ class Report:
         if self.space:
             lines.append("space: " + ", ".join(f"{k} {v}" for k, v in self.space.items()))
         if self.forms:
-            lines.append("forms, the cost model's best of each: " + "; ".join(
-                f"{name} ({f['graphs']} sGraphs) {f['estimate_us']:.2f} us {f['best']}"
-                + ("" if f["safe"] else " (can overflow)") for name, f in self.forms.items()))
+            lines.append("forms, the cost model's best of each: " + "; ".join(self.forms_text()))
         if self.spearman is not None:
             lines.append(f"cost model vs measured: Spearman rank correlation {self.spearman:+.3f}")
         if self.seconds:
