@@ -313,9 +313,11 @@ def group_variant(st: Structure, m: Mapping) -> Mapping | None:
 
 def walk_variant(st: Structure, m: Mapping) -> Mapping | None:
     """`m` (a partials mapping) with its second kernel's loop walking the splits (class D; its loop range is the
-    split count); None where the outputs are not all kept along one grid dim, or some are online sums (each split
-    scaled by its own maximum: kernel 2 would need a running max of them), or kernel-level ops after the sums
-    are not element-wise (the second kernel then holds whole tensors)."""
+    split count); None where the outputs are not all kept along one grid dim, or kernel-level ops after the sums
+    are not element-wise (the second kernel then holds whole tensors), or some are online sums: each split is
+    scaled by its own maximum, so the loop would rescale them by a running max of the splits' maxima into online
+    accumulators, which computes the program (the executor agrees) but which the verifier's axioms do not prove
+    yet (its e-graph saturates)."""
     folds = st.problem().partials(m) if _plain(m) else None
     if not folds or len({tuple(f) for f in folds}) != 1 or len(folds[0]) != 1 or \
             any(_running(st, o) is not None for o in st.outputs) or \
