@@ -103,6 +103,7 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path, monkeypatch
     assert "chosen" in text and "check      chosen kernel vs the workload's torch reference" in text
     assert "(ok," in text and "picture    " in text
     assert "space      " in text and "points" in text                    # the space's size
+    assert re.search(r"forms      \S+ \(\d+ sGraphs\) [0-9.]+ us #\d+ grid", text)   # each form's best point
     assert re.search(r"tuning     [0-9.]+ s \(space [0-9.]+, workers [0-9.]+, rank [0-9.]+, compile", text)
     assert "search: verify" in err  # a progress bar on stderr
     (out / "search.json").unlink()
