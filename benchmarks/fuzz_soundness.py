@@ -27,6 +27,7 @@ Seeded: the same arguments draw the same candidates. Prints a markdown table; --
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import random
@@ -175,12 +176,21 @@ SEARCHED = {"searched walk": "walk", "searched group": "group"}
 """Constrained classes drawn from the search's own forms: each kind's graphs of attention at the classes' config."""
 
 
+@functools.cache
+def _searched_result(program_doc: str):
+    """The search's result for the program (as JSON), once per worker process: its tasks share it."""
+    from prism.ir import KernelGraph, serialize
+    from prism.search import search
+
+    return search(serialize.loads(program_doc, KernelGraph), workers=1, max_grid=2)
+
+
 def _searched(program, label: str):
     """(build(cfg, sizes...), sweep) over the search's graphs of kind SEARCHED[label]: the first size picks the
     graph, the others its grid sizes and loop range (a MappingError, a GraphError, where its tiles do not fit)."""
-    from prism.search import search
+    from prism.ir import serialize
 
-    result = search(program, workers=1, max_grid=2)
+    result = _searched_result(serialize.dumps(program))
     graphs = [i for i, sg in enumerate(result.graphs) if getattr(sg.mapping, SEARCHED[label])]
 
     def build(cfg, pick, x, y, loop):

@@ -310,8 +310,8 @@ def _constrained_variants(pairs: list[tuple[Structure, Mapping]], checks: list[C
     at the sizes a form's constraints allow it computes what its partials graph computes, and the prefilter
     cannot run a group form at its small extents (its tiles hold no whole group), so every variant would reach
     the e-graph (on attention, a thousand of them took 15 s for the 12 that prove)."""
-    return [(st, v) for (st, m), c in zip(pairs, checks) if c.equal and c.numeric_ok is not False and m.partials
-            and not m.tail for make in CONSTRAINED if (v := make(st, m))]
+    return [(st, v) for (st, m), c in zip(pairs, checks) if c.equal and c.numeric_ok is not False
+            for make in CONSTRAINED if (v := make(st, m))]
 
 
 def _loop_free_key(st: Structure) -> tuple:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from prism import pool
 from prism.ir import KernelGraph
+from prism.ir.sizes import Constraint
 from prism.search.check import Prefilter, cross_check
 from prism.search.concrete import matches_fixed
 from prism.search.generator import Generator, Limits
@@ -195,7 +196,7 @@ class Check:
     numeric_error: float | None = None
     numeric_detail: str | None = None
     check_s: float = 0.0
-    constraints: tuple = ()               # the size constraints a verified one's proof needs (prism.ir.sizes)
+    constraints: tuple[Constraint, ...] = ()   # the size constraints a verified one's proof needs (prism.ir.sizes)
 
     @property
     def settled(self) -> bool:
