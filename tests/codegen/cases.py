@@ -458,5 +458,6 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
     "real_gqa_safe_split_tail": lambda: prism.workloads.get("gqa").fused(REAL["gqa"], online=True, splits=8, loop=8,
                                                                            partials=True, tail=True),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
-                                                    "broadcast_padding", "fp32_dot", "group_sums")},
+                                                    "broadcast_padding", "fp32_dot", "group_sums",
+                                                    "searched_split_kv_walk", "searched_split_kv_group")},
 }
