@@ -316,8 +316,7 @@ def walk_variant(st: Structure, m: Mapping) -> Mapping | None:
     split count); None where the outputs are not all kept along one grid dim, or kernel-level ops after the sums
     are not element-wise (the second kernel then holds whole tensors), or some are online sums: each split is
     scaled by its own maximum, so the loop would rescale them by a running max of the splits' maxima into online
-    accumulators, which computes the program (the executor agrees) but which the verifier's axioms do not prove
-    yet (its e-graph saturates)."""
+    accumulators, a form the verifier's axioms do not prove yet (a hand-built one saturated its e-graph)."""
     folds = st.problem().partials(m) if _plain(m) else None
     if not folds or len({tuple(f) for f in folds}) != 1 or len(folds[0]) != 1 or \
             any(_running(st, o) is not None for o in st.outputs) or \
