@@ -4,18 +4,21 @@
     # of Prism, and the wheels the GPU machine lacks (egglog's chain; transformers, its models but Llama left out)
     python benchmarks/gpu_run.py prepare --search-dir gpu-searches --wheels .whl
     # on the GPU, one device call per line (each fits 10 minutes; carry .whl and gpu-searches)
-    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps tests,gpu_bench
+    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps gpu_bench
+    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps tests,oracle
     python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps llama
     python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps decoder,sizes
 
 `run` installs the carried wheels (`--wheels`) where its steps import them, then does the steps `--steps` names,
-in its order (default: tests,gpu_bench), each in a process of its own under its time limit (one that fails or
+in its order (default: gpu_bench), each in a process of its own under its time limit (one that fails or
 runs out is reported, and killed with what it started; the others still run):
   tests      the tests that need a GPU (those that skip without one), on 12 workers, a line per test (a run
              killed at its limit still names what failed: 2026-11-26's, at -q, did not);
   gpu_bench  `benchmarks/gpu_bench.py` on all ten configs with the carried searches (Prism's kernels, eager and
              torch.compile, as called and in CUDA graphs, the DRAM floor), into OUT/gpu_bench.json (written
-             after every row, so a step that runs out keeps what it measured);
+             after every row, so a step that runs out keeps what it measured); then every candidate its tuner
+             timed, as oracle samples (`tune_calibrate.py from-bench`), into OUT/tune_samples_bench.json. Keep
+             both in benchmarks/results/ with the searches the run tuned (from-bench needs them again);
   oracle     `benchmarks/tune_calibrate.py collect`: measured candidates per config, into OUT/tune_samples.json,
              and the current cost model's regret on them (prism.tune.oracle). Copy that file to
              benchmarks/results/tune_samples_<gpu>_<date>.json: the oracle the CPU tests replay
@@ -28,7 +31,9 @@ runs out is reported, and killed with what it started; the others still run):
              and kernel profile into OUT/decoder_profile.txt;
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
              OUT/every_size.json.
-The limits come from two H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
+On an H100 (2026-11-26) the gpu_bench step measured 7 configs in 270 s (17-41 s of tuning each, then torch.compile's
+autotuning), the oracle step 3 configs in 130 s: gpu_bench wants a call of its own. The other limits come from two
+H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
 209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's `warm`); the
 decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the
 steps together: a step gets at most what is left, so a call never runs past its limit with a step's output
@@ -70,10 +75,10 @@ class Step(NamedTuple):
 STEPS = {
     "tests": Step(270, lambda py, searches, out, budget: [py, "-m", "pytest", "-v", "-n", "12", "-p",
                                                           "no:cacheprovider", *GPU_TESTS]),
-    "gpu_bench": Step(270, lambda py, searches, out, budget: [
+    "gpu_bench": Step(500, lambda py, searches, out, budget: [
         py, "benchmarks/gpu_bench.py", "--search-dir", searches, "--budget", str(budget),
         "--out", str(out / "gpu_bench.json")]),
-    "oracle": Step(130, lambda py, searches, out, budget: [
+    "oracle": Step(250, lambda py, searches, out, budget: [
         py, "benchmarks/tune_calibrate.py", "collect", "--search-dir", searches, "--out",
         str(out / "tune_samples.json")]),
     "llama": Step(500, lambda py, searches, out, budget: [
@@ -85,7 +90,7 @@ STEPS = {
         py, "benchmarks/every_size.py", "--budget", "8", "--out", str(out / "every_size.json")]),
 }
 """Every step `run` can take, by the name `--steps` gives it."""
-DEFAULT_STEPS = ("tests", "gpu_bench")
+DEFAULT_STEPS = ("gpu_bench",)
 CALL_SECONDS = 600 - 60
 """What a device call leaves the steps: its 10 minutes, less a minute to install the carried wheels and start."""
 MIN_SECONDS = 30
@@ -220,15 +225,20 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
             continue
         argv = STEPS[name].argv(sys.executable, search_dir, folder, budget)
         summary.append((name, *step(name, argv, min(STEPS[name].limit, left), folder / f"{name}.log", site)))
-    samples = folder / "tune_samples.json"
-    if "oracle" in steps and samples.exists():
-        from prism.tune.oracle import load, regrets
-        from prism.tune.target import get_target
+    if "gpu_bench" in steps and (folder / "gpu_bench.json").exists():
+        summary.append(("from-bench", *step("from-bench", [
+            sys.executable, "benchmarks/tune_calibrate.py", "from-bench", str(folder / "gpu_bench.json"), "--search-dir",
+            search_dir, "--out", str(folder / "tune_samples_bench.json")],
+            min(120, max(MIN_SECONDS, end - time.perf_counter())), folder / "from_bench.log", site)))
+    from prism.tune.oracle import load, regrets
+    from prism.tune.target import get_target
 
-        rows = regrets(load([samples]), get_target(torch.cuda.get_device_name()))   # the calibration shipped
-        print("| config | candidates | regret | ρ |\n|---|---|---|---|")
-        for r in rows:
-            print(f"| {r.group} | {r.candidates} | {r.regret:.2f} | {'' if r.rho is None else f'{r.rho:.2f}'} |")
+    for samples in (folder / "tune_samples.json", folder / "tune_samples_bench.json"):
+        if samples.exists():
+            rows = regrets(load([samples]), get_target(torch.cuda.get_device_name()))   # the calibration shipped
+            print(f"{samples.name}\n| config | candidates | regret | ρ |\n|---|---|---|---|")
+            for r in rows:
+                print(f"| {r.group} | {r.candidates} | {r.regret:.2f} | {'' if r.rho is None else f'{r.rho:.2f}'} |")
     print("| step | status |\n|---|---|")
     for name, status, _ in summary:
         print(f"| {name} | {status} |")

@@ -11,6 +11,12 @@ Two steps (prism.tune.calibration says what is fitted and how):
 `collect` takes every point from `Space` (each config's search result, at its real shapes), compiles them
 ahead of time (the compiler's warps, registers and shared memory go into each sample's kernels), runs each
 once against the reference and times it as a CUDA-graph replay (device time, which the model predicts).
+`from-bench` turns a `gpu_bench.py` run into samples too: every candidate its tuner compiled and timed (the
+same `time_kernels` measurement as `collect`, refined points included), rebuilt from the searches that run
+tuned (`--search-dir`, by the same Prism build) with each kernel's compiled warps, registers and shared memory:
+
+    PYTHONPATH=. python benchmarks/tune_calibrate.py from-bench gpu_bench.json --search-dir DIR --out samples.json
+
 `fit` prints, per config, the rank correlation of the data-sheet model and of the calibrated one on the
 held-out points; `--save` writes the calibration that `prism.tune.get_target` applies (the shipped one is
 prism/tune/data/<kind>.json).
@@ -50,6 +56,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     c.add_argument("--search-time-limit", type=float, default=900.0)
     c.add_argument("--max-block-ops", type=int, default=None)
     c.add_argument("--seed", type=int, default=0)
+    b = sub.add_parser("from-bench", help="samples from a gpu_bench.py run's timed candidates (anywhere)")
+    b.add_argument("bench", help="the JSON a gpu_bench.py run wrote")
+    b.add_argument("--search-dir", required=True, help="the searches that run tuned (the same Prism build)")
+    b.add_argument("--out", default="tune_samples.json")
     f = sub.add_parser("fit", help="fit the model's constants to collected samples")
     f.add_argument("samples", nargs="+", help="files written by `collect`")
     f.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
@@ -127,6 +137,52 @@ def collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def from_bench(args: argparse.Namespace) -> int:
+    """Samples of every candidate a gpu_bench run timed; refuses in one line when its searches are not the ones
+    that run tuned (another build, or a candidate that instantiates into other kernels than it compiled)."""
+    from prism import workloads
+    from prism.codegen.aot import AotKernel
+    from prism.errors import PrismError
+    from prism.runtime.pipeline import check_search_result
+    from prism.search import SearchResult
+    from prism.tune import Space, estimate
+    from prism.tune.fit import Sample
+    from prism.tune.space import Candidate
+    from prism.tune.target import TARGETS, kind_of
+
+    run = json.loads(Path(args.bench).read_text())
+    sheet = TARGETS[kind_of(run["device"])]   # data-sheet constants: samples are raw
+    samples: list[dict[str, Any]] = []
+    try:
+        for row in run["rows"]:
+            name, cfg = row["workload"], row["config"]
+            result = SearchResult.load(Path(args.search_dir) / f"{name}.json")
+            if run.get("build") not in (None, result.build):
+                raise PrismError(f"{name}: the run tuned searches of Prism {run['build']}, {args.search_dir} holds "
+                                 f"{result.build}'s")
+            program = workloads.get(name).build(cfg, "float16")
+            space = Space(check_search_result(result, program, f"{args.search_dir}/{name}.json"), program, sheet)
+            group = f"{name} {config_text(cfg)}"
+            for e in row["report"]["entries"]:
+                c = e["candidate"]
+                if c["graph"] < 0 or e["measured_us"] is None:  # the unfused program; a dropped candidate
+                    continue
+                candidate = Candidate(c["graph"], tuple(c["grid"]), c["loop"], c["warps"], c["stages"])
+                aot = [AotKernel(**k) for k in e["kernels"]]
+                cost = estimate(space.instantiate(candidate), sheet, aot=aot)
+                if not cost.compiled or any(k.num_warps != candidate.warps for k in aot[:1]):
+                    raise PrismError(f"{group} {candidate}: its kernels here are not the ones the run compiled")
+                samples.append(Sample(group, str(candidate), tuple(k.work for k in cost.kernels),
+                                      e["measured_us"]).to_json())
+    except (PrismError, OSError, KeyError, ValueError) as e:
+        print(f"tune_calibrate: {args.bench} cannot be read as samples ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
+    Path(args.out).write_text(json.dumps({"device": run["device"], "source": f"gpu_bench.py run of {run['started']}",
+                                          "samples": samples}, indent=1))
+    print(f"{len(samples)} timed candidates of {len(run['rows'])} config(s) written to {args.out}")
+    return 0
+
+
 # ---- fit (anywhere) -----------------------------------------------------------------------------
 
 def fit(args: argparse.Namespace) -> int:
@@ -174,7 +230,7 @@ def fit(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return collect(args) if args.step == "collect" else fit(args)
+    return {"collect": collect, "from-bench": from_bench, "fit": fit}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import prism.workloads as wl
 from prism.bench.search import config_text, saved_or_searched
 from prism.errors import PrismError
+from prism.provenance import build_id
 
 __all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
            "measure_gpu", "require_gpu", "search_result"]
@@ -229,9 +230,10 @@ def _error_row(name: str, cfg: dict[str, int], what: str) -> dict[str, Any]:
 def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: dict[str, Any] | None = None,
                 save: Callable[[dict[str, Any]], None] | None = None,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every config of every workload in `names`: {device, torch, copy_gbps, options, started, rows}.
+    """Every config of every workload in `names`: {device, torch, copy_gbps, options, started, build, rows}
+(`build`: the Prism build that measured, whose searches `tune_calibrate.py from-bench` needs).
 
-    previous: an earlier, interrupted result on the same device with the same options; its bandwidth
+    previous: an earlier, interrupted result on the same device with the same options and build; its bandwidth
     and rows are kept and only the missing configs are measured (a row with an error counts as done:
     the error is the finding). Anything else is measured afresh.
     save: called with the result after every row. Raises GPUUnavailable without a CUDA GPU.
@@ -249,11 +251,13 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
         return rotated_bench(fn, copies, warmup=opts.warmup, rep=opts.rep)
 
     device = torch.cuda.get_device_name()
-    if previous and previous.get("device") == device and previous.get("options") == asdict(opts):
+    if (previous and previous.get("device") == device and previous.get("options") == asdict(opts)
+            and previous.get("build") == build_id()):
         results = previous
     else:
         results = {"device": device, "torch": torch.__version__, "copy_gbps": copy_bandwidth(bench) / 1e9,
-                   "options": asdict(opts), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": []}
+                   "options": asdict(opts), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "build": build_id(),
+                   "rows": []}
     done = {json.dumps([r["workload"], r["config"]]) for r in results["rows"]}
 
     def add(row: dict[str, Any]) -> None:

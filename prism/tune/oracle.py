@@ -13,7 +13,8 @@ so a change that makes it pick a slower measured kernel fails there.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -39,16 +40,20 @@ class Regret:
 
 
 def load(paths: Sequence[str | Path]) -> list[Sample]:
-    """The measured candidates in files written by `tune_calibrate.py collect`, or an InputError naming the
-    file that is not one."""
-    out: list[Sample] = []
+    """The measured candidates in files written by `tune_calibrate.py collect` or `from-bench`, or an
+    InputError naming the file that is not one. A config measured in more than one file stays one group per
+    file, named "<config> [<file stem>]": runs on other days measure other candidates, on other code, and a
+    regret is the model's pick among what one run measured."""
+    files: list[tuple[str, list[Sample]]] = []
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
-            out += [Sample.from_json(s) for s in data["samples"]]
+            files.append((Path(path).stem, [Sample.from_json(s) for s in data["samples"]]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise InputError(f"{path}: not a file of measured candidates ({type(e).__name__}: {e})") from None
-    return out
+    seen = Counter(group for _, samples in files for group in {s.group for s in samples})
+    return [s if seen[s.group] == 1 else replace(s, group=f"{s.group} [{stem}]")
+            for stem, samples in files for s in samples]
 
 
 def regrets(samples: Sequence[Sample], target: Target) -> list[Regret]:

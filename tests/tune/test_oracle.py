@@ -5,6 +5,11 @@ picks a slower measured kernel anywhere fails here, and one that meets the goal 
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,10 +21,19 @@ from prism.tune.oracle import load, regrets
 from prism.tune.target import H100, Target, get_target
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-TODAY = {  # the regret of today's pick, per config (2026-11-25: L2 hits through the SM's pipe, DRAM at copy speed)
-    "rmsnorm n=8,d=4096": 1.000, "rmsnorm n=8,d=1024": 1.552, "rmsnorm_mlp n=8,d=1024": 1.071,
-    "rmsnorm_mlp n=16,d=1024": 1.077, "swiglu n=8,d=1024": 1.117, "swiglu n=8,d=4096": 1.004,
-    "attention b=2,g=8,h=8192,d=128": 1.000, "attention b=2,g=8,h=16384,d=128": 1.441,
+RUN = RESULTS / "gpu_bench_h100_2026-11-26.json"
+RUN_SEARCHES = RESULTS / "searches_h100_2026-11-26"
+TODAY = {  # the regret of today's pick per config (a config measured in several files: one group per file)
+    "rmsnorm n=8,d=4096 [tune_samples_h100_a]": 1.000, "rmsnorm n=8,d=1024 [tune_samples_h100_a]": 1.552,
+    "rmsnorm_mlp n=8,d=1024 [tune_samples_h100_a]": 1.071, "rmsnorm_mlp n=16,d=1024 [tune_samples_h100_a]": 1.076,
+    "swiglu n=8,d=1024 [tune_samples_h100_a]": 1.116, "swiglu n=8,d=4096 [tune_samples_h100_a]": 1.004,
+    "attention b=2,g=8,h=8192,d=128 [tune_samples_h100_b]": 1.000, "attention b=2,g=8,h=16384,d=128": 1.440,
+    # 2026-11-26, collect (c) and the tuner's own timed candidates in a gpu_bench run (d): refined points included
+    "rmsnorm n=8,d=4096 [tune_samples_h100_c]": 1.130, "rmsnorm n=8,d=1024 [tune_samples_h100_c]": 2.248,
+    "rmsnorm_mlp n=8,d=1024 [tune_samples_h100_c]": 1.197, "rmsnorm n=8,d=4096 [tune_samples_h100_d]": 1.442,
+    "rmsnorm n=8,d=1024 [tune_samples_h100_d]": 1.288, "rmsnorm_mlp n=8,d=1024 [tune_samples_h100_d]": 1.777,
+    "rmsnorm_mlp n=16,d=1024 [tune_samples_h100_d]": 2.041, "swiglu n=8,d=1024 [tune_samples_h100_d]": 2.442,
+    "swiglu n=8,d=4096 [tune_samples_h100_d]": 2.388, "attention b=2,g=8,h=8192,d=128 [tune_samples_h100_d]": 3.154,
 }
 
 
@@ -45,7 +59,7 @@ def test_the_oracle_catches_a_wrong_cost_model(monkeypatch):
     monkeypatch.setattr(cost, "kernel_seconds", lambda w, t=H100: right(replace(w, grid=(min(w.blocks, t.sms),)), t))
     assert _slower_picks()                                          # waves ignored: as if every block ran at once
     monkeypatch.setattr(cost, "kernel_seconds", lambda w, t=H100: right(replace(w, iter_l2=0.0, pre_l2=0.0), t))
-    assert "attention b=2,g=8,h=8192,d=128" in _slower_picks()     # L2 re-reads free
+    assert "attention b=2,g=8,h=8192,d=128 [tune_samples_h100_b]" in _slower_picks()     # L2 re-reads free
 
 
 def test_regret_is_the_measured_time_of_the_models_pick_over_the_fastest():
@@ -68,3 +82,39 @@ def test_a_file_that_is_not_measured_candidates_is_refused_by_name(tmp_path):
     bad.write_text('{"rows": []}')
     with pytest.raises(InputError, match="x.json: not a file of measured candidates"):
         load([bad])
+
+
+def _from_bench(tmp_path, run: Path, searches: Path) -> subprocess.CompletedProcess:
+    root = RESULTS.parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "tune_calibrate.py"), "from-bench", str(run),
+                           "--search-dir", str(searches), "--out", str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_the_stored_gpu_bench_run_rebuilds_into_the_stored_samples(tmp_path):
+    """`tune_calibrate.py from-bench` turns the 2026-11-26 gpu_bench run (with the searches it tuned, kept beside
+    it) into tune_samples_h100_d.json: the same candidates, times and kernels. When the cost model's view of a
+    kernel changes, this fails: run the same command into that file, so the oracle replays what the model sees."""
+    done = _from_bench(tmp_path, RUN, RUN_SEARCHES)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["samples"] == \
+        json.loads((RESULTS / "tune_samples_h100_d.json").read_text())["samples"]
+
+
+def test_from_bench_refuses_searches_that_are_not_the_runs(tmp_path):
+    """Another build's searches, or another program's search under a workload's name, give one line and exit 2,
+    never samples of other kernels than the run timed."""
+    run = json.loads(RUN.read_text())
+    (tmp_path / "other_build.json").write_text(json.dumps(run | {"build": "0.0.0+other"}))
+    done = _from_bench(tmp_path, tmp_path / "other_build.json", RUN_SEARCHES)
+    assert done.returncode == 2 and "searches of Prism 0.0.0+other" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    wrong = tmp_path / "searches"
+    wrong.mkdir()
+    for name in ("rmsnorm_mlp", "swiglu", "attention"):
+        shutil.copy(RUN_SEARCHES / f"{name}.json", wrong)
+    shutil.copy(RUN_SEARCHES / "rmsnorm_mlp.json", wrong / "rmsnorm.json")
+    done = _from_bench(tmp_path, RUN, wrong)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.json").exists()
