@@ -154,7 +154,8 @@ def from_bench(args: argparse.Namespace) -> int:
     sheet = TARGETS[kind_of(run["device"])]   # data-sheet constants: samples are raw
     samples: list[dict[str, Any]] = []
     try:
-        for row in run["rows"]:
+        tuned = [row for row in run["rows"] if "report" in row]   # a row that failed holds its error only
+        for row in tuned:
             name, cfg = row["workload"], row["config"]
             result = SearchResult.load(Path(args.search_dir) / f"{name}.json")
             if run.get("build") not in (None, result.build):
@@ -179,7 +180,9 @@ def from_bench(args: argparse.Namespace) -> int:
         return 2
     Path(args.out).write_text(json.dumps({"device": run["device"], "source": f"gpu_bench.py run of {run['started']}",
                                           "samples": samples}, indent=1))
-    print(f"{len(samples)} timed candidates of {len(run['rows'])} config(s) written to {args.out}")
+    skipped = len(run["rows"]) - len(tuned)
+    print(f"{len(samples)} timed candidates of {len(tuned)} config(s) written to {args.out}"
+          + (f" ({skipped} config(s) without a tuning report skipped)" if skipped else ""))
     return 0
 
 

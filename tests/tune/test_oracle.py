@@ -96,8 +96,12 @@ def test_the_stored_gpu_bench_run_rebuilds_into_the_stored_samples(tmp_path):
     """`tune_calibrate.py from-bench` turns the 2026-11-26 gpu_bench run (with the searches it tuned, kept beside
     it) into tune_samples_h100_d.json: the same candidates, times and kernels. When the cost model's view of a
     kernel changes, this fails: run the same command into that file, so the oracle replays what the model sees."""
-    done = _from_bench(tmp_path, RUN, RUN_SEARCHES)
+    run = json.loads(RUN.read_text())
+    run["rows"].append({"workload": "swiglu", "config": {"n": 8, "d": 2048}, "error": "search failed: boom"})
+    (tmp_path / "run.json").write_text(json.dumps(run))     # a row that failed has no candidates: skipped, said
+    done = _from_bench(tmp_path, tmp_path / "run.json", RUN_SEARCHES)
     assert done.returncode == 0, done.stderr
+    assert "207 timed candidates of 7 config(s)" in done.stdout and "1 config(s) without a tuning report" in done.stdout
     assert json.loads((tmp_path / "out.json").read_text())["samples"] == \
         json.loads((RESULTS / "tune_samples_h100_d.json").read_text())["samples"]
 
