@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -150,12 +151,15 @@ def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> tuple[bo
 class Timing:
     """A candidate's generated kernels, run once, checked and timed (`time_kernels`): `us` is the device time of
     one call, None when it was dropped; `dropped` says why (it failed, or disagreed with the reference by
-    relative error `wrong`); `note` says how it was timed when not as a CUDA-graph replay."""
+    relative error `wrong`); `note` says how it was timed when not as a CUDA-graph replay. `seconds`: where
+    the wall time went, "load" (its kernels loaded and run once), "check" and "time" (so far as it got): what
+    a tuner that must spend at most seconds per config is made of."""
 
     us: float | None = None
     dropped: str | None = None
     wrong: float | None = None
     note: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def time_kernels(graph: KernelGraph, inputs: Sequence[torch.Tensor], want: torch.Tensor,
@@ -165,20 +169,34 @@ def time_kernels(graph: KernelGraph, inputs: Sequence[torch.Tensor], want: torch
     the calibration script measure a candidate. Never raises for a candidate's own failure; says it."""
     from prism.codegen import compile_graph
 
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+
+    def lap(phase: str) -> dict[str, float]:
+        nonlocal start
+        now = time.perf_counter()
+        seconds[phase], start = now - start, now
+        return seconds
+
     try:
         cg = compile_graph(graph)
         got = cg(*inputs)[0]
         torch.cuda.synchronize(got.device)
     except Exception as e:
-        return Timing(dropped=f"failed to run ({type(e).__name__}: {str(e)[:200]})")
+        return Timing(dropped=f"failed to run ({type(e).__name__}: {str(e)[:200]})", seconds=lap("load"))
+    lap("load")
     good, err = close(got, want)
     if not good:
-        return Timing(dropped=f"wrong output (relative error {err:.2e})", wrong=err)
+        return Timing(dropped=f"wrong output (relative error {err:.2e})", wrong=err, seconds=lap("check"))
+    lap("check")
     try:
-        return Timing(bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6)
+        us = bench_graph(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
+        return Timing(us, seconds=lap("time"))
     except Exception as e:  # a graph capture can fail where a plain call works: time it as called, say so
         note = f"timed as called, CUDA-graph capture failed ({type(e).__name__})"
         try:
-            return Timing(bench(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6, note=note)
+            us = bench(cg, copies, warmup=TIMING_MS[0], rep=TIMING_MS[1]) * 1e6
+            return Timing(us, note=note, seconds=lap("time"))
         except Exception as e2:
-            return Timing(dropped=f"failed while timed ({type(e2).__name__}: {str(e2)[:200]})", note=note)
+            return Timing(dropped=f"failed while timed ({type(e2).__name__}: {str(e2)[:200]})", note=note,
+                          seconds=lap("time"))

@@ -434,6 +434,7 @@ class _Trial:
 def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
     e = p.entry
     e.kernels = [k.to_json() for k in r.kernels]
+    e.seconds["compile"] = r.seconds
     if not r.ok:
         e.drop(f"does not compile ({r.error})")
         return
@@ -456,6 +457,7 @@ def _time_one(p: _Pick, inputs: list, want: Any, copies: list, report: Report) -
 
     t = time_kernels(p.graph, inputs, want, copies)
     p.entry.measured_us = t.us
+    p.entry.seconds |= t.seconds
     if t.dropped is not None:
         p.entry.drop(t.dropped)
     if t.wrong is not None:

@@ -147,6 +147,9 @@ def test_compiled_candidates_carry_registers_and_shared_memory(searched):
         assert e.kernels and all(k["registers"] and k["shared"] >= 0 for k in e.kernels)
     assert "compiled for sm_90" in r.reason
     assert r.seconds["compile"] > 0
+    assert all(e.seconds["compile"] > 0 for e in r.entries)              # each candidate's own compile time
+    assert "per candidate, medians: compile" in r.summary()
+    assert Report.from_json(json.loads(json.dumps(r.to_json()))).entries[0].seconds == r.entries[0].seconds
 
 
 def _fake_compile(fused: Callable[[int, int], CompileResult], calls: list[int] | None = None):
@@ -323,3 +326,7 @@ def test_the_gpu_branch_keeps_the_fastest_measured_and_reports_the_rank_correlat
     assert r.best.estimate_us == max(e.estimate_us for e in measured)       # the model's worst was fastest
     assert r.spearman == pytest.approx(-1.0)
     assert any("Spearman" in n for n in r.notes) and "Spearman" in str(r)
+    # where each candidate's time went, as far as it got: the wrong one was loaded and checked, not timed
+    assert all(set(e.seconds) == {"load", "check", "time"} for e in measured)
+    assert set(r.entries[1].seconds) == {"load", "check"}
+    assert "load" in r.candidate_seconds_text and "time" in r.candidate_seconds_text
