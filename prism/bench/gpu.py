@@ -231,7 +231,7 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
                 save: Callable[[dict[str, Any]], None] | None = None,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every config of every workload in `names`: {device, torch, copy_gbps, options, started, build, rows}
-(`build`: the Prism build that measured, whose searches `tune_calibrate.py from-bench` needs).
+    (`build`: the Prism build that measured, whose searches `tune_calibrate.py from-bench` needs).
 
     previous: an earlier, interrupted result on the same device with the same options and build; its bandwidth
     and rows are kept and only the missing configs are measured (a row with an error counts as done:
