@@ -118,6 +118,7 @@ def collect(args: argparse.Namespace) -> int:
         print("tune_calibrate: no CUDA GPU visible to torch; nothing measured", file=sys.stderr)
         return 2
     from prism import workloads
+    from prism.tune.compile import kept_workers
     from prism.tune.target import TARGETS, kind_of
 
     device = torch.cuda.get_device_name()
@@ -125,15 +126,16 @@ def collect(args: argparse.Namespace) -> int:
     sheet = TARGETS[kind_of(device)].with_(arch=10 * major + minor)   # data-sheet constants: samples are raw
     samples: list[dict[str, Any]] = []
     start = time.time()
-    for name in args.names:
-        result = search_result(name, search_options(args), lambda line: print(line, file=sys.stderr))
-        for cfg in workloads.get(name).configs:
-            t0 = time.time()
-            got = collect_config(name, cfg, result, args, sheet)
-            samples += got
-            print(f"{name} {cfg}: {len(got)} timed in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-            Path(args.out).write_text(json.dumps({"device": device, "seconds": time.time() - start,
-                                                  "samples": samples}, indent=1))
+    with kept_workers():   # every config compiles on the same workers
+        for name in args.names:
+            result = search_result(name, search_options(args), lambda line: print(line, file=sys.stderr))
+            for cfg in workloads.get(name).configs:
+                t0 = time.time()
+                got = collect_config(name, cfg, result, args, sheet)
+                samples += got
+                print(f"{name} {cfg}: {len(got)} timed in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+                Path(args.out).write_text(json.dumps({"device": device, "seconds": time.time() - start,
+                                                      "samples": samples}, indent=1))
     return 0
 
 

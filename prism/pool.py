@@ -19,16 +19,19 @@ import os
 import signal
 import sys
 import warnings
+import weakref
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import closing, contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["collect", "completed", "importable", "kill", "run", "sigint_blocked", "start", "unavailable"]
+__all__ = ["alive", "collect", "completed", "importable", "kill", "run", "sigint_blocked", "start", "unavailable"]
 
 _UNAVAILABLE: list[str] = []
 """Why this process cannot start workers, once a start has failed (later starts are not tried)."""
 _WARNED: set[str] = set()
+_KILLED: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
+"""Pools `kill` stopped (after a task's exception, a dead worker or Ctrl-C): one kept for later work is not."""
 
 
 @contextmanager
@@ -140,8 +143,14 @@ def collect(results: Iterator[tuple[int, Any]], n: int,
     return out
 
 
+def alive(pool: ProcessPoolExecutor) -> bool:
+    """`pool` takes tasks still: `kill` has not stopped it."""
+    return pool not in _KILLED
+
+
 def kill(pool: ProcessPoolExecutor) -> None:
     """Stop `pool` now: kill its workers, whatever they are running, and drop its queued tasks."""
+    _KILLED.add(pool)
     for p in list((pool._processes or {}).values()):  # no public way to do this before Python 3.14
         p.kill()
     pool.shutdown(wait=False, cancel_futures=True)

@@ -65,17 +65,20 @@ def measure_choices(plan: Plan, out: Path, *, choices: dict[str, dict[str, Any]]
                     save: Callable[[Any], None] | None = None,
                     progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """The cost model's choice of every workload of `plan` that `choices` lacks (by name), added as made."""
+    from prism.tune.compile import kept_workers
+
     say = progress or (lambda line: None)
-    for name in plan.workloads:
-        if name in choices:
-            continue
-        say(f"choice {name} {config_text(wl.get(name).configs[0])} (cost model, budget {CHOICE_BUDGET}) ...")
-        rec = choices[name] = measure_choice(name, _result(out, plan, name, workers, say), workers)
-        if save is not None:
-            save(choices)
-        say(f"{name}: {rec['chosen']}, {rec['kernels']} kernel(s), estimated {num_text(rec['estimate_us'])} us "
-            f"(unfused {num_text(rec['unfused_us'])} us); check {'ok' if rec['check_ok'] else 'MISMATCH'} "
-            f"({rec['relative_error']:.1e}); {rec['superoptimize_s']:.1f} s")
+    with kept_workers():   # every workload's tuning compiles on the same workers
+        for name in plan.workloads:
+            if name in choices:
+                continue
+            say(f"choice {name} {config_text(wl.get(name).configs[0])} (cost model, budget {CHOICE_BUDGET}) ...")
+            rec = choices[name] = measure_choice(name, _result(out, plan, name, workers, say), workers)
+            if save is not None:
+                save(choices)
+            say(f"{name}: {rec['chosen']}, {rec['kernels']} kernel(s), estimated {num_text(rec['estimate_us'])} us "
+                f"(unfused {num_text(rec['unfused_us'])} us); check {'ok' if rec['check_ok'] else 'MISMATCH'} "
+                f"({rec['relative_error']:.1e}); {rec['superoptimize_s']:.1f} s")
     return choices
 
 

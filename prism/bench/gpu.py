@@ -242,6 +242,7 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
     import torch
     import torch._dynamo
 
+    from prism.tune.compile import kept_workers
     from prism.tune.profile import bench as rotated_bench
 
     torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
@@ -269,21 +270,22 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
         if save is not None:
             save(results)
 
-    for name in names:
-        todo = [cfg for cfg in wl.get(name).configs if json.dumps([name, cfg]) not in done]
-        if not todo:
-            continue
-        say(f"gpu: search {name} at {config_text(wl.get(name).small_config)} ...")
-        try:
-            result = search_result(name, opts, say)
-        except Exception as e:  # every config of the workload gets a row that says why
-            for cfg in todo:
-                add(_error_row(name, cfg, f"search failed: {e}"))
-            continue
-        for cfg in todo:
-            say(f"gpu: measure {name} {config_text(cfg)} ...")
+    with kept_workers():   # every config's tuning compiles on the same workers
+        for name in names:
+            todo = [cfg for cfg in wl.get(name).configs if json.dumps([name, cfg]) not in done]
+            if not todo:
+                continue
+            say(f"gpu: search {name} at {config_text(wl.get(name).small_config)} ...")
             try:
-                add(measure(name, cfg, result, opts, bench, results["copy_gbps"] * 1e9))
-            except Exception as e:
-                add(_error_row(name, cfg, f"{type(e).__name__}: {str(e)[:300]}"))
+                result = search_result(name, opts, say)
+            except Exception as e:  # every config of the workload gets a row that says why
+                for cfg in todo:
+                    add(_error_row(name, cfg, f"search failed: {e}"))
+                continue
+            for cfg in todo:
+                say(f"gpu: measure {name} {config_text(cfg)} ...")
+                try:
+                    add(measure(name, cfg, result, opts, bench, results["copy_gbps"] * 1e9))
+                except Exception as e:
+                    add(_error_row(name, cfg, f"{type(e).__name__}: {str(e)[:300]}"))
     return results

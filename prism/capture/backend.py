@@ -147,9 +147,12 @@ def _marked(dynamo: torch.fx.GraphModule, aten: torch.fx.GraphModule) -> torch.f
 def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, Any],
           opts: Options) -> torch.fx.GraphModule:
     """`aten` with each cone Prism takes replaced by a call of its op; what is left is named in `record`."""
+    from prism.tune.compile import kept_workers
+
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
-    for cone in regions(cones(aten.graph, max_ops=opts.max_ops)):
-        _take(aten, cone, device, record, opts)
+    with kept_workers():   # the regions' tunings compile on the same workers
+        for cone in regions(cones(aten.graph, max_ops=opts.max_ops)):
+            _take(aten, cone, device, record, opts)
     aten.graph.eliminate_dead_code()
     aten.recompile()
     ours = {n for n in aten.graph.nodes if n.meta.get("prism")}

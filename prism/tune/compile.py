@@ -18,14 +18,16 @@ import itertools
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from prism import pool
 from prism.codegen.aot import AotKernel
 from prism.ir import KernelGraph
 
-__all__ = ["CompileResult", "compile_one", "compile_many", "compile_task", "default_workers", "start_workers"]
+__all__ = ["CompileResult", "compile_one", "compile_many", "compile_task", "default_workers", "kept_workers", "release",
+           "start_workers"]
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,47 @@ def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch
     try:
         return pool.run(started, compile_one, tasks, lambda _: done(next(finished)))
     finally:
-        started.shutdown()
+        release(started)
+
+
+_KEPT: list[dict[int, ProcessPoolExecutor]] = []
+"""The open `kept_workers` scopes, innermost last: the compile pools started in each, by worker count."""
+
+
+@contextmanager
+def kept_workers() -> Iterator[None]:
+    """Compile workers started inside this scope serve its later tunings too, and are shut down at its end: a
+    loop of tunings (gpu_bench's configs, the regions of a compiled model) starts them once. A start costs
+    seconds (each worker imports torch and Triton: 3.1-3.6 s per config on an H100's host, 2026-11-26). A scope,
+    not the process: on a GPU a worker that ran a candidate holds a CUDA context, and memory with it."""
+    pools: dict[int, ProcessPoolExecutor] = {}
+    _KEPT.append(pools)
+    try:
+        yield
+    finally:
+        _KEPT.remove(pools)
+        for started in pools.values():
+            started.shutdown()
 
 
 def start_workers(workers: int, needed: bool = True) -> ProcessPoolExecutor | None:
     """A pool of `workers` compile processes (Triton's interpreter off), or None where this process does the
-    work: one worker suffices and this process compiles (not interpreting), or none can be started."""
-    return pool.start(workers, _worker_init) if workers > 1 or (needed and _interpreting()) else None
+    work: one worker suffices and this process compiles (not interpreting), or none can be started. Inside
+    `kept_workers`, the scope's running pool of that size if it has one. Hand it back with `release`."""
+    if not (workers > 1 or (needed and _interpreting())):
+        return None
+    if not _KEPT:
+        return pool.start(workers, _worker_init)
+    pools = _KEPT[-1]
+    if workers not in pools or not pool.alive(pools[workers]):
+        started = pool.start(workers, _worker_init)
+        if started is None:
+            return None
+        pools[workers] = started
+    return pools[workers]
+
+
+def release(started: ProcessPoolExecutor | None) -> None:
+    """Shut down a pool from `start_workers`, unless a `kept_workers` scope keeps it for later tunings."""
+    if started is not None and not any(started in pools.values() for pools in _KEPT):
+        started.shutdown()

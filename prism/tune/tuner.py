@@ -42,7 +42,7 @@ from prism.ir.ops import TORCH_DTYPES
 from prism.progress import Progress
 from prism.progress import report as report_progress
 from prism.search.parallel import running
-from prism.tune.compile import CompileResult, compile_many, default_workers, start_workers
+from prism.tune.compile import CompileResult, compile_many, default_workers, release, start_workers
 from prism.tune.cost import Cost, estimate
 from prism.tune.rank import Ranked, rank
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
@@ -147,8 +147,7 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
                                 "estimated registers and shared memory")
         _refine(trial, space, picks, refine, seen, target, report, clock, log)
     finally:
-        if started is not None:
-            started.shutdown()
+        release(started)
     if gpu:
         _correlation(picks, report)
     report.entries = [p.entry for p in picks]
