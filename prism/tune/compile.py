@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -142,8 +143,16 @@ def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch
         release(started)
 
 
-_KEPT: list[dict[int, ProcessPoolExecutor]] = []
-"""The open `kept_workers` scopes, innermost last: the compile pools started in each, by worker count."""
+_LOCAL = threading.local()
+
+
+def _scopes() -> list[dict[int, ProcessPoolExecutor]]:
+    """This thread's open `kept_workers` scopes, innermost last: the compile pools started in each, by worker
+    count. Per thread: a background tuning (prism.capture.background) never takes a pool that another thread's
+    scope shuts down."""
+    if not hasattr(_LOCAL, "scopes"):
+        _LOCAL.scopes = []
+    return _LOCAL.scopes
 
 
 @contextmanager
@@ -153,11 +162,11 @@ def kept_workers() -> Iterator[None]:
     seconds (each worker imports torch and Triton: 3.1-3.6 s per config on an H100's host, 2026-11-26). A scope,
     not the process: on a GPU a worker that ran a candidate holds a CUDA context, and memory with it."""
     pools: dict[int, ProcessPoolExecutor] = {}
-    _KEPT.append(pools)
+    _scopes().append(pools)
     try:
         yield
     finally:
-        _KEPT.remove(pools)
+        _scopes().remove(pools)
         for started in pools.values():
             started.shutdown()
 
@@ -168,9 +177,9 @@ def start_workers(workers: int, needed: bool = True) -> ProcessPoolExecutor | No
     `kept_workers`, the scope's running pool of that size if it has one. Hand it back with `release`."""
     if not (workers > 1 or (needed and _interpreting())):
         return None
-    if not _KEPT:
+    if not _scopes():
         return pool.start(workers, _worker_init)
-    pools = _KEPT[-1]
+    pools = _scopes()[-1]
     if workers not in pools or not pool.alive(pools[workers]):
         started = pool.start(workers, _worker_init)
         if started is None:
@@ -181,5 +190,5 @@ def start_workers(workers: int, needed: bool = True) -> ProcessPoolExecutor | No
 
 def release(started: ProcessPoolExecutor | None) -> None:
     """Shut down a pool from `start_workers`, unless a `kept_workers` scope keeps it for later tunings."""
-    if started is not None and not any(started in pools.values() for pools in _KEPT):
+    if started is not None and not any(started in pools.values() for pools in _scopes()):
         started.shutdown()

@@ -78,9 +78,24 @@ def test_nested_scopes_keep_their_own_workers():
     assert _stopped(outer)
 
 
+def test_a_scope_is_its_threads_own():
+    """A background tuning (another thread) does not take a pool that this thread's scope will shut down."""
+    import threading
+
+    got = []
+    with kept_workers():
+        mine = start_workers(2)
+        other = threading.Thread(target=lambda: got.append(start_workers(2)))
+        other.start()
+        other.join()
+        assert got[0] is not mine
+        release(got[0])
+        assert _stopped(got[0]) and not _stopped(mine)
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_scope():
     from prism.tune import compile as c
 
     yield
-    assert not c._KEPT
+    assert not c._scopes()
