@@ -174,18 +174,21 @@ def kept_workers() -> Iterator[None]:
 def start_workers(workers: int, needed: bool = True) -> ProcessPoolExecutor | None:
     """A pool of `workers` compile processes (Triton's interpreter off), or None where this process does the
     work: one worker suffices and this process compiles (not interpreting), or none can be started. Inside
-    `kept_workers`, the scope's running pool of that size if it has one. Hand it back with `release`."""
+    `kept_workers`, the scope's smallest running pool of at least that many workers if it has one (a batch
+    smaller than the cores asks for fewer, and would otherwise start a pool of its own). Hand it back with
+    `release`."""
     if not (workers > 1 or (needed and _interpreting())):
         return None
     if not _scopes():
         return pool.start(workers, _worker_init)
     pools = _scopes()[-1]
-    if workers not in pools or not pool.alive(pools[workers]):
-        started = pool.start(workers, _worker_init)
-        if started is None:
-            return None
+    kept = [p for n, p in sorted(pools.items()) if n >= workers and pool.alive(p)]
+    if kept:
+        return kept[0]
+    started = pool.start(workers, _worker_init)
+    if started is not None:
         pools[workers] = started
-    return pools[workers]
+    return started
 
 
 def release(started: ProcessPoolExecutor | None) -> None:
