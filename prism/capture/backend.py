@@ -5,8 +5,10 @@ cones around matmuls, cones that compute a node in common joined into regions wi
 norm that Q, K and V project: prism.capture.partition), and each is lowered to a KernelGraph
 (prism.capture.lower) and superoptimized through the result cache, so a second compile of the same model
 searches and tunes nothing, and a new batch size re-tunes without re-searching (search results are
-size-free). Each cone is replaced by a call of its OptimizedGraph's custom op; what is left goes to
-Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"). `torch.compile(model,
+size-free). The cones' programs are superoptimized concurrently, on threads, before they are replaced one
+by one (prism.capture.ahead). Each cone is replaced by a call of its OptimizedGraph's custom op; what is left
+goes to Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"); a rest that only views
+and copies (`MOVES`: a decode step's KV-cache concatenation) runs as the ATen graph, not compiled for nothing. `torch.compile(model,
 backend="prism", options={...})` sets any field of `Options` for that compile; `options={"cudagraphs": True}`
 (or `mode="reduce-overhead"`) has Inductor run the rest in CUDA graphs with Prism's ops captured inside, one
 graph per size, so a decode step replays as one graph (on a CUDA device; a CPU graph has none, and
@@ -32,6 +34,7 @@ from typing import Any, Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from prism.capture.ahead import Ahead
 from prism.capture.background import Pending, submit
 from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
@@ -83,7 +86,8 @@ MODES: dict[str | None, dict[str, Any]] = {None: {}, "default": {}, "reduce-over
 
 OPTIONS = Options()
 history: list[dict[str, Any]] = []
-"""One record per compiled graph: {"replaced": [...], "left": [...]} (what, why, op names)."""
+"""One record per compiled graph: {"replaced": [...], "left": [...]} (what, why, op names), and "rest" where the
+rest runs as the ATen graph though Inductor was asked for (why)."""
 
 
 def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None,
@@ -95,7 +99,7 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         record["left"].append({"what": "the whole graph", "why": "it needs gradients; Prism is inference-only"})
         log.info("prism: the graph needs gradients (Prism is inference-only): all of it goes to %s", opts.rest)
-        return _rest(gm, example_inputs, opts)
+        return _rest(gm, example_inputs, opts, record)
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     if opts.cudagraphs:
         record["cudagraphs"] = ("Inductor records a CUDA graph per size, Prism's ops inside" if device.type == "cuda"
@@ -111,12 +115,12 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
             why = f"its sizes are symbolic ({symbolic}) and tracing it to ATen failed ({type(e).__name__}: {e})"
             record["left"].append({"what": "the whole graph", "why": why})
             log.warning("prism: %s: all of it goes to %s", why, opts.rest)
-            return _rest(gm, example_inputs, opts)
+            return _rest(gm, example_inputs, opts, record)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch._guards.tracing(None):  # outside Dynamo's context: its fake mode would make sizes symbolic
         aten = make_fx(gm, tracing_mode="fake")(*example_inputs)
-    return _rest(_marked(gm, _fuse(aten, device, record, opts)), example_inputs, opts)
+    return _rest(_marked(gm, _fuse(aten, device, record, opts)), example_inputs, opts, record)
 
 
 def _marked(dynamo: torch.fx.GraphModule, aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -150,9 +154,14 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
     from prism.tune.compile import kept_workers
 
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
-    with kept_workers():   # the regions' tunings compile on the same workers
-        for cone in regions(cones(aten.graph, max_ops=opts.max_ops)):
-            _take(aten, cone, device, record, opts)
+    found = regions(cones(aten.graph, max_ops=opts.max_ops))
+    # the regions' tunings compile on the same workers; their programs are superoptimized concurrently
+    with kept_workers(), Ahead(device, _options(device, opts)) as ahead:
+        if not opts.background:
+            for cone in found:
+                ahead.start(cone)
+        for cone in found:
+            _take(aten, cone, device, record, opts, ahead)
     aten.graph.eliminate_dead_code()
     aten.recompile()
     ours = {n for n in aten.graph.nodes if n.meta.get("prism")}
@@ -178,7 +187,8 @@ def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
                       config_patches=_inductor_config(opts))
 
 
-def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options) -> None:
+def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options,
+          ahead: Ahead) -> None:
     """Replace `cone` by a Prism op; where an op in it cannot be lowered, leave that op and everything the cone
     computes before it to torch, and replace the rest if it still has a matmul (RoPE's products before
     attention stay with torch, and attention is still Prism's). A region of several cones that Prism cannot
@@ -188,16 +198,16 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
         why = "symbolic sizes" if any(isinstance(n, torch.SymInt) for n in sizes) else None
         if why is None:
             try:
-                return _replace(gm, cone, device, record, opts)
+                return _replace(gm, cone, device, record, opts, ahead)
             except Exception as e:  # the cones one by one say what stops each
                 why = f"{type(e).__name__}: {e}"
         log.info("prism: the region of %s is taken cone by cone (%s)", cone.name, why)
         for part in cone.parts:
-            _take(gm, part, device, record, opts)
+            _take(gm, part, device, record, opts, ahead)
         return
     while True:
         try:
-            return _replace(gm, cone, device, record, opts)
+            return _replace(gm, cone, device, record, opts, ahead)
         except UnsupportedOp as e:
             cut = _before(cone, e.node)
             if cone.root in cut or not cut:
@@ -235,7 +245,7 @@ def _leave(cone: Cone, e: PrismError, record: dict[str, Any]) -> None:
 
 
 def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: dict[str, Any],
-             opts: Options) -> None:
+             opts: Options, ahead: Ahead) -> None:
     """Superoptimize `cone` and put a call of its custom op in place of its roots: an op for its sizes, or,
     where they are symbolic, a Region's op for every size (prism.capture.dynamic)."""
     nodes, inputs = cone.live(), cone.inputs()
@@ -255,7 +265,7 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
         if any(isinstance(n, torch.SymInt) for n in sizes):
             (outs, done), pending = _region(cone, nodes, inputs, device, call, opts), None
         else:
-            outs, done, pending = _static(cone, nodes, inputs, device, call, opts)
+            outs, done, pending = _static(cone, nodes, inputs, device, call, opts, ahead)
     for node in made:
         node.meta["prism"] = True  # the call and its input views, not ops left to torch
     for root, out in zip(cone.roots, outs):
@@ -268,19 +278,17 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
              ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), entry["op"], entry["chosen"])
 
 
-def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any], opts: Options) -> tuple[list[Any], dict[str, Any], Pending | None]:
+def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device, call: Callable[..., Any],
+            opts: Options, ahead: Ahead) -> tuple[list[Any], dict[str, Any], Pending | None]:
     """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the nodes standing for the
     roots' values, what the record says, the background job if it is superoptimized in the background)."""
-    from prism.runtime import superoptimize
-
     graph, sources, _ = lower(nodes, inputs, cone.roots)
     if opts.background:
         opt = pending = submit(graph, device, _options(device, opts), _said)
         done = {"program": str(graph), "op": str(pending.op), "launches": None, "us": None, "measured": False,
                 "cached": None, "search": None, "dropped": []}
     else:
-        opt, pending = superoptimize(graph, device=device, **_options(device, opts)), None
+        opt, pending = ahead.optimized(graph), None
         done = {"program": str(graph), "op": str(opt.op)} | _said(opt)
     args = []
     for s in sources:
@@ -371,8 +379,30 @@ def _symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
     return ", ".join(dict.fromkeys(found))
 
 
-def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options) -> Callable[..., Any]:
+MOVES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.expand.default",
+                   "aten.t.default", "aten.transpose.int", "aten.permute.default", "aten.unsqueeze.default",
+                   "aten.squeeze.dim", "aten.slice.Tensor", "aten.select.int", "aten.cat.default",
+                   "aten.clone.default", "aten.alias.default", "getitem"})
+"""ATen ops that only view or copy elements, into new tensors: a rest of these alone (Prism took every op that
+computes; a decode step's KV-cache concatenation is left) runs as the ATen graph, since Inductor would spend
+seconds compiling copies no faster than ATen's (7 of a 2-core machine's 27 s on the example decoder layer,
+2026-11-26), unless CUDA graphs are asked for (Inductor records them)."""
+
+
+def _inductor(gm: torch.fx.GraphModule, opts: Options, record: dict[str, Any]) -> bool:
+    """Whether Inductor runs the rest of `gm` (`record` says when the options asked for it and it does not)."""
     if opts.rest == "eager":
+        return False
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    if opts.cudagraphs or not all(n.meta.get("prism") or op_name(n) in MOVES for n in ops):
+        return True
+    record["rest"] = "the ATen graph as it is: no op outside Prism's computes (backend.MOVES)"
+    return False
+
+
+def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options,
+          record: dict[str, Any]) -> Callable[..., Any]:
+    if not _inductor(gm, opts, record):
         return gm
     from torch._inductor.compile_fx import compile_fx
 

@@ -31,7 +31,7 @@ from prism.tune.cost import estimate
 from prism.tune.options import TuneOptions
 from prism.tune.tuner import tune, tuning_target
 
-__all__ = ["cached_search", "check_search_result", "superoptimize", "resolve_device", "target_key"]
+__all__ = ["cached_search", "check_search_result", "chosen", "superoptimize", "resolve_device", "target_key"]
 
 PAYLOAD = "prism.optimized"
 
@@ -125,6 +125,32 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any 
     log, progress: one line per step, and (phase, done, total) calls (`prism.progress`) while the
         search and the tuner run.
     """
+    dev, job = _prepared(graph, device, cache, search_options, tune_options, workers, backend, ray_address, log,
+                         progress, changes)
+    if dynamic is not None:
+        return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, job)
+    chosen_graph, report, result = _chosen(graph, dev, search_result, job)
+    return OptimizedGraph(graph, chosen_graph, report, dev, result)
+
+
+def chosen(graph: KernelGraph, *, device: Any = None, search_result: Any = None, **options: Any
+           ) -> tuple[KernelGraph, Report, Any]:
+    """What `superoptimize(graph, device=device, search_result=search_result, **options)` wraps in its
+    OptimizedGraph: (the chosen graph, its report, the search result tuned or None), for a caller that wraps
+    it elsewhere. The backend superoptimizes a model's regions on threads and wraps each result in the
+    compiling thread: an OptimizedGraph registers a torch op and, without a GPU, warns, and the warnings
+    filters that keep that warning out of a compile are process-wide, not a thread's. No `dynamic` here."""
+    dev, job = _prepared(graph, device, options.pop("cache", True), options.pop("search_options", None),
+                         options.pop("tune_options", None), options.pop("workers", None),
+                         options.pop("backend", "local"), options.pop("ray_address", None), options.pop("log", None),
+                         options.pop("progress", None), options)
+    return _chosen(graph, dev, search_result, job)
+
+
+def _prepared(graph: KernelGraph, device: Any, cache: Any, search_options: Any, tune_options: Any,
+              workers: int | None, backend: str, ray_address: str | None, log: Callable[[str], None] | None,
+              progress: Progress | None, changes: dict[str, Any]) -> tuple[torch.device, _Job]:
+    """superoptimize's arguments checked: the device and the job."""
     if not isinstance(graph, KernelGraph):
         raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
     graph.check()
@@ -136,14 +162,15 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any 
         searching = replace(searching, backend=backend, ray_address=ray_address)
     job = _Job(TuneOptions.of(tune_options, "superoptimize", **changes), searching, cache, workers, backend,
                ray_address, log, progress)
-    dev = resolve_device(device)
-    if dynamic is not None:
-        return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, job)
+    return resolve_device(device), job
+
+
+def _chosen(graph: KernelGraph, dev: torch.device, search_result: Any, job: _Job) -> tuple[KernelGraph, Report, Any]:
+    """(the chosen graph, its report, the search result tuned or None): a program with several outputs one
+    output at a time (`_per_output`) unless a search result is given."""
     if len(graph.outputs) > 1 and search_result is None:
-        chosen, report = _per_output(graph, dev, job)
-        return OptimizedGraph(graph, chosen, report, dev)
-    chosen, report, result = _optimize(graph, dev, search_result, job)
-    return OptimizedGraph(graph, chosen, report, dev, result)
+        return (*_per_output(graph, dev, job), None)
+    return _optimize(graph, dev, search_result, job)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,94 @@ def test_the_rest_can_go_to_inductor(options, monkeypatch):
     assert len(record["replaced"]) == 1
 
 
+class Stacker(torch.nn.Module):
+    """Two projections of x, each a cone of its own, concatenated: outside Prism's ops only views and a cat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 16, bias=False), torch.nn.Linear(32, 24, bias=False)
+
+    def forward(self, x):
+        return torch.cat([F.silu(self.a(x)), self.b(x) * 2.0], dim=-1)
+
+
+def _inductor_calls(monkeypatch) -> list:
+    """compile_fx replaced by a stand-in that records its calls and runs the graph as it is."""
+    import torch._inductor.compile_fx as fx
+
+    calls = []
+    monkeypatch.setattr(fx, "compile_fx", lambda gm, inputs, **kw: calls.append(kw) or gm)
+    return calls
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_a_rest_of_views_and_copies_runs_without_inductor(options, monkeypatch, cudagraphs):
+    """Inductor only where something outside Prism's ops computes, or where its CUDA graphs are asked for."""
+    monkeypatch.setattr(pc.OPTIONS, "rest", "inductor")
+    monkeypatch.setattr(pc.OPTIONS, "cudagraphs", cudagraphs)
+    calls = _inductor_calls(monkeypatch)
+    torch.manual_seed(0)
+    got, want, record = _compile(Stacker(), torch.randn(4, 32))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(record["replaced"]) == 2
+    assert {op for r in record["left"] for op in r["ops"]} == {"aten.cat.default"}
+    assert len(calls) == cudagraphs
+    assert ("rest" in record) != cudagraphs and "ATen graph" in record.get("rest", "ATen graph")
+
+    calls.clear()
+    got, want, record = _compile(Ranker(), torch.randn(4, 32))   # sort and topk compute: Inductor's
+    assert len(calls) == 1 and "rest" not in record
+
+
+def test_regions_are_superoptimized_concurrently_with_the_same_choices(options, monkeypatch):
+    """Each region's program is superoptimized on a thread of its own (prism.capture.ahead), and the kernels
+    chosen are those chosen one region after another."""
+    import threading
+
+    import prism.capture.ahead as ahead
+    import prism.runtime.pipeline as pipeline
+
+    monkeypatch.setattr(pc.OPTIONS, "cache", False)
+    threads, real = [], pipeline.chosen
+    monkeypatch.setattr(pipeline, "chosen", lambda *a, **k: threads.append(threading.current_thread().name)
+                        or real(*a, **k))
+    torch.manual_seed(0)
+    module, x = Stacker(), torch.randn(4, 32)
+    got, want, record = _compile(module, x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(threads) == 2 and all(t.startswith("prism-ahead") for t in threads), threads
+
+    monkeypatch.setattr(ahead.Ahead, "start", lambda self, cone: None)
+    again, _, one_by_one = _compile(module, x)
+    assert len(threads) == 2            # nothing started ahead: each replacement superoptimized in this thread
+    assert torch.equal(again, got)
+    assert [(r["root"], r["chosen"], r["us"]) for r in one_by_one["replaced"]] == \
+        [(r["root"], r["chosen"], r["us"]) for r in record["replaced"]]
+
+
+def test_a_superoptimization_that_fails_ahead_leaves_its_cone_to_torch(options, monkeypatch):
+    """Its replacement raises what the thread raised (not superoptimizing again), and the cone stays with torch."""
+    import threading
+
+    import prism.runtime.pipeline as pipeline
+    from prism.errors import PrismError
+
+    monkeypatch.setattr(pc.OPTIONS, "cache", False)
+    threads = []
+
+    def fails(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        raise PrismError("no kernel today")
+
+    monkeypatch.setattr(pipeline, "_chosen", fails)
+    torch.manual_seed(0)
+    got, want, record = _compile(Stacker(), torch.randn(4, 32))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert record["replaced"] == []
+    assert sum("no kernel today" in r["why"] for r in record["left"]) == 2, record["left"]
+    assert len(threads) == 2 and all(t.startswith("prism-ahead") for t in threads), threads
+
+
 def test_a_graph_that_needs_gradients_is_left_to_torch(options):
     module, x = Ranker(), torch.randn(4, 32)
     torch._dynamo.reset()
@@ -177,7 +265,8 @@ def test_the_rest_keeps_dynamos_static_inputs(options, monkeypatch):
 
     seen = []
     real = backend._rest
-    monkeypatch.setattr(backend, "_rest", lambda gm, inputs, opts: seen.append((gm, len(inputs))) or real(gm, inputs, opts))
+    monkeypatch.setattr(backend, "_rest", lambda gm, inputs, opts, record: seen.append((gm, len(inputs)))
+                        or real(gm, inputs, opts, record))
     dynamo = []
 
     def first(gm, inputs):

@@ -1,0 +1,104 @@
+"""A compiled graph's regions superoptimized concurrently, ahead of their replacement one by one.
+
+The backend replaces cones one after another (a cone it cannot take whole is cut and tried again, a
+region of several cones falls back to its cones), and each replacement superoptimizes its program. Done
+one after another, the steps of one region that run in this process (generating the first states,
+instantiating the tuning space, sorting) leave the worker processes idle, and the workers' long tasks
+leave this process idle: a cold first compile of the example decoder layer kept a 2-core machine 74%
+busy. So before the first replacement every cone is lowered and its program's superoptimization started
+on a thread; the replacement of a cone then takes the result started for its program, or superoptimizes
+itself where none was (a cut cone, the cones of a region that failed whole).
+
+Why the result is the same: a program is known by what the result cache keys it by (structure, input
+shapes and dtypes: `Ahead.key`), so the result taken is the one that replacement would have computed, as a
+cache hit would give it; searches and tunings are deterministic, whatever runs beside them. The threads
+compute (`prism.runtime.pipeline.chosen`); the compiling thread wraps each result in its OptimizedGraph,
+which registers a torch op and warns without a GPU, under the warnings filter the backend sets there.
+
+On a GPU only the searches start ahead (into the result cache, so only with one): tuning times candidates
+on the device, one tuning at a time, so it stays in the compiling thread, which then finds the search
+cached. A program with several outputs is searched output by output there, so none starts ahead for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from prism.capture.lower import lower
+from prism.capture.partition import Cone
+from prism.ir import KernelGraph
+
+__all__ = ["Ahead", "THREADS"]
+
+log = logging.getLogger("prism.compile")
+
+THREADS = 8
+"""Programs superoptimized at once, at most: each thread mostly waits on the shared worker processes."""
+
+
+class Ahead:
+    """The superoptimizations started for a graph's cones (`start`), and their results (`optimized`). A
+    context manager: leaving it waits for every thread, so none outlives the compile."""
+
+    def __init__(self, device: torch.device, options: dict[str, Any]) -> None:
+        self.device, self.options = device, options
+        self.futures: dict[tuple, Future] = {}
+        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="prism-ahead")
+
+    def __enter__(self) -> Ahead:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def key(graph: KernelGraph) -> tuple:
+        return graph.structural_hash(), tuple((tuple(t.shape), t.dtype) for t in graph.inputs)
+
+    def start(self, cone: Cone) -> None:
+        """Start superoptimizing `cone`'s program, unless it does not lower (its replacement says why)."""
+        try:
+            graph = lower(cone.live(), cone.inputs(), cone.roots)[0]
+        except Exception:  # its replacement lowers it again, and cuts it, leaves it or reports the bug
+            return
+        self.submit(graph)
+
+    def submit(self, graph: KernelGraph) -> None:
+        """Start what goes ahead for `graph` (module docstring), unless it started for the same program."""
+        gpu = self.device.type == "cuda"
+        if gpu and (not self.options.get("cache") or len(graph.outputs) > 1):
+            return
+        key = self.key(graph)
+        if key not in self.futures:
+            self.futures[key] = self.pool.submit(self._searched if gpu else self._chosen, graph)
+
+    def optimized(self, graph: KernelGraph) -> Any:
+        """superoptimize(graph, device, **options): from the result started for its program if there is one
+        (raising what that raised)."""
+        from prism.runtime import OptimizedGraph, superoptimize
+
+        started = self.futures.get(self.key(graph))
+        if started is not None and self.device.type != "cuda":
+            chosen, report, result = started.result()
+            return OptimizedGraph(graph, chosen, report, self.device, result)
+        if started is not None:
+            started.result()   # its search is in the result cache, or superoptimize says why not
+        return superoptimize(graph, device=self.device, **self.options)
+
+    def _chosen(self, graph: KernelGraph) -> Any:
+        from prism.runtime.pipeline import chosen
+
+        return chosen(graph, device=self.device, **self.options)
+
+    def _searched(self, graph: KernelGraph) -> None:
+        from prism.runtime.pipeline import cached_search
+
+        try:
+            cached_search(graph, self.options.get("search_options"), self.options["cache"])
+        except Exception as e:  # the replacement searches again, and says what fails
+            log.info("prism: searching %s ahead failed (%s: %s)", graph.structural_hash()[:16], type(e).__name__, e)
+
