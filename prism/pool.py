@@ -15,9 +15,11 @@ a process holding one can deadlock). Three things differ from a plain spawn pool
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
+import threading
 import warnings
 import weakref
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -25,7 +27,20 @@ from contextlib import closing, contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["alive", "collect", "completed", "importable", "kill", "run", "sigint_blocked", "start", "unavailable"]
+__all__ = ["GC_THRESHOLD", "alive", "collect", "completed", "fewer_collections", "importable", "kill", "run",
+           "sigint_blocked", "start", "unavailable"]
+
+GC_THRESHOLD = (100_000, 50, 100)
+"""A worker's thresholds for Python's cyclic garbage collector (the default is 700, 10, 10). Its tasks build and
+drop many small graphs whose objects hold cycles (a tensor handle points to its graph). With the default
+thresholds a collection ran every 700 allocations, and the collections took half of instantiating a candidate
+(0.6 ms against 0.26 ms with collection off, measured on a 2-core machine, 2026-11-26). A young generation of
+100,000 objects is collected a hundred times less often, and what dies young is freed by reference counts,
+never walked. The imports that a worker's initializer made are frozen (`gc.freeze`): they live as long as the
+worker and are not walked again."""
+
+_COLLECTING = {"users": 0, "saved": None}
+_COLLECTING_LOCK = threading.Lock()
 
 _UNAVAILABLE: list[str] = []
 """Why this process cannot start workers, once a start has failed (later starts are not tried)."""
@@ -87,6 +102,33 @@ def unavailable() -> str | None:
     return f"op(s) {', '.join(added)} registered at run time, which worker processes would not have" if added else None
 
 
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """GC_THRESHOLD in this process while Prism's work runs in it (a search, a tuning; several at once on the
+    backend's threads), the thresholds it had put back when the last of them ends. Nothing is frozen here:
+    the objects are the user's. Also a decorator."""
+    with _COLLECTING_LOCK:
+        if not _COLLECTING["users"]:
+            _COLLECTING["saved"] = gc.get_threshold()
+            gc.set_threshold(*GC_THRESHOLD)
+        _COLLECTING["users"] += 1
+    try:
+        yield
+    finally:
+        with _COLLECTING_LOCK:
+            _COLLECTING["users"] -= 1
+            if not _COLLECTING["users"]:
+                gc.set_threshold(*_COLLECTING["saved"])
+
+
+def _initialized(initializer: Callable[[], Any] | None) -> None:
+    """A worker's start: `initializer`, then the collector set for its tasks (GC_THRESHOLD)."""
+    if initializer is not None:
+        initializer()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def start(n: int, initializer: Callable[[], Any] | None = None) -> ProcessPoolExecutor | None:
     """A pool of `n` started workers (each has run `initializer`), or None when work must stay in this process
     (`unavailable`; a RuntimeWarning says why, once per reason)."""
@@ -94,7 +136,7 @@ def start(n: int, initializer: Callable[[], Any] | None = None) -> ProcessPoolEx
     if why is None:
         pool = None
         try:
-            pool = ProcessPoolExecutor(n, mp_context=_Spawn(), initializer=initializer)
+            pool = ProcessPoolExecutor(n, mp_context=_Spawn(), initializer=_initialized, initargs=(initializer,))
             run(pool, os.getpid, [()] * n)
             return pool
         except Exception as e:  # KeyboardInterrupt passes: the caller was interrupted, not refused

@@ -4,10 +4,11 @@ The backend replaces cones one after another (a cone it cannot take whole is cut
 region of several cones falls back to its cones), and each replacement superoptimizes its program. Done
 one after another, the steps of one region that run in this process (generating the first states,
 instantiating the tuning space, sorting) leave the worker processes idle, and the workers' long tasks
-leave this process idle: a cold first compile of the example decoder layer kept a 2-core machine 74%
-busy. So before the first replacement every cone is lowered and its program's superoptimization started
-on a thread; the replacement of a cone then takes the result started for its program, or superoptimizes
-itself where none was (a cut cone, the cones of a region that failed whole).
+leave this process idle. So before the first replacement every cone is lowered and its program's
+superoptimization started on a thread; the replacement of a cone then takes the result started for its
+program, or superoptimizes itself where none was (a cut cone, the cones of a region that failed whole).
+A 2-core machine then stays busy: the example decoder layer's cold first compile went from 27.5 to 19.1 s
+with the rest's change beside it (BENCHMARKS.md, 2026-11-26, session 5).
 
 Why the result is the same: a program is known by what the result cache keys it by (structure, input
 shapes and dtypes: `Ahead.key`), so the result taken is the one that replacement would have computed, as a

@@ -134,6 +134,11 @@ class _Classes:
         if ra != rb:
             self.parent[rb] = ra
 
+    def roots(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """Every slot's class root, once the unions are done: read as a dict, not found again (the cost model
+        makes a Layout for every tiling it ranks)."""
+        return {s: self.find(s) for s in list(self.parent)}
+
 
 class Layout:
     """`dims[i]`: the TileDims of node i's tile (a saver's are those of the tile it saves).
@@ -172,19 +177,20 @@ class Layout:
                         if shape[s][d] == shape[i][d]:               # broadcast dims stay apart
                             uf.union((i, d), (s, d))
         # name each class after its first loader dim (X0, W1, ...), else after its first node (T5_1)
+        root_of = uf.roots()
         namer: dict[tuple[int, int], tuple[int, int]] = {}
         for i, node in sorted(block.topo(), key=lambda item: kind_of(item[1]) is not LOADER):
             for d in range(len(shape[i])):
-                namer.setdefault(uf.find((i, d)), (i, d))
-        ragged = _ragged(block, shape, uf, sizes or {})
+                namer.setdefault(root_of[i, d], (i, d))
+        ragged = _ragged(block, shape, root_of, sizes or {})
         self.dims: dict[int, tuple[TileDim, ...]] = {}
         roots: dict[tuple[int, int], TileDim] = {}
-        bumped = {uf.find(s) for s in dot_dims}
+        bumped = {root_of[s] for s in dot_dims}
         used: set[str] = set()
         for i, node in block.topo():
             out = []
             for d, size in enumerate(shape[i]):
-                root = uf.find((i, d))
+                root = root_of[i, d]
                 if root not in roots:
                     at, dim = namer[root]
                     owner = block.nodes[at]
@@ -222,7 +228,7 @@ class Layout:
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
 
-def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], uf: _Classes,
+def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], root_of: Mapping[tuple[int, int], tuple[int, int]],
             sizes: Mapping[tuple[int, int], str]) -> dict[tuple[int, int], tuple]:
     """Per tile-dim class split raggedly by a loader or saver, or of a runtime size (`sizes`: (loader index, dim)
     -> size name): (extent, grid dim or None, looped, size name or None). CodegenError where a runtime size's
@@ -239,7 +245,7 @@ def _ragged(block: BlockGraph, shape: dict[int, tuple[int, ...]], uf: _Classes,
         else:
             continue
         for d, tile in enumerate(shape[i]):
-            root = uf.find((i, d))
+            root = root_of[i, d]
             grids = tuple(g for g, dd in maps.items() if dd == d and block.grid_size(g) > 1)
             looped = fmap == d and block.loop > 1
             ways.setdefault(root, set()).add((grids, looped))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from prism.errors import InputError
 from prism.ir import KernelGraph, serialize
-from prism.pool import importable
+from prism.pool import fewer_collections, importable
 from prism.progress import Progress, report
 from prism.search.cluster import RayWorkers
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
@@ -57,6 +57,7 @@ JOINT_FORMS = 64
 """Joint forms of a program with several outputs checked, at most (prism.search.joint gives the order)."""
 
 
+@fewer_collections()
 def search(graph: KernelGraph, options: SearchOptions | None = None, *, verify: Callable[..., Any] | None = None,
            progress: Progress | None = None, **changes: Any) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.

@@ -97,6 +97,7 @@ def floor_seconds(program: KernelGraph, target: Target) -> float:
     return nbytes / (target.peak_bandwidth or target.dram_bandwidth)
 
 
+@pool.fewer_collections()
 def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gpu: bool = False, device: Any = None,
          workers: int | None = None, log: Callable[[str], None] | None = None, progress: Progress | None = None,
          cluster: Any = None, **changes: Any) -> Tuned:
