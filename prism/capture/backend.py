@@ -1,25 +1,24 @@
 """`torch.compile(model, backend="prism")`: Prism's verified kernels for what it can fuse, torch for the rest.
 
-Dynamo hands the backend an FX graph; it is traced to ATen ops (make_fx, fake tensors), cut into
-cones around matmuls, cones that compute a node in common joined into regions with several outputs (the
-norm that Q, K and V project: prism.capture.partition), and each is lowered to a KernelGraph
-(prism.capture.lower) and superoptimized through the result cache, so a second compile of the same model
-searches and tunes nothing, and a new batch size re-tunes without re-searching (search results are
-size-free). The cones' programs are superoptimized concurrently, on threads, before they are replaced one
-by one (prism.capture.ahead). Each cone is replaced by a call of its OptimizedGraph's custom op; what is left
-goes to Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly ("eager"); a rest that only views
-and copies (`MOVES`: a decode step's KV-cache concatenation) runs as the ATen graph, not compiled for nothing. `torch.compile(model,
-backend="prism", options={...})` sets any field of `Options` for that compile; `options={"cudagraphs": True}`
-(or `mode="reduce-overhead"`) has Inductor run the rest in CUDA graphs with Prism's ops captured inside, one
-graph per size, so a decode step replays as one graph (on a CUDA device; a CPU graph has none, and
-`history` says so); `options={"background": True}` replaces cones at once by ops running their programs and
-superoptimizes them on a thread, each op switching to its chosen kernels when they are ready
-(prism.capture.background: the first compile does not wait for searches). A graph whose sizes Dynamo
-made symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with
-symbolic sizes becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph
-that needs gradients is left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger "prism.compile") and kept
-in `history`: what each cone became (its chosen kernels, their launches and µs: "measured" on a GPU, else the cost
-model's estimate), or why it stayed with torch.
+Dynamo hands the backend an FX graph; it is traced to ATen ops (make_fx, fake tensors), cut into cones around
+matmuls, cones that compute a node in common joined into regions with several outputs (the norm that Q, K and V
+project: prism.capture.partition), and each is lowered to a KernelGraph (prism.capture.lower) and superoptimized
+through the result cache, so a second compile of the same model searches and tunes nothing, and a new batch size
+re-tunes without re-searching (search results are size-free). The cones' programs are superoptimized concurrently,
+on threads, before they are replaced one by one (prism.capture.ahead). Each cone is replaced by a call of its
+OptimizedGraph's custom op; what is left goes to Inductor (`OPTIONS.rest = "inductor"`, the default) or runs eagerly
+("eager"); a rest that only views and copies (`MOVES`: a decode step's KV-cache concatenation) runs as the ATen
+graph, not compiled for nothing. `torch.compile(model, backend="prism", options={...})` sets any field of `Options`
+for that compile; `options={"cudagraphs": True}` (or `mode="reduce-overhead"`) has Inductor run the rest in CUDA
+graphs with Prism's ops captured inside, one graph per size, so a decode step replays as one graph (on a CUDA
+device; a CPU graph has none, and `history` says so); `options={"background": True}` replaces cones at once by ops
+running their programs and superoptimizes them on a thread, each op switching to its chosen kernels when they are
+ready (prism.capture.background: the first compile does not wait for searches). A graph whose sizes Dynamo made
+symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with symbolic sizes
+becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph that needs gradients is
+left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger
+"prism.compile") and kept in `history`: what each cone became (its chosen kernels, their launches and µs: "measured"
+on a GPU, else the cost model's estimate), or why it stayed with torch.
 """
 
 from __future__ import annotations
