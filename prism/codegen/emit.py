@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from prism.codegen.errors import CodegenError
-from prism.codegen.layout import MIN_DOT, Layout, TileDim
+from prism.codegen.layout import MIN_DOT, Layout, Padded, TileDim
 from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.spec import (RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, Size, base_name,
                                 unique)
@@ -644,7 +644,7 @@ def _maps(m: dict[str, int]) -> str:
     return "".join(f", pid_{g} -> dim {d}" for g, d in m.items())
 
 
-def default_warps(block: BlockGraph, layout: Layout) -> int:
+def default_warps(block: BlockGraph, layout: Layout | Padded) -> int:
     """4 warps, or 8 when the tiles loaded and accumulated per iteration hold 16K elements or more
     (at 4 warps the default attention tiles spill registers on sm_90; at 8 they do not)."""
     live = sum(math.prod(layout.shape(i)) for i, n in block.topo()

@@ -60,7 +60,7 @@ from prism.ir.block import BlockGraph
 from prism.ir.kinds import COMPUTE, LOADER, SAVER, kind_of
 from prism.ir.ops import OPS, Shape
 
-__all__ = ["MIN_DOT", "TileDim", "Layout", "next_pow2"]
+__all__ = ["MIN_DOT", "TileDim", "Layout", "Padded", "next_pow2"]
 
 MIN_DOT = 16
 """The smallest M, N and K `tl.dot` compiles for (fp16/fp32 operands on sm_80+)."""
@@ -140,6 +140,62 @@ class _Classes:
         return {s: self.find(s) for s in list(self.parent)}
 
 
+def _classes(block: BlockGraph) -> tuple[dict[int, tuple[int, ...]], dict[tuple[int, int], tuple[int, int]],
+                                         set[tuple[int, int]]]:
+    """The tile-dim classes of `block`: each node's tile shape (a saver's: the tile it saves), each slot's class
+    root, and the classes a Triton dot contracts or produces (padded to MIN_DOT at least)."""
+    uf = _Classes()
+    dot_dims: set[tuple[int, int]] = set()
+    shape = {i: n.outputs[0].shape for i, n in block.topo()}
+    for i, node in block.topo():
+        rank = len(shape[i])
+        for d in range(rank):
+            uf.find((i, d))
+        kind = kind_of(node)
+        if kind is SAVER:                                        # the tile it saves
+            shape[i] = shape[node.inputs[0][0]]
+        srcs = [r[0] for r in node.inputs]
+        family = OPS[node.op].family if kind is COMPUTE else None   # an accumulator keeps its tile
+        if family is not None and family.contraction:
+            a, b = srcs
+            for d in range(rank - 2):                            # batch dims
+                uf.union((i, d), (a, d)), uf.union((i, d), (b, d))
+            uf.union((i, rank - 2), (a, rank - 2))               # M
+            uf.union((i, rank - 1), (b, rank - 1))               # N
+            uf.union((a, rank - 1), (b, rank - 2))               # K
+            dot_dims |= {(i, rank - 2), (i, rank - 1), (a, rank - 1)}
+        else:                                                    # a loader has no operands
+            for s in srcs:
+                for d in range(rank):
+                    if family is not None and family.rule is Shape.REDUCE and d == node.attrs["dim"]:
+                        continue
+                    if shape[s][d] == shape[i][d]:               # broadcast dims stay apart
+                        uf.union((i, d), (s, d))
+    root_of = uf.roots()
+    return shape, root_of, {root_of[s] for s in dot_dims}
+
+
+def _block_size(size: int, dot: bool) -> int:
+    """The padded extent of a tile dim of `size`: a power of two, at least MIN_DOT where a dot uses it."""
+    return max(next_pow2(size), MIN_DOT) if dot else next_pow2(size)
+
+
+class Padded:
+    """Each node's padded tile shape, as `Layout.shape` gives it, without naming the tile dims: what the cost
+    model reads of a layout, for every tiling it ranks (a Layout's names cost as much again). It refuses what a
+    Layout refuses of a block without runtime sizes (ragged splits that disagree)."""
+
+    def __init__(self, block: BlockGraph) -> None:
+        shape, root_of, dots = _classes(block)
+        _ragged(block, shape, root_of, {})
+        self.shapes = {i: tuple(_block_size(n, root_of[i, d] in dots) for d, n in enumerate(s))
+                       for i, s in shape.items()}
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        """The padded block shape of node i's tile."""
+        return self.shapes[i]
+
+
 class Layout:
     """`dims[i]`: the TileDims of node i's tile (a saver's are those of the tile it saves).
 
@@ -149,35 +205,8 @@ class Layout:
 
     def __init__(self, block: BlockGraph, base_names: list[str],
                  sizes: Mapping[tuple[int, int], str] | None = None) -> None:
-        uf = _Classes()
-        dot_dims: set[tuple[int, int]] = set()
-        shape = {i: n.outputs[0].shape for i, n in block.topo()}
-        for i, node in block.topo():
-            rank = len(shape[i])
-            for d in range(rank):
-                uf.find((i, d))
-            kind = kind_of(node)
-            if kind is SAVER:                                        # the tile it saves
-                shape[i] = shape[node.inputs[0][0]]
-            srcs = [r[0] for r in node.inputs]
-            family = OPS[node.op].family if kind is COMPUTE else None   # an accumulator keeps its tile
-            if family is not None and family.contraction:
-                a, b = srcs
-                for d in range(rank - 2):                            # batch dims
-                    uf.union((i, d), (a, d)), uf.union((i, d), (b, d))
-                uf.union((i, rank - 2), (a, rank - 2))               # M
-                uf.union((i, rank - 1), (b, rank - 1))               # N
-                uf.union((a, rank - 1), (b, rank - 2))               # K
-                dot_dims |= {(i, rank - 2), (i, rank - 1), (a, rank - 1)}
-            else:                                                    # a loader has no operands
-                for s in srcs:
-                    for d in range(rank):
-                        if family is not None and family.rule is Shape.REDUCE and d == node.attrs["dim"]:
-                            continue
-                        if shape[s][d] == shape[i][d]:               # broadcast dims stay apart
-                            uf.union((i, d), (s, d))
+        shape, root_of, bumped = _classes(block)
         # name each class after its first loader dim (X0, W1, ...), else after its first node (T5_1)
-        root_of = uf.roots()
         namer: dict[tuple[int, int], tuple[int, int]] = {}
         for i, node in sorted(block.topo(), key=lambda item: kind_of(item[1]) is not LOADER):
             for d in range(len(shape[i])):
@@ -185,7 +214,6 @@ class Layout:
         ragged = _ragged(block, shape, root_of, sizes or {})
         self.dims: dict[int, tuple[TileDim, ...]] = {}
         roots: dict[tuple[int, int], TileDim] = {}
-        bumped = {root_of[s] for s in dot_dims}
         used: set[str] = set()
         for i, node in block.topo():
             out = []
@@ -195,9 +223,7 @@ class Layout:
                     at, dim = namer[root]
                     owner = block.nodes[at]
                     base = base_names[owner.attrs["index"]] if kind_of(owner) is LOADER else f"t{at}_"
-                    block_size = next_pow2(size)
-                    if root in bumped:
-                        block_size = max(block_size, MIN_DOT)
+                    block_size = _block_size(size, root in bumped)
                     sep = "_" if base[-1].isdigit() else ""
                     split = ragged.get(root, ())
                     whole = len(split) == 4 and split[1] is None and not split[2]   # a runtime size split by nothing

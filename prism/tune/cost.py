@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from prism.codegen.emit import default_warps
-from prism.codegen.layout import Layout
+from prism.codegen.layout import Padded
 from prism.codegen.lower import elementwise_block, to_custom
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import INSIDE, LOADER, Schedule, kind_of
@@ -208,7 +208,7 @@ class _Work:
     FLOPs, live elements."""
 
     block: BlockGraph
-    layout: Layout
+    layout: Padded
     schedule: Schedule
     in_dtypes: Sequence[str]
     out_dtypes: Sequence[str]
@@ -280,7 +280,7 @@ class _Work:
 def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: Sequence[str],
             summed: Sequence[bool], target: Target = H100) -> KernelWork:
     """The per-block work of `block` launched as code generation launches it."""
-    layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
+    layout = Padded(block)
     stages = block.launch.num_stages or TRITON_STAGES
     w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, stages=stages)
     for i, node in block.topo():

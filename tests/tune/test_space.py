@@ -8,7 +8,8 @@ import math
 import pytest
 
 import prism.workloads as wl
-from prism.codegen.layout import Layout
+from prism.codegen.layout import Layout, Padded
+from prism.codegen.lower import to_custom
 from prism.errors import MappingError
 from prism.ir import Launch
 from prism.tune.space import MAX_NUMEL, STAGE_VALUES, TRITON_STAGES, WARPS, Candidate, Space
@@ -27,6 +28,32 @@ def _spaces(searched, name):
     real = {("n", "d"): {"n": 8, "d": 1024}, ("n", "d", "o"): {"n": 2, "d": 1024, "o": 1536}}.get(w.dims,
                                                                                                w.configs[0])
     return [Space(result, w.build(cfg)), Space(result, w.build(real))]
+
+
+ODD = {"rmsnorm": {"n": 5, "d": 1000}, "attention": {"b": 2, "g": 4, "h": 1000, "d": 64}}
+"""Sizes whose tiles are ragged (the last one partial) at some points."""
+
+
+@pytest.mark.parametrize("name", wl.names())
+def test_the_cost_models_padded_tiles_are_code_generations(searched, name):
+    """The cost model pads every tile as code generation lays it out (`Padded` against `Layout`), on each
+    kernel of sampled points, ragged ones included."""
+    spaces = _spaces(searched, name)
+    if name in ODD:
+        spaces.append(Space(searched(name)[2], wl.get(name).build(ODD[name])))
+    blocks = 0
+    for space in spaces:
+        for c in space.sample(15, seed=3):
+            lowered, _ = to_custom(space.instantiate(c))
+            for _, node in lowered.topo():
+                if node.op == "custom":
+                    block = node.attrs["block"]
+                    layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
+                    padded = Padded(block)
+                    assert [padded.shape(i) for i in range(len(block.nodes))] == \
+                        [layout.shape(i) for i in range(len(block.nodes))], c
+                    blocks += 1
+    assert blocks >= 15
 
 
 @pytest.mark.parametrize("name", wl.names())
