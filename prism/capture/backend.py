@@ -39,6 +39,7 @@ from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
 from prism.capture.partition import Cone, cones, hoisted, regions
 from prism.errors import InputError, PrismError, UnsupportedOp
+from prism.pool import fewer_collections
 from prism.ir.ops import TORCH_DTYPES
 
 __all__ = ["Options", "OPTIONS", "history", "prism_backend", "register"]
@@ -89,9 +90,12 @@ history: list[dict[str, Any]] = []
 rest runs as the ATen graph though Inductor was asked for (why)."""
 
 
+@fewer_collections()
 def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None,
                   mode: str | None = None) -> Callable[..., Any]:
-    """The torch.compile backend (see the module docstring); `options` and `mode` are torch.compile's."""
+    """The torch.compile backend (see the module docstring); `options` and `mode` are torch.compile's. Python's
+    cyclic collector runs less often meanwhile (prism.pool.fewer_collections): tracing and lowering build many
+    short-lived graphs, and the model's process holds torch's objects, which every full collection walks."""
     opts = OPTIONS.configured(options, mode)
     record: dict[str, Any] = {"replaced": [], "left": []}
     history.append(record)

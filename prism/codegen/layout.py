@@ -123,10 +123,11 @@ class _Classes:
         self.parent: dict[tuple[int, int], tuple[int, int]] = {}
 
     def find(self, s: tuple[int, int]) -> tuple[int, int]:
-        self.parent.setdefault(s, s)
-        while self.parent[s] != s:
-            self.parent[s] = self.parent[self.parent[s]]
-            s = self.parent[s]
+        parent = self.parent
+        p = parent.setdefault(s, s)
+        while p != s:                   # path halving
+            parent[s] = s = parent[p]
+            p = parent[s]
         return s
 
     def union(self, a: tuple[int, int], b: tuple[int, int]) -> None:

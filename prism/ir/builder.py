@@ -73,9 +73,10 @@ class GraphBuilder:
 
     def tensor(self, ref: Ref) -> Tensor:
         """The handle for `ref` (one handle per tensor, so handles compare by identity)."""
-        if ref not in self._handles:
-            self._handles[ref] = Tensor(self, *ref)
-        return self._handles[ref]
+        handle = self._handles.get(ref)
+        if handle is None:
+            handle = self._handles[ref] = Tensor(self, *ref)
+        return handle
 
     def type_of(self, ref: Ref) -> TType:
         return self.nodes[ref[0]].outputs[ref[1]]
@@ -91,6 +92,8 @@ class GraphBuilder:
         self._before_append(node)
         self.nodes.append(node)
         index = len(self.nodes) - 1
+        if len(node.outputs) == 1:     # nearly every node: no generator (instantiation appends millions)
+            return (self.tensor((index, 0)),)
         return tuple(self.tensor((index, i)) for i in range(len(node.outputs)))
 
     def _before_append(self, node: Node) -> None:
