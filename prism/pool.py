@@ -33,10 +33,9 @@ __all__ = ["GC_THRESHOLD", "alive", "collect", "completed", "fewer_collections",
 GC_THRESHOLD = (100_000, 50, 100)
 """A worker's thresholds for Python's cyclic garbage collector (the default is 700, 10, 10). Its tasks build and
 drop many small graphs whose objects hold cycles (a tensor handle points to its graph). With the default
-thresholds a collection ran every 700 allocations, and the collections took half of instantiating a candidate
-(0.6 ms against 0.26 ms with collection off, measured on a 2-core machine, 2026-11-26). A young generation of
-100,000 objects is collected a hundred times less often, and what dies young is freed by reference counts,
-never walked. The imports that a worker's initializer made are frozen (`gc.freeze`): they live as long as the
+thresholds a collection ran every 700 allocations, and the collections took a large share of instantiating a
+candidate. A young generation of 100,000 objects is collected a hundred times less often, and what dies young
+is freed by reference counts, never walked. The imports that a worker's initializer made are frozen (`gc.freeze`): they live as long as the
 worker and are not walked again."""
 
 _COLLECTING = {"users": 0, "saved": None}

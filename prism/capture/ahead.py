@@ -7,8 +7,8 @@ instantiating the tuning space, sorting) leave the worker processes idle, and th
 leave this process idle. So before the first replacement every cone is lowered and its program's
 superoptimization started on a thread; the replacement of a cone then takes the result started for its
 program, or superoptimizes itself where none was (a cut cone, the cones of a region that failed whole).
-A 2-core machine then stays busy: the example decoder layer's cold first compile went from 27.5 to 19.1 s
-with the rest's change beside it (BENCHMARKS.md, 2026-11-26, session 5).
+A 2-core machine then stays busy: with the other changes of that session, the example decoder layer's cold
+first compile went from 27.5 to 15.8-17.5 s (BENCHMARKS.md, 2026-11-26, session 5).
 
 Why the result is the same: a program is known by what the result cache keys it by (structure, input
 shapes and dtypes: `Ahead.key`), so the result taken is the one that replacement would have computed, as a
