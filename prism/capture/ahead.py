@@ -11,7 +11,7 @@ A 2-core machine then stays busy: with the other changes of that session, the ex
 first compile went from 27.5 to 15.8-17.5 s (BENCHMARKS.md, 2026-11-26, session 5).
 
 Why the result is the same: a program is known by what the result cache keys it by (structure, input
-shapes and dtypes: `Ahead.key`), so the result taken is the one that replacement would have computed, as a
+shapes and dtypes: its structural hash), so the result taken is the one that replacement would have computed, as a
 cache hit would give it; searches and tunings are deterministic, whatever runs beside them. The threads
 compute (`prism.runtime.pipeline.chosen`); the compiling thread wraps each result in its OptimizedGraph,
 which registers a torch op and warns without a GPU, under the warnings filter the backend sets there.
@@ -47,7 +47,7 @@ class Ahead:
 
     def __init__(self, device: torch.device, options: dict[str, Any]) -> None:
         self.device, self.options = device, options
-        self.futures: dict[tuple, Future] = {}
+        self.futures: dict[str, Future] = {}
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="prism-ahead")
 
     def __enter__(self) -> Ahead:
@@ -55,10 +55,6 @@ class Ahead:
 
     def __exit__(self, *exc: Any) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
-
-    @staticmethod
-    def key(graph: KernelGraph) -> tuple:
-        return graph.structural_hash(), tuple((tuple(t.shape), t.dtype) for t in graph.inputs)
 
     def start(self, cone: Cone) -> None:
         """Start superoptimizing `cone`'s program, unless it does not lower (its replacement says why)."""
@@ -73,7 +69,7 @@ class Ahead:
         gpu = self.device.type == "cuda"
         if gpu and (not self.options.get("cache") or len(graph.outputs) > 1):
             return
-        key = self.key(graph)
+        key = graph.structural_hash()      # shapes and dtypes included
         if key not in self.futures:
             self.futures[key] = self.pool.submit(self._searched if gpu else self._chosen, graph)
 
@@ -82,7 +78,7 @@ class Ahead:
         (raising what that raised)."""
         from prism.runtime import OptimizedGraph, superoptimize
 
-        started = self.futures.get(self.key(graph))
+        started = self.futures.get(graph.structural_hash())
         if started is not None and self.device.type != "cuda":
             chosen, report, result = started.result()
             return OptimizedGraph(graph, chosen, report, self.device, result)

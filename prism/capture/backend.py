@@ -388,8 +388,8 @@ MOVES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.resha
                    "aten.clone.default", "aten.alias.default", "getitem"})
 """ATen ops that only view or copy elements, into new tensors: a rest of these alone (Prism took every op that
 computes; a decode step's KV-cache concatenation is left) runs as the ATen graph, since Inductor would spend
-seconds compiling copies no faster than ATen's (7 of a 2-core machine's 27 s on the example decoder layer,
-2026-11-26), unless CUDA graphs are asked for (Inductor records them)."""
+seconds compiling copies no faster than ATen's (g++ builds on a CPU), unless CUDA graphs are asked for
+(Inductor records them)."""
 
 
 def _inductor(gm: torch.fx.GraphModule, opts: Options, record: dict[str, Any]) -> bool:

@@ -183,7 +183,7 @@ def _block_size(size: int, dot: bool) -> int:
 
 class Padded:
     """Each node's padded tile shape, as `Layout.shape` gives it, without naming the tile dims: what the cost
-    model reads of a layout, for every tiling it ranks (a Layout's names cost as much again). It refuses what a
+    model reads of a layout, for every tiling it ranks (naming the dims is work it does not need). It refuses what a
     Layout refuses of a block without runtime sizes (ragged splits that disagree)."""
 
     def __init__(self, block: BlockGraph) -> None:
