@@ -31,6 +31,7 @@ import torch
 
 from prism.capture.lower import lower
 from prism.capture.partition import Cone
+from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph
 
 __all__ = ["Ahead", "THREADS"]
@@ -57,10 +58,20 @@ class Ahead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def start(self, cone: Cone) -> None:
-        """Start superoptimizing `cone`'s program, unless it does not lower (its replacement says why)."""
+        """Start superoptimizing `cone`'s program as its replacement (`prism.capture.backend._take`) will take
+        it: lowered whole; where an op cannot be lowered, without that op and what the cone computes before it
+        (`Cone.cut`: RoPE's products before attention); a region that does not lower, cone by cone. Nothing
+        where none of that lowers: the replacement lowers it again and says why."""
         try:
             graph = lower(cone.live(), cone.inputs(), cone.roots)[0]
-        except Exception:  # its replacement lowers it again, and cuts it, leaves it or reports the bug
+        except Exception as e:
+            if cone.parts:
+                for part in cone.parts:
+                    self.start(part)
+            elif isinstance(e, UnsupportedOp):
+                cut, rest = cone.cut(e.node)
+                if cut and cone.root not in cut and rest.matmuls:
+                    self.start(rest)
             return
         self.submit(graph)
 

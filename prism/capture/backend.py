@@ -212,14 +212,14 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
         try:
             return _replace(gm, cone, device, record, opts, ahead)
         except UnsupportedOp as e:
-            cut = _before(cone, e.node)
+            cut, rest = cone.cut(e.node)
             if cone.root in cut or not cut:
                 return _leave(cone, e, record)
             for node in cut:
                 record["left"].append({"what": node.name, "ops": [op_name(node)],
                                        "why": f"cut from the cone ending at {cone.root.name}: {e}"})
             log.info("prism: cut %d op(s) from %s: %s", len(cut), cone.root.name, e)
-            cone = Cone(cone.roots, [n for n in cone.nodes if n not in cut])
+            cone = rest
             if not cone.matmuls:
                 return _leave(cone, UnsupportedOp("no matmul left after the cut"), record)
         except PrismError as e:  # Prism cannot take this cone: it stays with torch, and says why
@@ -228,17 +228,6 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
             log.warning("prism: internal error on the cone ending at %s (%s: %s); please report it",
                         cone.root.name, type(e).__name__, e)
             return _leave(cone, PrismError(f"internal error ({type(e).__name__}: {e})"), record)
-
-
-def _before(cone: Cone, node: Any) -> set[Any]:
-    """`node` and the cone's nodes it depends on."""
-    members, found, stack = set(cone.nodes), set(), [node]
-    while stack:
-        n = stack.pop()
-        if n in members and n not in found:
-            found.add(n)
-            stack.extend(n.all_input_nodes)
-    return found
 
 
 def _leave(cone: Cone, e: PrismError, record: dict[str, Any]) -> None:

@@ -85,6 +85,17 @@ class Cone:
                     stack.append(p)
         return [n for n in self.nodes if n in found]
 
+    def cut(self, node: Any) -> tuple[set[Any], Cone]:
+        """Where `node` cannot be lowered: `node` and the cone's nodes it depends on (they stay with torch), and
+        the cone without them."""
+        members, found, stack = set(self.nodes), set(), [node]
+        while stack:
+            n = stack.pop()
+            if n in members and n not in found:
+                found.add(n)
+                stack.extend(n.all_input_nodes)
+        return found, Cone(self.roots, [n for n in self.nodes if n not in found])
+
     def inputs(self) -> list[Any]:
         """The FX nodes the live cone reads, now, in graph order."""
         live = self.live()

@@ -13,12 +13,16 @@ from typing import Any, ClassVar
 from prism.errors import InputError, check_positive
 from prism.options import Settings
 
-__all__ = ["RANK_LIMIT", "TuneOptions"]
+__all__ = ["RANK_LIMIT", "RANK_SAMPLE", "TuneOptions"]
 
 RANK_LIMIT = 4096
-"""Tilings ranked by the cost model (each at all its launches); a larger space is ranked on a uniform
-sample of this many. At 1024, attention's sample (of 8112 tilings) missed every good split-KV tiling on an
-H100 (2026-11-23: the unfused program won at 108 µs where 4096 points had found 15 µs)."""
+"""Tilings ranked by the cost model at most (each at all its launches)."""
+RANK_SAMPLE = 1024
+"""A space of more tilings is ranked from a sample of about this many, stratified by sGraph, and hill climbing
+from its best (prism.tune.rank.climb), up to RANK_LIMIT tilings. A uniform sample alone does not do: at 1024,
+attention's (of 8112 tilings) missed every good split-KV tiling on an H100 (2026-11-23: the unfused program won
+at 108 µs where 4096 points had found 15 µs), and at 4096 QK-Attention's best estimate was 14% over the whole
+space's where climbing comes within 0.1% (benchmarks/rank_climb.py)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class TuneOptions(Settings):
     seed: the random draw's and the sampled ranking's.
     explore: the share of the budget drawn at random among points near the model's best.
     rank_limit: tilings ranked by the cost model at most (RANK_LIMIT).
+    rank_sample: a space of more tilings is ranked from a sample of about this many and climbing (RANK_SAMPLE).
     refine: neighbours of the best tried per refinement round (default: budget // 2 on a GPU, where
         measurements steer it; 0 without one, where it would only re-rank by the model at twice the
         compile time).
@@ -44,6 +49,7 @@ class TuneOptions(Settings):
     seed: int = 0
     explore: float = 0.25
     rank_limit: int = RANK_LIMIT
+    rank_sample: int = RANK_SAMPLE
     refine: int | None = None
     time_budget: float | None = None
     compile: bool = True
@@ -54,6 +60,7 @@ class TuneOptions(Settings):
     def checked(self, who: str = "tune") -> TuneOptions:
         check_positive(who, "budget", self.budget, whole=True)
         check_positive(who, "rank_limit", self.rank_limit, whole=True)
+        check_positive(who, "rank_sample", self.rank_sample, whole=True)
         for name, low, high in (("explore", 0, 1), ("time_budget", 0, math.inf), ("refine", 0, math.inf)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))

@@ -9,10 +9,15 @@ Tilings go to worker processes in chunks of consecutive tilings, each with the J
 it needs (not the whole search result: QK-Attention's is 1.5 MB). Results come back per tiling and are
 sorted in this process, so the ranking is the same whatever the number of workers: safe points first
 (`prism.tune.safety`), then by estimate, then by shared memory, then by candidate.
+
+A space of more than RANK_SAMPLE tilings is not ranked whole (QK-Attention has 200,000 at an H100's sizes, 260 s
+of ranking on one core): `climb` ranks a sample and then the neighbourhoods of the best tilings so far, until
+they are the best of their neighbourhoods.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -23,10 +28,15 @@ from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space, instantiate
 from prism.tune.target import Target
 
-__all__ = ["Ranked", "rank", "rank_chunk", "CHUNKS_PER_WORKER"]
+__all__ = ["Ranked", "rank", "rank_chunk", "climb", "CHUNKS_PER_WORKER", "CLIMB_WIDTH"]
 
 CHUNKS_PER_WORKER = 4
 """Chunks per worker: enough that a worker given slow tilings does not hold the others up."""
+CLIMB_WIDTH = 16
+"""`climb` starts from this many of the best tilings ranked so far (besides each form's best)."""
+
+Tiling = tuple[int, tuple[int, ...], int]
+"""(sGraph index, grid, loop)."""
 
 Mapper = Callable[[Callable[..., Any], Sequence[tuple]], list[Any]]
 """map(fn, tasks) -> [fn(*task) for task in tasks], in order: a worker pool, Ray, or this process."""
@@ -49,7 +59,61 @@ class Ranked:
         return self.risk is not None, self.seconds, self.smem, self.candidate
 
 
-def rank(space: Space, tilings: Sequence[tuple[int, tuple[int, ...], int]], target: Target,
+def climb(space: Space, tilings: Sequence[Tiling], sample: int, limit: int, seed: int, target: Target,
+          workers: int = 1, mapper: Mapper | None = None) -> tuple[list[Ranked], list[str], int]:
+    """`rank` over a space too large to rank whole (more than `sample` tilings), and the tilings it ranked:
+    a stratified sample first (every sGraph's share of `sample`, at least one tiling each, so that no form
+    goes unseen), then rounds of hill climbing. Each round ranks the tilings adjacent (`GraphSpace.adjacent`:
+    one parallel size a step either way) to the best `CLIMB_WIDTH` tilings so far and to each form's best, and
+    stops when all of those have been climbed from (each is then the best of its neighbourhood) or `limit`
+    tilings are ranked. A tiling's estimate changes smoothly with its sizes (blocks per wave, tile size), so
+    the best tiling of a sample's good region is a few steps from the sample; a uniform sample of the same size
+    has missed whole forms (RANK_LIMIT). `seed` fixes the sample."""
+    if len(tilings) <= sample:
+        rows, notes = rank(space, tilings, target, workers, mapper)
+        return rows, notes, len(tilings)
+    by_graph: dict[int, list[Tiling]] = {}
+    for t in tilings:
+        by_graph.setdefault(t[0], []).append(t)
+    rng = random.Random(seed)
+    first = [t for ts in by_graph.values()
+             for t in rng.sample(ts, min(len(ts), max(1, round(len(ts) * sample / len(tilings)))))]
+    rows, notes = rank(space, first, target, workers, mapper)
+    done, climbed = set(first), set()
+    while len(done) < limit:
+        starts = [t for t in _starts(space, rows) if t not in climbed]
+        if not starts:
+            break
+        climbed.update(starts)
+        step = [t for t in dict.fromkeys((g, *a) for g, grid, loop in starts
+                                        for a in space.graphs[g].adjacent(grid, loop)) if t not in done]
+        step = step[:limit - len(done)]
+        if step:
+            done.update(step)
+            more, said = rank(space, step, target, workers, mapper)
+            rows, notes = sorted(rows + more, key=lambda r: r.order), notes + said
+    return rows, notes, len(done)
+
+
+def _starts(space: Space, rows: Sequence[Ranked]) -> list[Tiling]:
+    """Where a round of `climb` starts: the best CLIMB_WIDTH distinct tilings of `rows` (ranked, best first), the
+    best tiling of each of the CLIMB_WIDTH best sGraphs (near-ties of one sGraph can fill the first), and each
+    form's best."""
+    best: list[Tiling] = []
+    graphs: dict[int, Tiling] = {}
+    forms: dict[str, Tiling] = {}
+    for r in rows:
+        c = r.candidate
+        t = (c.graph, c.grid, c.loop)
+        if len(best) < CLIMB_WIDTH and t not in best:
+            best.append(t)
+        if len(graphs) < CLIMB_WIDTH:
+            graphs.setdefault(c.graph, t)
+        forms.setdefault(space.result.graphs[c.graph].mapping.form, t)
+    return list(dict.fromkeys(best + list(graphs.values()) + list(forms.values())))
+
+
+def rank(space: Space, tilings: Sequence[Tiling], target: Target,
          workers: int = 1, mapper: Mapper | None = None) -> tuple[list[Ranked], list[str]]:
     """Every launch of every (graph, grid, loop) in `tilings`, ranked; and a note per tiling that did not
     instantiate (the space promised it would, so that is a bug worth seeing). `mapper` runs the chunks

@@ -226,6 +226,7 @@ class GraphSpace:
                               for op in g.ops if contracts(op.op) for o in op.inputs]
         self._tail_tiles = self._tail(st, m, slot) if m.tail else []
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
+        self._valid: set[tuple[tuple[int, ...], int]] | None = None
         self._later: dict[tuple[int, ...], dict[str, int]] = {}   # the later kernels' sizes by the first's grid
         self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
@@ -444,12 +445,7 @@ class GraphSpace:
         warps halved or doubled, stages one less or more (a default launch counts as 4 warps, 3 stages)."""
         warps, stages = c.warps or 4, c.stages or TRITON_STAGES
         sizes = [*c.grid, c.loop]
-        moves: list[tuple[list[int], int, int]] = []
-        for k, var in enumerate(self.variables):
-            if sizes[k] in var.values:
-                i = var.values.index(sizes[k])
-                moves += [(sizes[:k] + [var.values[j]] + sizes[k + 1:], warps, stages)
-                          for j in (i - 1, i + 1) if 0 <= j < len(var.values)]
+        moves: list[tuple[list[int], int, int]] = [(way[0], warps, stages) for way in self._ways(sizes)]
         moves += [(sizes, w, stages) for w in (warps // 2, warps * 2) if w in WARPS]
         moves += [(sizes, warps, s) for s in (stages - 1, stages + 1) if s in STAGE_VALUES]
         out: list[Candidate] = []
@@ -458,6 +454,29 @@ class GraphSpace:
             if n != c and n not in out and self.valid(n.grid, n.loop, n.warps, n.stages):
                 out.append(n)
         return out
+
+    def adjacent(self, grid: tuple[int, ...], loop: int) -> list[tuple[tuple[int, ...], int]]:
+        """The tilings nearest (grid, loop) along each parallel size, one each way: the next value of that size
+        that makes a valid tiling with the others unchanged (the next value itself can break a tile rule that
+        the one after keeps)."""
+        if self._valid is None:
+            self._valid = set(self.tilings())
+        out = []
+        for way in self._ways([*grid, loop]):
+            key = next(((tuple(s[:-1]), s[-1]) for s in way if (tuple(s[:-1]), s[-1]) in self._valid), None)
+            if key is not None:
+                out.append(key)
+        return out
+
+    def _ways(self, sizes: list[int]) -> Iterator[list[list[int]]]:
+        """Per parallel size and direction (down, up): the sizes with that one moved to each of its values
+        that way, nearest first (none where it is at its end)."""
+        for k, var in enumerate(self.variables):
+            if sizes[k] in var.values:
+                i = var.values.index(sizes[k])
+                for way in (var.values[i - 1::-1] if i else (), var.values[i + 1:]):
+                    if way:
+                        yield [sizes[:k] + [v] + sizes[k + 1:] for v in way]
 
     def describe(self) -> str:
         return ", ".join(f"{v.name} ∈ {{{', '.join(map(str, v.values))}}}" for v in self.variables)

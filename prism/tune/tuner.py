@@ -1,11 +1,11 @@
-"""Choosing the best candidate: rank the whole space by the cost model, compile and (on a GPU) time the
+"""Choosing the best candidate: rank the space by the cost model, compile and (on a GPU) time the
 model's best plus a random share, then refine around the best so far; without a GPU, keep the cost
 model's best of those that compiled cleanly.
 
 The paper samples parameter assignments uniformly and profiles them all. Prism has a cost model that
 ranks a point in well under a millisecond, so it ranks the space first (every tiling at every launch:
-warps and stages; prism.tune.rank, on the worker processes that later compile) and spends the costly
-steps (compilation, profiling) on:
+warps and stages; a large space from a sample and hill climbing, `prism.tune.rank.climb`; on the worker
+processes that later compile) and spends the costly steps (compilation, profiling) on:
 
 1. the model's best distinct kernels, one per launch shape first (`_take`);
 2. a uniform random draw (`explore`) over the ranked points the model puts within `EXPLORE_BAND` times
@@ -44,15 +44,15 @@ from prism.progress import report as report_progress
 from prism.search.parallel import running
 from prism.tune.compile import CompileResult, compile_many, default_workers, release, start_workers
 from prism.tune.cost import Cost, estimate
-from prism.tune.rank import Ranked, rank
+from prism.tune.rank import Ranked, climb
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
 from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
-from prism.tune.options import RANK_LIMIT, TuneOptions
+from prism.tune.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.tune.target import Target, get_target
 
 __all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "RANK_LIMIT",
-           "REFINE_ROUNDS"]
+           "RANK_SAMPLE", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
 """The random share is drawn from the ranked points estimated within this factor of the model's best (the
@@ -128,7 +128,7 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
     mapper = _Mapper(started, cluster, progress, report, shared)
     clock.lap("workers")
     try:
-        ranked = _rank(space, opts.rank_limit, seed, target, report, log, mapper,
+        ranked = _rank(space, opts, target, report, log, mapper,
                        n if mapper.started or cluster or shared else 1)
         clock.lap("rank")
         seen: set[str] = set()
@@ -213,23 +213,24 @@ class _Mapper:
         return out
 
 
-def _rank(space: Space, rank_limit: int, seed: int, target: Target, report: Report,
-          log: Callable[[str], None], mapper: _Mapper, workers: int) -> list[Ranked]:
-    """Phase 1: every tiling (or a uniform sample of `rank_limit`) at every launch, estimated and sorted
-    (prism.tune.rank)."""
+def _rank(space: Space, opts: TuneOptions, target: Target, report: Report, log: Callable[[str], None],
+          mapper: _Mapper, workers: int) -> list[Ranked]:
+    """Phase 1: every tiling at every launch, estimated and sorted; a space of more than `opts.rank_sample`
+    tilings from a sample and hill climbing, at most `opts.rank_limit` tilings (prism.tune.rank.climb)."""
     tilings = space.tilings()
-    sampled = tilings if len(tilings) <= rank_limit else \
-        [tilings[i] for i in sorted(random.Random(seed).sample(range(len(tilings)), rank_limit))]
-    ranked, notes = rank(space, [(gs.index, grid, loop) for gs, grid, loop in sampled], target, workers, mapper)
+    ranked, notes, done = climb(space, [(gs.index, grid, loop) for gs, grid, loop in tilings],
+                                min(opts.rank_sample, opts.rank_limit), opts.rank_limit, opts.seed, target, workers,
+                                mapper)
     report.notes += notes
     points = len(space)
-    report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points, "ranked": len(ranked)}
+    report.space = {"graphs": len(space.graphs), "tilings": len(tilings), "points": points,
+                    "tilings_ranked": done, "ranked": len(ranked)}
     report.forms = _forms(space, ranked)
     if not tilings:
         report.notes.append("no verified sGraph has a valid grid/loop point at these shapes: only the "
                             "unfused program (one generated kernel per op) is left")
     log(f"space: {points} points ({len(tilings)} tilings x launches) over {len(space.graphs)} sGraphs; "
-        f"ranked {len(ranked)}")
+        f"ranked {len(ranked)} ({done} tilings)")
     return ranked
 
 

@@ -150,6 +150,37 @@ def test_regions_are_superoptimized_concurrently_with_the_same_choices(options, 
         [(r["root"], r["chosen"], r["us"]) for r in record["replaced"]]
 
 
+class Transposer(torch.nn.Module):
+    """A matmul of a transposed intermediate: Prism views inputs only, so the cone is cut before the matmul."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Linear(32, 16, bias=False)
+
+    def forward(self, x):
+        return F.silu(self.w((x * 2).t()))
+
+
+def test_a_cone_cut_before_its_matmul_is_superoptimized_ahead_as_cut(options, monkeypatch):
+    """The cut (the transpose and the product before it stay with torch) is made before the replacements
+    too (prism.capture.ahead.Ahead.start), so the cone's program as cut is superoptimized on an ahead thread,
+    not in the compiling thread after the other regions (a Llama's attention, after RoPE's products)."""
+    import threading
+
+    import prism.runtime.pipeline as pipeline
+
+    monkeypatch.setattr(pc.OPTIONS, "cache", False)
+    threads, real = [], pipeline.chosen
+    monkeypatch.setattr(pipeline, "chosen", lambda *a, **k: threads.append(threading.current_thread().name)
+                        or real(*a, **k))
+    torch.manual_seed(0)
+    got, want, record = _compile(Transposer(), torch.randn(32, 8))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(record["replaced"]) == 1 and "aten.silu.default" in record["replaced"][0]["ops"]
+    assert any("cut from the cone" in r["why"] for r in record["left"])
+    assert len(threads) == 1 and threads[0].startswith("prism-ahead"), threads
+
+
 def test_a_superoptimization_that_fails_ahead_leaves_its_cone_to_torch(options, monkeypatch):
     """Its replacement raises what the thread raised (not superoptimizing again), and the cone stays with torch."""
     import threading

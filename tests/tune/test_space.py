@@ -158,6 +158,26 @@ def test_neighbours_are_valid_points_one_step_away(searched):
                     (n.warps == c.warps and abs(n.stages - c.stages) == 1)
 
 
+def test_adjacent_tilings_are_the_nearest_valid_ones_along_each_size(searched):
+    """`adjacent`: along each parallel size, each way, the nearest value that makes a valid tiling with the
+    other sizes kept, and nothing else. At RMSNorm-Linear's small config the next value is sometimes not valid
+    and the one after it is."""
+    w, cfg, result = searched("rmsnorm_linear")
+    space = Space(result, w.build(cfg))
+    for gs in space.graphs:
+        valid = gs.tilings()
+        for grid, loop in valid:
+            sizes = (*grid, loop)
+            want = set()
+            for k, var in enumerate(gs.variables):
+                others = [t for t in valid if all(x == y for j, (x, y) in enumerate(zip((*t[0], t[1]), sizes))
+                                                  if j != k)]
+                along = [(*t[0], t[1])[k] for t in others]
+                lower, higher = [v for v in along if v < sizes[k]], [v for v in along if v > sizes[k]]
+                want |= {t for t in others if (*t[0], t[1])[k] in (max(lower, default=None), min(higher, default=None))}
+            assert set(gs.adjacent(grid, loop)) == want, (gs.index, grid, loop)
+
+
 def test_shared_memory_and_block_caps_bound_the_space(searched):
     w, _, result = searched("rmsnorm")
     program = w.build(w.configs[1])
