@@ -10,8 +10,8 @@ it needs (not the whole search result: QK-Attention's is 1.5 MB). Results come b
 sorted in this process, so the ranking is the same whatever the number of workers: safe points first
 (`prism.tune.safety`), then by estimate, then by shared memory, then by candidate.
 
-A space of more than RANK_SAMPLE tilings is not ranked whole (QK-Attention has 200,000 at an H100's sizes, 260 s
-of ranking on one core): `climb` ranks a sample and then the neighbourhoods of the best tilings so far, until
+A space of more than RANK_SAMPLE tilings is not ranked whole (QK-Attention has 203,400 tilings at its first config:
+257 s of ranking on one core, benchmarks/results/rank_climb.md): `climb` ranks a sample and then the neighbourhoods of the best tilings so far, until
 they are the best of their neighbourhoods.
 """
 
