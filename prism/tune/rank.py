@@ -11,7 +11,7 @@ sorted in this process, so the ranking is the same whatever the number of worker
 (`prism.tune.safety`), then by estimate, then by shared memory, then by candidate.
 
 A space of more than RANK_SAMPLE tilings is not ranked whole (QK-Attention has 203,400 tilings at its first config:
-257 s of ranking on one core, benchmarks/results/rank_climb.md): `climb` ranks a sample and then the neighbourhoods of the best tilings so far, until
+over 4 minutes of ranking on one core, benchmarks/results/rank_climb.md): `climb` ranks a sample and then the neighbourhoods of the best tilings so far, until
 they are the best of their neighbourhoods.
 """
 

@@ -12,7 +12,9 @@ processes that later compile) and spends the costly steps (compilation, profilin
    its best, which keeps the search honest where the model is wrong and gives the rank correlation between
    model and measurement its spread. Not over all points: most of a space is hopeless (estimates many
    times the best), and such points can take minutes to compile (QK-Attention's first batch compiled for
-   275.6 s with draws over all points, 8.3 s with draws in the band: benchmarks/results/tune_compare.md);
+   275.6 s with draws over all points, 8.3 s with draws in the band: benchmarks/results/tune_compare.md).
+   In a climbed space the ranked points are the sample (every sGraph's share) and the neighbourhoods climbed
+   from, so the draw favours the model's good regions more than a draw over the whole band would;
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, for up to
    `REFINE_ROUNDS` rounds while they improve on it.
