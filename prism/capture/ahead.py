@@ -6,9 +6,10 @@ one after another, the steps of one region that run in this process (generating 
 instantiating the tuning space, sorting) leave the worker processes idle, and the workers' long tasks
 leave this process idle. So before the first replacement every cone is lowered and its program's
 superoptimization started on a thread; the replacement of a cone then takes the result started for its
-program, or superoptimizes itself where none was (a cut cone, the cones of a region that failed whole).
-A 2-core machine then stays busy: with the other changes of that session, the example decoder layer's cold
-first compile went from 27.5 to 15.8-17.5 s (BENCHMARKS.md, 2026-11-26, session 5).
+program, or superoptimizes itself where none was (the cones of a region that failed whole; a cone cut before
+its matmul is cut here too, as its replacement will cut it). A 2-core machine then stays busy: with the other
+changes of that session, the example decoder layer's cold first compile went from 27.5 to 15.8-17.5 s
+(BENCHMARKS.md, 2026-11-26, session 5).
 
 Why the result is the same: a program is known by what the result cache keys it by (structure, input
 shapes and dtypes: its structural hash), so the result taken is the one that replacement would have computed, as a
@@ -17,8 +18,9 @@ compute (`prism.runtime.pipeline.chosen`); the compiling thread wraps each resul
 which registers a torch op and warns without a GPU, under the warnings filter the backend sets there.
 
 On a GPU only the searches start ahead (into the result cache, so only with one): tuning times candidates
-on the device, one tuning at a time, so it stays in the compiling thread, which then finds the search
-cached. A program with several outputs is searched output by output there, so none starts ahead for it.
+on the device, one tuning at a time, so it stays in the compiling thread, which then finds the searches
+cached (`prism.runtime.pipeline.cached_searches`: a program with several outputs output by output, and its
+groups' joint forms, as superoptimize searches it).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class Ahead:
     def submit(self, graph: KernelGraph) -> None:
         """Start what goes ahead for `graph` (module docstring), unless it started for the same program."""
         gpu = self.device.type == "cuda"
-        if gpu and (not self.options.get("cache") or len(graph.outputs) > 1):
+        if gpu and not self.options.get("cache"):
             return
         key = graph.structural_hash()      # shapes and dtypes included
         if key not in self.futures:
@@ -103,10 +105,10 @@ class Ahead:
         return chosen(graph, device=self.device, **self.options)
 
     def _searched(self, graph: KernelGraph) -> None:
-        from prism.runtime.pipeline import cached_search
+        from prism.runtime.pipeline import cached_searches
 
         try:
-            cached_search(graph, self.options.get("search_options"), self.options["cache"])
+            cached_searches(graph, self.options.get("search_options"), self.options["cache"])
         except Exception as e:  # the replacement searches again, and says what fails
             log.info("prism: searching %s ahead failed (%s: %s)", graph.structural_hash()[:16], type(e).__name__, e)
 

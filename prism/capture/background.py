@@ -10,7 +10,8 @@ says why. `wait()` blocks until the queue is empty (benchmarks, tests; a serving
 Cones with symbolic sizes (prism.capture.dynamic) are not deferred: each is searched when compiled and tuned
 at the first call of each size bucket, as without the option.
 
-On a GPU the thread only searches: tuning times candidates on the device (in CUDA graphs, whose capture forbids
+On a GPU the thread only searches (as superoptimize will: a program with several outputs output by output,
+`prism.runtime.pipeline.cached_searches`): tuning times candidates on the device (in CUDA graphs, whose capture forbids
 other threads' work on it), so the first call of the op after the search tunes there, in the model's thread, and
 runs the chosen kernels from then on; `wait()` returns once the searches are done.
 
@@ -97,11 +98,11 @@ class Pending:
         """The thread's part: the whole superoptimization on a CPU; on a GPU, the search alone (into the result
         cache), since tuning times candidates on the device, where it must not overlap the model's launches
         (a CUDA graph captured for timing forbids other threads' work on the device meanwhile)."""
-        from prism.runtime.pipeline import cached_search
+        from prism.runtime.pipeline import cached_searches
 
         if self.device.type == "cuda":
-            self._attempt(lambda: cached_search(self.graph, self.options.get("search_options"),
-                                                self.options.get("cache", True)))
+            self._attempt(lambda: cached_searches(self.graph, self.options.get("search_options"),
+                                                  self.options.get("cache", True)))
         else:
             self._settle()
         self.done.set()

@@ -31,7 +31,8 @@ from prism.tune.cost import estimate
 from prism.tune.options import TuneOptions
 from prism.tune.tuner import tune, tuning_target
 
-__all__ = ["cached_search", "check_search_result", "chosen", "superoptimize", "resolve_device", "target_key"]
+__all__ = ["cached_search", "cached_searches", "check_search_result", "chosen", "superoptimize", "resolve_device",
+           "target_key"]
 
 PAYLOAD = "prism.optimized"
 
@@ -221,7 +222,7 @@ def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[Kerne
     store = _open_cache(job.cache)
     run: list[str] = []
     cones = [graph.output_cone(k) for k in range(len(graph.outputs))]
-    parts = [_cached_search(cone, job.search, job.log, job.progress, store, run) for cone, _ in cones]
+    parts = _part_searches(cones, job.search, job.log, job.progress, store, run)
     joined = KernelGraph()
     args = [joined.input(t.shape, t.dtype, t.name) for t in graph.inputs]
     outs: dict[int, Any] = {}
@@ -253,8 +254,7 @@ def _joint(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], picks: 
            ) -> list[tuple[list[int], KernelGraph, Report]]:
     """`picks` (the group's outputs each tuned on its own), or the group's joint kernel where it is at least as
     fast as they are together."""
-    sub, _ = graph.outputs_cone(list(group))
-    result = _cached_search(sub, job.search, job.log, job.progress, store, run, parts=[parts[k] for k in group])
+    sub, result = _joint_search(graph, group, parts, job.search, job.log, job.progress, store, run)
     names = "outputs " + "+".join(map(str, group))
     if not result.graphs:
         picks[0][2].notes.append(f"{names}: no joint form verified ({result.stats['joint']['forms']} tried); "
@@ -271,6 +271,20 @@ def _joint(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], picks: 
         return [(list(group), chosen, report)]
     picks[0][2].notes.append(said + ": each has a kernel of its own")
     return picks
+
+
+def _part_searches(cones: list[tuple[KernelGraph, Any]], options: SearchOptions, log: Callable[[str], None] | None,
+                   progress: Progress | None, store: ResultCache | None, run: list[str]) -> list[Any]:
+    """The search result of each output's cone (`KernelGraph.output_cone`), as `_per_output` tunes them."""
+    return [_cached_search(cone, options, log, progress, store, run) for cone, _ in cones]
+
+
+def _joint_search(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], options: SearchOptions,
+                  log: Callable[[str], None] | None, progress: Progress | None, store: ResultCache | None,
+                  run: list[str]) -> tuple[KernelGraph, Any]:
+    """The program of a group of outputs (`prism.search.joint.groups`) and its joint forms' search result."""
+    sub, _ = graph.outputs_cone(list(group))
+    return sub, _cached_search(sub, options, log, progress, store, run, parts=[parts[k] for k in group])
 
 
 def _us(report: Report) -> float:
@@ -371,6 +385,24 @@ def _size_free(graph: KernelGraph) -> str:
     inputs_first.output(*graph.replay(inputs_first, [inputs_first.input(t.shape, t.dtype, t.name)
                                                      for t in graph.inputs]))
     return KernelGraph.from_json(strip(inputs_first.to_json())).structural_hash(shapes=False)
+
+
+def cached_searches(graph: KernelGraph, search_options: SearchOptions | dict[str, Any] | None = None,
+                    cache: Any = True) -> None:
+    """Every search `superoptimize(graph)` makes, made now into the result cache: the program's, or with several
+    outputs each output's cone's and each group's joint forms (`_per_output`), so that superoptimize later only
+    tunes (the backend's and the background mode's searches ahead of tuning on a GPU)."""
+    options, store, run = SearchOptions.of(search_options, "cached_searches"), _open_cache(cache), []
+    if len(graph.outputs) == 1:
+        _cached_search(graph, options, None, None, store, run)
+        return
+    from prism.search.joint import groups
+
+    parts = _part_searches([graph.output_cone(k) for k in range(len(graph.outputs))], options, None, None, store,
+                           run)
+    for group in groups(graph, [p.graphs for p in parts]):
+        if len(group) > 1:
+            _joint_search(graph, group, parts, options, None, None, store, run)
 
 
 def cached_search(graph: KernelGraph, search_options: SearchOptions | dict[str, Any] | None = None,

@@ -98,7 +98,7 @@ def test_on_a_gpu_the_thread_only_searches_and_the_next_call_tunes(jobs, monkeyp
         threads["tune"] = threading.current_thread()
         return Chosen(graph)
 
-    monkeypatch.setattr(pipeline, "cached_search", search)
+    monkeypatch.setattr(pipeline, "cached_searches", search)
     monkeypatch.setattr(prism.runtime, "superoptimize", superoptimize)
     w = wl.get("swiglu")
     graph = w.build(small_cfg(w))
