@@ -11,9 +11,9 @@ Cones with symbolic sizes (prism.capture.dynamic) are not deferred: each is sear
 at the first call of each size bucket, as without the option.
 
 On a GPU the thread only searches (as superoptimize will: a program with several outputs output by output,
-`prism.runtime.pipeline.cached_searches`): tuning times candidates on the device (in CUDA graphs, whose capture forbids
-other threads' work on it), so the first call of the op after the search tunes there, in the model's thread, and
-runs the chosen kernels from then on; `wait()` returns once the searches are done.
+`prism.runtime.pipeline.cached_searches`): tuning times candidates on the device (in CUDA graphs, whose capture
+forbids other threads' work on it), so the first call of the op after the search tunes there, in the model's
+thread, and runs the chosen kernels from then on; `wait()` returns once the searches are done.
 
 Why it is safe: both what runs before and what runs after compute the cone's program (the chosen µGraph is
 verified equal to it), and each call reads the chosen graph once (one attribute, set once), so a call runs
