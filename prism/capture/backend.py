@@ -178,16 +178,23 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
 def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
             fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule], opts: Options) -> Callable[..., Any]:
     """A graph with symbolic sizes, traced to ATen in Dynamo's own fake mode (so its sizes stay symbols) by
-    AOTAutograd, `fuse`d there, then run by the rest: Inductor's inner compiler, or the graph as it is."""
-    if opts.rest == "eager":
-        from functorch.compile import make_boxed_func
-        from torch._functorch.aot_autograd import aot_module_simplified
+    AOTAutograd, `fuse`d there, then run by the rest: Inductor's inner compiler, or the graph as it is.
 
-        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: make_boxed_func(fuse(g)))
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    AOTAutograd's cache stays off meanwhile: it keys the graph before `fuse`, so a later process would take the
+    compiled code from it without running `fuse`, and that code calls the Regions' ops, which only `fuse` defines
+    (a second process crashed so: tests/capture/test_dynamic.py)."""
+    from torch._functorch import config as functorch_config
 
-    return compile_fx(gm, example_inputs, inner_compile=lambda g, inputs, **kw: compile_fx_inner(fuse(g), inputs, **kw),
-                      config_patches=_inductor_config(opts))
+    with functorch_config.patch(enable_autograd_cache=False):
+        if opts.rest == "eager":
+            from functorch.compile import make_boxed_func
+            from torch._functorch.aot_autograd import aot_module_simplified
+
+            return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: make_boxed_func(fuse(g)))
+        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+        return compile_fx(gm, example_inputs, config_patches=_inductor_config(opts),
+                          inner_compile=lambda g, inputs, **kw: compile_fx_inner(fuse(g), inputs, **kw))
 
 
 def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options,

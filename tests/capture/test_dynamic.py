@@ -149,3 +149,35 @@ def test_under_the_interpreter_a_decode_loop_runs_one_kernel_set_per_bucket(tmp_
     (attention,) = got["regions"]                                # the one region whose sizes are symbolic
     assert attention["execution"] == ["interpreter"] and attention["sizes"] == 12   # length 5 ... 16 (4: static)
     assert attention["shared"] == [True] * 3 and attention["compiles"] == [1] * 3 and attention["modules"] == 3
+
+
+SECOND_PROCESS = textwrap.dedent("""
+    import torch
+    import prism.capture as pc
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 16, bias=False)
+    f = torch.compile(lambda x: torch.nn.functional.silu(lin(x)), backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (4, 8):
+            x = torch.randn(n, 32)
+            torch.testing.assert_close(f(x), torch.nn.functional.silu(lin(x)))
+    print([r["replaced"][0]["op"] for r in pc.history])
+""")
+
+
+def test_a_second_process_with_inductors_caches_warm_still_defines_its_regions(tmp_path):
+    """Two processes, one Inductor cache: the second must not take the first's compiled code from AOTAutograd's
+    cache (keyed before the backend fuses), which calls a Region op only the fusing defines. It crashed so."""
+    import subprocess
+    import sys
+
+    from tests.child import ROOT, child_env
+
+    for run in ("first", "second"):
+        home = tmp_path / run
+        home.mkdir()
+        env = child_env(home, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), PRISM_CACHE_DIR=str(home / "cache"))
+        done = subprocess.run([sys.executable, "-W", "ignore", "-c", SECOND_PROCESS], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=900)
+        assert done.returncode == 0, f"{run} process: {done.stderr[-3000:]}"
+        assert "prism.r" in done.stdout
