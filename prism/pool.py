@@ -35,8 +35,8 @@ GC_THRESHOLD = (100_000, 50, 100)
 drop many small graphs whose objects hold cycles (a tensor handle points to its graph). With the default
 thresholds a collection ran every 700 allocations, and the collections took a large share of instantiating a
 candidate. A young generation of 100,000 objects is collected a hundred times less often, and what dies young
-is freed by reference counts, never walked. The imports that a worker's initializer made are frozen (`gc.freeze`): they live as long as the
-worker and are not walked again."""
+is freed by reference counts, never walked. The imports that a worker's initializer made are frozen
+(`gc.freeze`): they live as long as the worker and are not walked again."""
 
 _COLLECTING = {"users": 0, "saved": None}
 _COLLECTING_LOCK = threading.Lock()

@@ -39,8 +39,8 @@ from prism.capture.layout import STEPS
 from prism.capture.lower import lower, op_name
 from prism.capture.partition import Cone, cones, hoisted, regions
 from prism.errors import InputError, PrismError, UnsupportedOp
-from prism.pool import fewer_collections
 from prism.ir.ops import TORCH_DTYPES
+from prism.pool import fewer_collections
 
 __all__ = ["Options", "OPTIONS", "history", "prism_backend", "register"]
 

@@ -78,7 +78,8 @@ def climb(space: Space, tilings: Sequence[Tiling], sample: int, limit: int, seed
     rng = random.Random(seed)
     first = [t for ts in by_graph.values()
              for t in rng.sample(ts, min(len(ts), max(1, round(len(ts) * sample / len(tilings)))))]
-    rows, notes = rank(space, first, target, workers, mapper)
+    docs: dict[int, dict] = {}   # each sGraph's JSON, made once for every round
+    rows, notes = rank(space, first, target, workers, mapper, docs)
     done, climbed = set(first), set()
     while len(done) < limit:
         starts = [t for t in _starts(space, rows) if t not in climbed]
@@ -90,7 +91,7 @@ def climb(space: Space, tilings: Sequence[Tiling], sample: int, limit: int, seed
         step = step[:limit - len(done)]
         if step:
             done.update(step)
-            more, said = rank(space, step, target, workers, mapper)
+            more, said = rank(space, step, target, workers, mapper, docs)
             rows, notes = sorted(rows + more, key=lambda r: r.order), notes + said
     return rows, notes, len(done)
 
@@ -113,15 +114,18 @@ def _starts(space: Space, rows: Sequence[Ranked]) -> list[Tiling]:
     return list(dict.fromkeys(best + list(graphs.values()) + list(forms.values())))
 
 
-def rank(space: Space, tilings: Sequence[Tiling], target: Target,
-         workers: int = 1, mapper: Mapper | None = None) -> tuple[list[Ranked], list[str]]:
+def rank(space: Space, tilings: Sequence[Tiling], target: Target, workers: int = 1, mapper: Mapper | None = None,
+         docs: dict[int, dict] | None = None) -> tuple[list[Ranked], list[str]]:
     """Every launch of every (graph, grid, loop) in `tilings`, ranked; and a note per tiling that did not
     instantiate (the space promised it would, so that is a bug worth seeing). `mapper` runs the chunks
-    (None: in this process)."""
+    (None: in this process). `docs`: the sGraphs' JSON made so far, filled in (a caller ranking in rounds)."""
     step = max(1, -(-len(tilings) // (CHUNKS_PER_WORKER * max(1, workers))))
     chunks = [tilings[i:i + step] for i in range(0, len(tilings), step)]
     inputs = (space.shapes, space.dtype, space.names)
-    tasks = [({g: space.result.graphs[g].to_json() for g, _, _ in chunk}, inputs, target,
+    docs = {} if docs is None else docs
+    for g in {g for g, _, _ in tilings} - docs.keys():
+        docs[g] = space.result.graphs[g].to_json()
+    tasks = [({g: docs[g] for g, _, _ in chunk}, inputs, target,
               [(g, grid, loop, space.graphs[g].launches(grid, loop)) for g, grid, loop in chunk])
              for chunk in chunks]
     done = (mapper or _serial)(rank_chunk, tasks)
