@@ -10,6 +10,11 @@ On a GPU (`warm`), a worker also runs the candidate once on the tuner's inputs, 
 compiles it there, in parallel, into its on-disk cache: the ahead-of-time compile does not specialize on
 arguments as a launch does (alignment, strides of 1), so without this the timing process compiled every
 timed candidate a second time, one after another (about a second each: most of a region's tuning).
+A worker compiles into the cache the calling process reads at the time of the call (`cache_dir`), not the
+one it read when it started: torch.compile sets TRITON_CACHE_DIR in its process (Inductor's first Triton
+kernel), so workers kept from before that warmed a cache the timing process no longer read (an H100 run of
+2026-11-26 loaded each timed candidate in 0.6-2.3 s, about a third of the tuning, on every config after the
+first).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from prism import pool
 from prism.codegen.aot import AotKernel
 from prism.ir import KernelGraph
 
-__all__ = ["CompileResult", "compile_one", "compile_many", "compile_task", "default_workers", "kept_workers", "release",
+__all__ = ["CompileResult", "cache_dir", "compile_one", "compile_many", "compile_task", "default_workers", "kept_workers", "release",
            "start_workers"]
 
 
@@ -59,12 +64,23 @@ def _target(arch: int) -> Any:
     return GPUTarget("cuda", arch, 32)
 
 
-def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None) -> CompileResult:
+def cache_dir() -> str:
+    """The folder Triton's cache is in for this process now (TRITON_CACHE_DIR, else Triton's default)."""
+    from triton import knobs
+
+    return knobs.cache.dir
+
+
+def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
+                cache: str | None = None) -> CompileResult:
     """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error. `warm`: a
     seed; the kernels also run once on CUDA, on `random_inputs(graph, warm)` (the tuner's inputs), which leaves
-    their launch-specialized binaries in Triton's cache for the process that times them."""
+    their launch-specialized binaries in Triton's cache for the process that times them. `cache`: the folder
+    of Triton's cache to compile into (the caller's `cache_dir`), where it is not this process's already."""
     from prism.codegen import compile_graph
 
+    if cache is not None and cache != cache_dir():
+        os.environ["TRITON_CACHE_DIR"] = cache
     start = time.time()
     try:
         graph = KernelGraph.from_json(doc)
@@ -99,7 +115,8 @@ def _worker_init() -> None:
 
 
 def compile_task(doc: dict[str, Any], arch: int = 90, warm: int | None = None) -> CompileResult:
-    """compile_one in a worker that did not start with _worker_init (a Ray task): the interpreter off."""
+    """compile_one in a worker that did not start with _worker_init (a Ray task): the interpreter off; Triton's
+    cache that of the machine it runs on."""
     _worker_init()
     return compile_one(doc, arch, warm)
 
@@ -123,10 +140,12 @@ def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch
     (not interpreting), or when no worker process can be started; else in a pool of `workers` processes
     (default: cores) started for this call."""
     done = done or (lambda k: None)
-    tasks = [(g.to_json(), arch, warm) for g in graphs]
-    finished = itertools.count(1)
     if cluster is not None:
-        return cluster.map(compile_task, tasks, lambda i, r: done(next(finished)))
+        finished = itertools.count(1)
+        return cluster.map(compile_task, [(g.to_json(), arch, warm) for g in graphs],
+                           lambda i, r: done(next(finished)))
+    tasks = [(g.to_json(), arch, warm, cache_dir()) for g in graphs]
+    finished = itertools.count(1)
     if workers_pool is not None:
         return pool.run(workers_pool, compile_one, tasks, lambda _: done(next(finished)))
     started = start_workers(min(default_workers() if workers is None else max(1, workers), len(tasks)),

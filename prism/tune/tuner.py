@@ -7,7 +7,7 @@ ranks a point in well under a millisecond, so it ranks the space first (every ti
 warps and stages; a large space from a sample and hill climbing, `prism.tune.rank.climb`; on the worker
 processes that later compile) and spends the costly steps (compilation, profiling) on:
 
-1. the model's best distinct kernels, one per launch shape first (`_take`);
+1. the model's best distinct kernels: each form's best first, then one per launch shape (`_take`);
 2. a uniform random draw (`explore`) over the ranked points the model puts within `EXPLORE_BAND` times
    its best, which keeps the search honest where the model is wrong and gives the rank correlation between
    model and measurement its spread. Not over all points: most of a space is hopeless (estimates many
@@ -347,22 +347,38 @@ def _fresh(p: _Pick, seen: set[str]) -> bool:
 
 def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target: Target,
           report: Report) -> list[_Pick]:
-    """The first n distinct kernels of `ranked`: first one per launch shape (estimates often tie
-    between a kernel and its twins over another grid dim or sGraph), then the rest in order."""
+    """The first n distinct kernels of `ranked`, in three passes: the best point of each form (split-KV
+    partials, a tail, one fused kernel, ...) that the model puts within EXPLORE_BAND of its best (a safe one,
+    unless no point is safe), then one per
+    launch shape (estimates often tie between a kernel and its twins over another grid dim or sGraph), then
+    the rest in order.
+
+    Forms first because the model is least to be trusted between forms, whose costs come from different terms:
+    on an H100 (2026-11-26, session 7) attention at h=8192 took its 12 model picks from the one-kernel form
+    (estimates 24-28 µs) and none from the split-KV partials (30 µs), and chose a 15.2 µs kernel where a
+    partials kernel had measured 10.8 µs with the tuner before."""
     out: list[_Pick] = []
     taken: set[Candidate] = set()
+    forms: set[str] = set()
     shapes: set[tuple] = set()
-    for spread in (True, False):
+    band = EXPLORE_BAND * ranked[0].seconds if ranked else 0.0
+    passes: tuple[Callable[[Ranked], bool], ...] = (
+        lambda r: ((r.risk is None) == (ranked[0].risk is None) and r.seconds <= band
+                   and space.result.graphs[r.candidate.graph].mapping.form not in forms),
+        lambda r: r.shape not in shapes,
+        lambda r: True)
+    for wanted in passes:
         for r in ranked:
             if len(out) >= n:
                 return out
-            if r.candidate in taken or (spread and r.shape in shapes):
+            if r.candidate in taken or not wanted(r):
                 continue
             taken.add(r.candidate)
             p = _pick(space, r.candidate, "model", target, report)
             if p is not None and _fresh(p, seen):
                 out.append(p)
                 shapes.add(r.shape)
+                forms.add(space.result.graphs[r.candidate.graph].mapping.form)
     return out
 
 

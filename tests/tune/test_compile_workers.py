@@ -99,3 +99,22 @@ def _no_leftover_scope():
 
     yield
     assert not c._scopes()
+
+
+def test_kept_workers_compile_into_the_cache_the_caller_reads_now(searched, tmp_path, monkeypatch):
+    """torch.compile sets TRITON_CACHE_DIR in its process (Inductor's first Triton kernel). Workers kept from
+    before must compile, and on a GPU warm, into the folder the timing process reads now, not the one it read
+    when they started: else every timed candidate is compiled again where it is timed."""
+    from prism.tune.compile import compile_many
+    from prism.tune.space import Space
+
+    w, cfg, result = searched("swiglu")
+    space = Space(result, w.build(cfg))
+    first, second = (space.instantiate(c) for c in space.sample(2, seed=3))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "before"))
+    with kept_workers():
+        kept = start_workers(2)
+        assert all(r.ok for r in compile_many([first], workers_pool=kept))
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "now"))
+        assert all(r.ok for r in compile_many([second], workers_pool=kept))
+    assert any((tmp_path / "now").iterdir())
