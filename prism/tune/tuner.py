@@ -14,7 +14,8 @@ processes that later compile) and spends the costly steps (compilation, profilin
    times the best), and such points can take minutes to compile (QK-Attention's first batch compiled for
    275.6 s with draws over all points, 8.3 s with draws in the band: benchmarks/results/tune_compare.md).
    In a climbed space the ranked points are the sample (every sGraph's share) and the neighbourhoods climbed
-   from, so the draw favours the model's good regions more than a draw over the whole band would;
+   from, so the draw favours the model's good regions more than a draw over the whole band would. It skips
+   points the compiler would mostly spill (`HEAVY`), the slowest to compile;
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, for up to
    `REFINE_ROUNDS` rounds while they improve on it.
@@ -53,13 +54,18 @@ from prism.tune.space import Candidate, Space
 from prism.tune.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.tune.target import Target, get_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "RANK_LIMIT",
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "RANK_LIMIT",
            "RANK_SAMPLE", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
 """The random share is drawn from the ranked points estimated within this factor of the model's best (the
 calibrated model's mean squared log error on held-out points is 0.58, BENCHMARKS.md: about a factor of 2
 either way, so a point at 4x can still win)."""
+HEAVY = 2.0
+"""The random share skips a point with a kernel whose live values per thread (the model's register estimate)
+exceed this many times the registers a thread has: the compiler spills most of it, it compiles for long, and it
+is seldom fast. On an H100 host (2026-11-26, session 7) every candidate that compiled for 9-19 s was such a random
+draw (520-1808 values a thread): each held its batch, and a config's tuning, for that long; none was the fastest."""
 EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2
@@ -254,7 +260,7 @@ def _forms(space: Space, ranked: list[Ranked]) -> dict[str, dict[str, Any]]:
 def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, seed: int, seen: set[str],
             target: Target, report: Report) -> list[_Pick]:
     """Phase 2: the model's best distinct kernels, plus a seeded uniform draw over the ranked points within
-    EXPLORE_BAND of the best."""
+    EXPLORE_BAND of the best, none of them HEAVY."""
     n_random = min(budget - 1, round(budget * explore)) if budget > 1 else 0
     picks = _take(space, ranked, budget - n_random, seen, target, report)
     if not ranked or not n_random:
@@ -265,10 +271,15 @@ def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, see
         if n_random <= 0:
             break
         p = _pick(space, band[i].candidate, "random", target, report)
-        if p is not None and _fresh(p, seen):
+        if p is not None and not _heavy(p, target) and _fresh(p, seen):
             picks.append(p)
             n_random -= 1
     return picks
+
+
+def _heavy(p: _Pick, target: Target) -> bool:
+    """Whether a kernel of `p` holds more than HEAVY times the registers a thread has (the model's estimate)."""
+    return any(k.work.live > HEAVY * target.max_regs_per_thread * 32 * k.work.warps for k in p.cost.kernels)
 
 
 def _until_one_survives(trial: _Trial, space: Space, picks: list[_Pick], rest: list[Ranked], budget: int,
