@@ -32,7 +32,8 @@ runs out is reported, and killed with what it started; the others still run):
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
              OUT/every_size.json.
 On an H100 (2026-11-26) the gpu_bench step measured 7 configs in 270 s (17-41 s of tuning each, then torch.compile's
-autotuning), the oracle step 3 configs in 130 s: gpu_bench wants a call of its own. The other limits come from two
+autotuning), then 8 in 430 s (18-70 s of tuning), the oracle step 3 configs in 130 s: gpu_bench wants a call of its
+own. Tuning has since lost the second compile of every timed candidate (13-47 s a config in that run, 2-4 s after). The other limits come from two
 H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
 209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's `warm`); the
 decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the

@@ -293,7 +293,7 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, given: A
                 speed = f" ({getattr(base, key) / getattr(best, key):.2f}x the unfused program)"
             print(f"chosen     {best.label}: {rep.reason}{speed}")
         if rep.space:
-            print("space      " + ", ".join(f"{v} {k}" for k, v in rep.space.items()))
+            print(f"space      {rep.space_text()}")
         for k, line in enumerate(rep.forms_text()):
             print(("forms      " if k == 0 else " " * 11) + line)
         if rep.seconds:

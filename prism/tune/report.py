@@ -213,6 +213,14 @@ class Report:
         return (e.output is not None, first or 0, not e.ok, e.risk is not None, key if key is not None else
                 float("inf"), i)
 
+    def space_text(self) -> str:
+        """The space's size in one line: its sGraphs, tilings and points, and of those how many were ranked (a
+        large space is ranked from a sample and climbing: prism.tune.rank.climb)."""
+        s = dict(self.space)
+        ranked = {"tilings": s.pop("tilings_ranked", None), "points": s.pop("ranked", None)}
+        return ", ".join(f"{v} {k}" + (f" ({ranked[k]} ranked)" if ranked.get(k) is not None else "")
+                         for k, v in s.items())
+
     def forms_text(self) -> list[str]:
         """Each form's line (`forms`): its name, its sGraphs, the cost model's best point of it."""
         return [f"{name} ({f['graphs']} sGraphs) {f['estimate_us']:.2f} us {f['best']}"
@@ -226,7 +234,7 @@ class Report:
         if self.floor_us is not None:
             lines.append(f"DRAM floor: {self.floor_us:.2f} us (bytes moved once / DRAM bandwidth)")
         if self.space:
-            lines.append("space: " + ", ".join(f"{k} {v}" for k, v in self.space.items()))
+            lines.append(f"space: {self.space_text()}")
         if self.forms:
             lines.append("forms, the cost model's best of each: " + "; ".join(self.forms_text()))
         if self.spearman is not None:
