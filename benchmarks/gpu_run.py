@@ -11,7 +11,8 @@
 
 `run` installs the carried wheels (`--wheels`) where its steps import them, then does the steps `--steps` names,
 in its order (default: gpu_bench), each in a process of its own under its time limit (one that fails or
-runs out is reported, and killed with what it started; the others still run):
+runs out is reported, and killed with what it started; the others still run). `--workloads` (comma-separated)
+narrows gpu_bench and oracle to those workloads:
   tests      the tests that need a GPU (those that skip without one), on 12 workers, a line per test (a run
              killed at its limit still names what failed: 2026-11-26's, at -q, did not);
   gpu_bench  `benchmarks/gpu_bench.py` on all ten configs with the carried searches (Prism's kernels, eager and
@@ -66,11 +67,12 @@ GPU_TESTS = ["tests/runtime/test_gpu.py", "tests/tune/test_gpu_bench.py", "tests
 
 
 class Step(NamedTuple):
-    """One step of `run`: its seconds at most, and its command line from (python, search folder, out folder,
-    budget)."""
+    """One step of `run`: its seconds at most, its command line from (python, search folder, out folder,
+    budget), and whether it measures per workload (then `run --workloads` narrows it)."""
 
     limit: int
     argv: Callable[[str, str, Path, int], list[str]]
+    per_workload: bool = False
 
 
 STEPS = {
@@ -78,10 +80,10 @@ STEPS = {
                                                           "no:cacheprovider", *GPU_TESTS]),
     "gpu_bench": Step(500, lambda py, searches, out, budget: [
         py, "benchmarks/gpu_bench.py", "--search-dir", searches, "--budget", str(budget),
-        "--out", str(out / "gpu_bench.json")]),
+        "--out", str(out / "gpu_bench.json")], per_workload=True),
     "oracle": Step(250, lambda py, searches, out, budget: [
         py, "benchmarks/tune_calibrate.py", "collect", "--search-dir", searches, "--out",
-        str(out / "tune_samples.json")]),
+        str(out / "tune_samples.json")], per_workload=True),
     "llama": Step(500, lambda py, searches, out, budget: [
         py, "benchmarks/hf_decode.py", "--llama2048", "--layers", "2", "--repeat", "30", "--budget", "8",
         "--batches", "1", "--kernels", str(out / "llama_kernels.md")]),
@@ -195,9 +197,10 @@ def step(name: str, argv: Sequence[str], timeout: float, log: Path, site: str | 
 
 
 def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_STEPS, wheels: str | None = None,
-        seconds: float = CALL_SECONDS) -> int:
+        seconds: float = CALL_SECONDS, workloads: str = "") -> int:
     """The steps in order, each under its limit and within `seconds` in all (what is left of the device call):
-    a step is given at most the seconds left, and one with under MIN_SECONDS left is not started."""
+    a step is given at most the seconds left, and one with under MIN_SECONDS left is not started. `workloads`
+    (comma-separated names): what the per-workload steps measure (default: every workload)."""
     import torch
 
     if not torch.cuda.is_available():
@@ -225,6 +228,8 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
             summary.append((name, f"not started: {left:.0f} s of the call left", ""))
             continue
         argv = STEPS[name].argv(sys.executable, search_dir, folder, budget)
+        if workloads and STEPS[name].per_workload:
+            argv += ["--workloads", workloads]
         summary.append((name, *step(name, argv, min(STEPS[name].limit, left), folder / f"{name}.log", site)))
     if "gpu_bench" in steps and (folder / "gpu_bench.json").exists():
         summary.append(("from-bench", *step("from-bench", [
@@ -262,11 +267,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the steps' seconds in all: each gets at most what is left (default %(default)s)")
     r.add_argument("--steps", default=",".join(DEFAULT_STEPS),
                    help=f"comma-separated, run in this order: {', '.join(STEPS)} (default %(default)s)")
+    r.add_argument("--workloads", default="", help="comma-separated workloads gpu_bench and oracle measure "
+                   "(default: all)")
     args = ap.parse_args(argv)
     if args.step == "prepare":
         return prepare(args.search_dir, args.search_time_limit) or (download_wheels(args.wheels) if args.wheels else 0)
     return run(args.search_dir, args.out, args.budget, [s for s in args.steps.split(",") if s], args.wheels or None,
-               args.seconds)
+               args.seconds, args.workloads)
 
 
 if __name__ == "__main__":

@@ -97,3 +97,21 @@ def test_carried_packages_reach_the_steps(tmp_path):
     status, tail = script.step("probe", [sys.executable, "-c", "import carried_probe; print(carried_probe.WHERE)"], 60,
                                tmp_path / "probe.log", site)
     assert status == "ok" and tail.startswith(site), tail
+
+
+def test_workloads_narrow_the_steps_that_measure_per_workload(tmp_path, monkeypatch):
+    """`run --workloads` reaches gpu_bench and the oracle's collect, and no other step (the device is faked:
+    every step is recorded, not run)."""
+    import torch
+
+    script = _script()
+    (tmp_path / "rmsnorm.json").write_text("{}")
+    ran = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "step", lambda name, argv, *rest: ran.setdefault(name, argv) and ("ok", ""))
+    assert script.main(["run", "--search-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--steps",
+                        "tests,gpu_bench,oracle", "--workloads", "rmsnorm,swiglu"]) == 0
+    assert set(ran) == {"tests", "gpu_bench", "oracle"}
+    for name in ("gpu_bench", "oracle"):
+        assert ran[name][-2:] == ["--workloads", "rmsnorm,swiglu"]
+    assert "--workloads" not in ran["tests"]
