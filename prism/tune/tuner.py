@@ -17,8 +17,8 @@ processes that later compile) and spends the costly steps (compilation, profilin
    from, so the draw favours the model's good regions more than a draw over the whole band would. It skips
    points the compiler would mostly spill (`HEAVY`), the slowest to compile;
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
-   next value, warps halved or doubled, stages one more or less), best estimate first, for up to
-   `REFINE_ROUNDS` rounds while they improve on it.
+   next value, warps halved or doubled, stages one more or less), best estimate first, and from the best of
+   each other form within `REFINE_BAND` of it, for up to `REFINE_ROUNDS` rounds while they improve.
 
 A `time_budget` (seconds) stops refinement once spent; the first batch is always compiled and timed
 whole. On a GPU, candidates are timed as kernels replayed from a CUDA graph (device time: what the cost
@@ -55,7 +55,7 @@ from prism.tune.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.tune.target import Target, get_target
 
 __all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "RANK_LIMIT",
-           "RANK_SAMPLE", "REFINE_ROUNDS"]
+           "RANK_SAMPLE", "REFINE_BAND", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
 """The random share is drawn from the ranked points estimated within this factor of the model's best (the
@@ -70,6 +70,12 @@ EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2
 """Rounds of refinement around the best candidate so far."""
+REFINE_BAND = 1.5
+"""Refinement also goes on from the best of each other form measured within this factor of the best: a form's
+first pick is the model's, and the model is least to be trusted between forms (on an H100, 2026-11-26: attention
+h=8192's split-KV partials pick measured 21.3 µs at 16 warps and loop 8, 1.2x the best, and the same form had
+measured 10.9 µs at 4 warps and loop 1 in an earlier run). On a GPU host a batch compiles on as many workers as
+cores, so the larger batch costs little more wall time than the best's neighbours alone."""
 
 
 class TuneError(PrismError):
@@ -298,27 +304,43 @@ def _until_one_survives(trial: _Trial, space: Space, picks: list[_Pick], rest: l
 
 def _refine(trial: _Trial, space: Space, picks: list[_Pick], refine: int, seen: set[str], target: Target,
             report: Report, clock: _Clock, log: Callable[[str], None]) -> None:
-    """Phase 4: try the neighbours of the best candidate so far, best estimate first, while they improve."""
-    best = trial.best(picks)
+    """Phase 4: try the neighbours of the best candidate so far (`refine` of them, best estimate first), and of
+    the best of each other form within REFINE_BAND of it (half as many), in one batch per round, for as long as
+    some of them improve; a round goes on from those that did."""
+    seeds = _seeds(trial, space, picks)
     for _ in range(REFINE_ROUNDS if refine else 0):
-        if best is None:
+        if not seeds:
             return
         if clock.spent():
             report.notes.append(f"time budget of {clock.budget:g} s spent: refinement stopped")
             return
-        near = [p for p in (_pick(space, c, "refine", target, report) for c in space.neighbours(best.entry.candidate))
-                if p is not None]
-        near.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, p.entry.candidate))
-        batch = [p for p in near if _fresh(p, seen)][:refine]
+        batch: list[_Pick] = []
+        for k, seed in enumerate(seeds):
+            near = [p for p in (_pick(space, c, "refine", target, report) for c in space.neighbours(seed.entry.candidate))
+                    if p is not None]
+            near.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, p.entry.candidate))
+            batch += [p for p in near if _fresh(p, seen)][:refine if k == 0 else max(1, refine // 2)]
         if not batch:
             return
-        log(f"refining around {best.entry.label}: {len(batch)} neighbour(s)")
+        log(f"refining around {', '.join(s.entry.label for s in seeds)}: {len(batch)} neighbour(s)")
         trial.run(batch)
         picks += batch
-        better = trial.best(picks)
-        if better is best:
-            return
-        best = better
+        tried = {id(p) for p in batch}
+        seeds = [s for s in _seeds(trial, space, picks) if id(s) in tried]
+
+
+def _seeds(trial: _Trial, space: Space, picks: Sequence[_Pick]) -> list[_Pick]:
+    """Where refinement goes on from: the best candidate so far (`_Trial.best`), then the best of each other form
+    that is within REFINE_BAND of it (measured on a GPU, else estimated), best first."""
+    best = trial.best(picks)
+    if best is None:
+        return []
+    key = trial.key
+    forms: dict[str, _Pick] = {}
+    for p in sorted((p for p in picks if p.fused and p.entry.ok and key(p) is not None
+                     and (p.entry.risk is None) == (best.entry.risk is None)), key=key):
+        forms.setdefault(space.result.graphs[p.entry.candidate.graph].mapping.form, p)
+    return [best] + [p for p in forms.values() if p is not best and key(p) <= REFINE_BAND * key(best)]
 
 
 def tuning_target(gpu: bool, device: Any = None, target: Target | str | None = None) -> Target:
@@ -418,9 +440,13 @@ class _Trial:
             self._profile(batch)
         self.clock.lap("profile")
 
+    def key(self, p: _Pick) -> float | None:
+        """What candidates are compared by: the measured µs on a GPU, else the estimate."""
+        return p.entry.measured_us if self.gpu else p.entry.estimate_us
+
     def best(self, picks: Sequence[_Pick]) -> _Pick | None:
         """The best fused candidate so far that could be chosen: measured on a GPU, else estimated."""
-        key = (lambda p: p.entry.measured_us) if self.gpu else (lambda p: p.entry.estimate_us)
+        key = self.key
         ok = [p for p in picks if p.fused and p.entry.ok and key(p) is not None]
         safe = [p for p in ok if p.entry.risk is None] or ok
         return min(safe, key=key, default=None)

@@ -56,6 +56,29 @@ def test_refinement_tries_the_neighbours_of_the_best_and_keeps_improving(searche
     assert r.best.estimate_us <= plain.best.estimate_us
 
 
+def test_refinement_also_climbs_from_the_best_of_each_other_form_near_the_best(searched):
+    """Refinement starts from the best candidate and from the best of every other form within REFINE_BAND of it:
+    each such form gets neighbours of its own best in the first round."""
+    from prism.tune import Space
+
+    w, _, result = searched("attention")
+    program = w.build(w.configs[0])
+    space = Space(result, program, H100)
+    r = tune(result, program, budget=8, compile=False, seed=3, refine=4, explore=0, target=H100).report
+    form = {e.candidate: result.graphs[e.candidate.graph].mapping.form for e in r.entries if e.candidate.graph >= 0}
+    first = [e for e in r.entries if e.origin != "refine" and e.candidate.graph >= 0]
+    best = min(first, key=lambda e: e.estimate_us)
+    others = {}
+    for e in sorted(first, key=lambda e: e.estimate_us):
+        if form[e.candidate] != form[best.candidate]:
+            others.setdefault(form[e.candidate], e)
+    near = [e for e in others.values() if e.estimate_us <= tuner.REFINE_BAND * best.estimate_us]
+    assert near
+    refined = [e.candidate for e in r.entries if e.origin == "refine"]
+    for e in near:
+        assert any(c in space.neighbours(e.candidate) for c in refined), form[e.candidate]
+
+
 def test_a_spent_time_budget_stops_refinement_and_says_so(searched):
     w, cfg, result = searched("rmsnorm")
     r = tune(result, w.build(cfg), budget=4, compile=False, seed=3, refine=2, time_budget=0.0).report
