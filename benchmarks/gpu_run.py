@@ -34,10 +34,10 @@ narrows gpu_bench and oracle to those workloads:
              OUT/every_size.json.
 On an H100 (2026-11-26) the gpu_bench step measured 7 configs in 270 s (17-41 s of tuning each, then torch.compile's
 autotuning), then 8 in 430 s (18-70 s of tuning), the oracle step 3 configs in 130 s: gpu_bench wants a call of its
-own. Tuning has since lost the second compile of every timed candidate (13-47 s a config in that run, 2-4 s after). The other limits come from two
-H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took 332 s, then
-209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's `warm`); the
-decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the
+own. Tuning has since lost the second compile of every timed candidate (13-47 s a config in that run, 2-4 s
+after). The other limits come from two H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took
+332 s, then 209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's
+`warm`); the decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the
 steps together: a step gets at most what is left, so a call never runs past its limit with a step's output
 lost. It prints each step's last lines and a summary table last. Without a GPU, `run` says so in one line and exits 2.
 """

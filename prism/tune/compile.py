@@ -32,8 +32,8 @@ from prism import pool
 from prism.codegen.aot import AotKernel
 from prism.ir import KernelGraph
 
-__all__ = ["CompileResult", "cache_dir", "compile_one", "compile_many", "compile_task", "default_workers", "kept_workers", "release",
-           "start_workers"]
+__all__ = ["CompileResult", "cache_dir", "compile_one", "compile_many", "compile_task", "default_workers",
+           "kept_workers", "release", "start_workers"]
 
 
 @dataclass(frozen=True)

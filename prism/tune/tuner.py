@@ -316,8 +316,8 @@ def _refine(trial: _Trial, space: Space, picks: list[_Pick], refine: int, seen: 
             return
         batch: list[_Pick] = []
         for k, seed in enumerate(seeds):
-            near = [p for p in (_pick(space, c, "refine", target, report) for c in space.neighbours(seed.entry.candidate))
-                    if p is not None]
+            near = [p for p in (_pick(space, c, "refine", target, report)
+                                for c in space.neighbours(seed.entry.candidate)) if p is not None]
             near.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, p.entry.candidate))
             batch += [p for p in near if _fresh(p, seen)][:refine if k == 0 else max(1, refine // 2)]
         if not batch:
