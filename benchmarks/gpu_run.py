@@ -8,6 +8,8 @@
     python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps tests,oracle
     python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps llama
     python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps decoder,sizes
+    # TVM's column: `python benchmarks/tvm_bench.py prepare --out tvm-build` on the CPU first, carry tvm-build
+    python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT --steps tvm,tests
 
 `run` installs the carried wheels (`--wheels`) where its steps import them, then does the steps `--steps` names,
 in its order (default: gpu_bench), each in a process of its own under its time limit (one that fails or
@@ -31,7 +33,9 @@ narrows gpu_bench and oracle to those workloads:
   decoder    `benchmarks/decoder_bench.py`: the example decoder layer through the same backends, Prism's host
              and kernel profile into OUT/decoder_profile.txt;
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
-             OUT/every_size.json.
+             OUT/every_size.json;
+  tvm        `benchmarks/tvm_bench.py run --build tvm-build`: TVM's kernels of every config (built on the CPU by
+             its `prepare`), checked against torch and timed as called and in CUDA graphs, into OUT/tvm.json.
 On an H100 (2026-11-26) the gpu_bench step measured 7 configs in 270 s (17-41 s of tuning each, then torch.compile's
 autotuning), then 8 in 430 s (18-70 s of tuning), the oracle step 3 configs in 130 s: gpu_bench wants a call of its
 own. Tuning has since lost the second compile of every timed candidate (13-47 s a config in that run, 2-4 s
@@ -91,9 +95,13 @@ STEPS = {
                                                             "--profile", str(out / "decoder_profile.txt")]),
     "sizes": Step(180, lambda py, searches, out, budget: [
         py, "benchmarks/every_size.py", "--budget", "8", "--out", str(out / "every_size.json")]),
+    "tvm": Step(150, lambda py, searches, out, budget: [
+        py, "benchmarks/tvm_bench.py", "run", "--build", TVM_BUILD, "--out", str(out / "tvm.json")]),
 }
 """Every step `run` can take, by the name `--steps` gives it."""
 DEFAULT_STEPS = ("gpu_bench",)
+TVM_BUILD = "tvm-build"
+"""Where the tvm step reads `tvm_bench.py prepare`'s libraries and TVM's runtime (carry it)."""
 CALL_SECONDS = 600 - 60
 """What a device call leaves the steps: its 10 minutes, less a minute to install the carried wheels and start."""
 MIN_SECONDS = 30
@@ -212,6 +220,10 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
         return 2
     if {"gpu_bench", "oracle"} & set(steps) and not glob.glob(f"{search_dir}/*.json"):
         print(f"gpu_run: no saved searches in {search_dir} (run `gpu_run.py prepare` on a CPU first)", file=sys.stderr)
+        return 2
+    if "tvm" in steps and not Path(TVM_BUILD, "index.json").exists():
+        print(f"gpu_run: no {TVM_BUILD}/index.json (run `tvm_bench.py prepare --out {TVM_BUILD}` on a CPU first)",
+              file=sys.stderr)
         return 2
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,30 +1,39 @@
 """TVM, the paper's third baseline (issue 36, item 5): each workload's torch formula through TVM's Relax, with
-its default GPU schedules (dlight), built here for the GPU machine.
+its default GPU schedules (dlight), built on a CPU and run on the GPU machine with TVM's runtime alone.
 
-    # on a CPU with the optional extra (pip install -e '.[tvm]'; apache-tvm's wheel is about 100 MB)
-    python benchmarks/tvm_bench.py check                      # every workload at its small config, on the CPU
-    python benchmarks/tvm_bench.py prepare --out tvm-build    # every config, built for sm_90: DIR/index.json
+    # on a CPU with the optional extra (pip install -e '.[tvm]'; apache-tvm's wheel is about 100 MB) and PyPI
+    python benchmarks/tvm_bench.py prepare --out tvm-build    # every config for sm_90, and TVM's runtime packed
+    # on the GPU machine (carry tvm-build, about 10 MB; neither TVM nor its wheels are needed there)
+    python3 benchmarks/tvm_bench.py run --build tvm-build --out $OUT/tvm.json
+    # the same on this CPU: every config built for it, then run and checked with TVM's runtime alone
+    python benchmarks/tvm_bench.py prepare --target llvm --out DIR
+    python benchmarks/tvm_bench.py run --build DIR --out DIR/tvm.json
 
-`check` builds each workload's formula for the CPU (target llvm), runs it and compares it with the workload's
-float32 reference: what the TVM column computes, checked where no GPU is. `prepare` builds every config of every
-workload for sm_90 and exports one library per config: CUDA source that TVM's runtime compiles with NVRTC when it
-loads, so the GPU machine needs TVM's runtime only. TVM's compiler (libtvm_compiler.so, 259 MB unpacked, 57 MiB
-compressed with xz) is over what a device call carries (64 MiB in all), its runtime 4 MiB.
-
-Not yet done: the GPU half, which loads these libraries, checks them against torch and times them beside eager
-and torch.compile (`prism.bench.gpu`). Found on a CPU (2026-11-26), for whoever writes it:
-- `import torch` before TVM, so that TVM's CUDA runtime finds torch's libcudart;
-- set `TVM_CUDA_NVRTC_EXTRA_OPTS=-I<CCCL headers>` (the nvidia-cuda-cccl wheel's `cuda` and `nv` folders), since
-  TVM's CUDA code includes <cuda/std/cstdint>;
-- without the compiler, TVM's NVRTC callback (`tvm_callback_cuda_compile`) fails; register one with the arch.
+`prepare` builds every config of every workload (`--target`: sm_90 by default) and exports one library per config:
+for CUDA, source that TVM's runtime compiles with NVRTC when it loads. TVM's compiler (libtvm_compiler.so, 259 MB
+unpacked) does not fit, even compressed, in what a device call carries (64 MiB in all), so `prepare` also packs TVM
+without it (DIR/tvm_runtime.tar.xz, 4.9 MiB for sm_90 on 2026-11-26): its Python package and runtime
+libraries, tvm_ffi for the GPU machine's Python (`--python-version`, a wheel from PyPI), and CCCL's headers (TVM's
+CUDA code includes <cuda/std/cstdint>, which NVRTC lacks). `run` unpacks that, then measures in a process that can
+import TVM's runtime only, as on the GPU machine: each library loaded, run on the workload's inputs, checked
+against its reference, and on a GPU timed as called and as a CUDA-graph replay (`prism.tune.profile`, on torch's
+stream: `tvm_ffi.use_torch_stream`). Written on a CPU (2026-11-26), where `run` is checked with libraries built for
+llvm; not yet run on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -33,10 +42,18 @@ for path in (HERE, HERE.parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-GPU_TARGET = {"kind": "cuda", "arch": "sm_90"}
-"""What `prepare` builds for: the H100 and H200 (sm_90)."""
+TARGETS = {"sm_90": {"kind": "cuda", "arch": "sm_90"}, "llvm": {"kind": "llvm"}}
+"""What `prepare` builds for: the H100 and H200 (sm_90), or this CPU (llvm: how `run` is checked without a GPU)."""
+DROPPED = ("libtvm_compiler.so", "3rdparty", "include", "src", "web", "cmake")
+"""What TVM's runtime never reads: the compiler, and source trees and headers."""
+CCCL = "nvidia-cuda-cccl==13.0.85"
+CCCL_HEADERS = "nvidia/cu13/include/cccl/"
+CCCL_KEPT = ("cuda", "nv")
+"""The CCCL header trees TVM's CUDA code includes (not thrust or cub)."""
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64"]
 RTOL = 2e-2
-"""`check`'s bound on max |TVM - reference| / max(1, max |reference|): float16 accuracy, as Prism's own kernels."""
+"""`run`'s bound on max |TVM - reference| / max(1, max |reference|): float16 accuracy, as Prism's own kernels."""
 
 
 def relax_module(name: str, cfg: dict[str, int], dtype: str = "float16") -> Any:
@@ -56,62 +73,168 @@ def relax_module(name: str, cfg: dict[str, int], dtype: str = "float16") -> Any:
     return from_exported_program(torch.export.export(Formula(), xs))
 
 
-def _each(names: Sequence[str], configs: Callable[[Any], Sequence[dict[str, int]]], work: Callable[..., dict]) -> list:
+def _each(names: Sequence[str], work: Callable[[str, dict[str, int]], dict]) -> list[dict[str, Any]]:
     """`work(name, cfg)` for every config of every workload, one row each; a failure is a row that says why."""
     from prism import workloads as wl
 
     rows = []
     for name in names:
-        for cfg in configs(wl.get(name)):
+        for cfg in wl.get(name).configs:
             start = time.time()
             try:
                 row = work(name, cfg)
             except Exception as e:  # TVM's frontend or scheduler refusing a formula: the row says so
-                row = {"failure": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"}
+                row = {"failure": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"}
             rows.append({"workload": name, "config": cfg, **row, "seconds": round(time.time() - start, 2)})
             print(f"tvm: {name} {cfg}: {row.get('failure') or 'ok'}", file=sys.stderr, flush=True)
     return rows
 
 
-def check_one(name: str, cfg: dict[str, int]) -> dict[str, Any]:
-    """Build `name` at `cfg` for the CPU, run it on the workload's inputs, and compare with its reference."""
-    import numpy as np
-    import torch
-    import tvm
-    from tvm import relax
-
-    from prism import workloads as wl
-
-    w = wl.get(name)
-    xs = w.inputs(cfg, seed=0, dtype="float16")
-    vm = relax.VirtualMachine(tvm.compile(relax_module(name, cfg), target=tvm.target.Target("llvm")), tvm.cpu(0))
-    out = vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in xs])
-    got = torch.from_numpy(np.asarray((out[0] if not hasattr(out, "numpy") else out).numpy())).float()
-    want = w.reference(*[x.float() for x in xs]).float()
-    error = ((got - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
-    return {"error": error, "ok": error <= RTOL}
-
-
-def prepare_one(out: Path, name: str, cfg: dict[str, int]) -> dict[str, Any]:
-    """Build `name` at `cfg` for sm_90 and export it into `out`: the library a GPU machine loads with TVM's runtime."""
+def prepare_one(out: Path, target: str, name: str, cfg: dict[str, int]) -> dict[str, Any]:
+    """Build `name` at `cfg` for `target` and export it into `out`: a library TVM's runtime loads."""
     import tvm
 
     lib = f"{name}_" + "_".join(f"{k}{v}" for k, v in cfg.items()) + ".so"
-    tvm.compile(relax_module(name, cfg), target=tvm.target.Target(GPU_TARGET)).export_library(str(out / lib))
-    return {"library": lib, "target": GPU_TARGET}
+    tvm.compile(relax_module(name, cfg), target=tvm.target.Target(TARGETS[target])).export_library(str(out / lib))
+    return {"library": lib}
+
+
+def pack_runtime(out: Path, python_version: str, cuda: bool) -> Path:
+    """out/tvm_runtime.tar.xz: TVM's package without what DROPPED names (site/tvm), tvm_ffi for `python_version`
+    (site/tvm_ffi: this one where that is this Python, else its wheel from PyPI) and, for CUDA, CCCL's headers
+    (cccl/, from their wheel)."""
+    import tvm
+    import tvm_ffi
+
+    this = python_version == "{}.{}".format(*sys.version_info[:2])
+    need = ([] if this else [f"apache-tvm-ffi=={tvm_ffi.__version__}"]) + ([CCCL] if cuda else [])
+    path = out / "tvm_runtime.tar.xz"
+    kept = lambda info: None if Path(info.name).name in DROPPED or "__pycache__" in info.name else info  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="tvm-wheels-") as wheels, tarfile.open(path, "w:xz") as tar:
+        if need:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            "--python-version", python_version, "--implementation", "cp",
+                            *[a for p in PLATFORMS for a in ("--platform", p)], "-d", wheels, *need], check=True)
+        tar.add(Path(tvm.__file__).parent, "site/tvm", filter=kept)
+        if this:
+            tar.add(Path(tvm_ffi.__file__).parent, "site/tvm_ffi", filter=kept)
+        for wheel in sorted(Path(wheels).glob("*.whl")):
+            with zipfile.ZipFile(wheel) as z:
+                for name in z.namelist():
+                    header = name[len(CCCL_HEADERS):] if name.startswith(CCCL_HEADERS) else ""
+                    dest = ("site/" + name if name.startswith("tvm_ffi/") else
+                            "cccl/" + header if header.split("/")[0] in CCCL_KEPT else None)
+                    if dest and not name.endswith("/"):
+                        data = z.read(name)
+                        info = tarfile.TarInfo(dest)
+                        info.size, info.mode = len(data), 0o755
+                        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def run(build: Path, out: Path) -> int:
+    """Unpack build/tvm_runtime.tar.xz and measure (`measure`) in a process that imports only that runtime."""
+    import torch
+
+    try:
+        target = json.loads((build / "index.json").read_text())["target"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"tvm_bench: {build} is not a folder of `tvm_bench.py prepare` ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    if target != "llvm" and not torch.cuda.is_available():
+        print(f"tvm_bench: {build} holds libraries for {target}, and this machine has no GPU", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="tvm-runtime-") as tmp:
+        with tarfile.open(build / "tvm_runtime.tar.xz") as tar:
+            tar.extractall(tmp, filter="data")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([f"{tmp}/site", str(HERE.parent)]),
+                   TVM_CUDA_NVRTC_EXTRA_OPTS=f"-I{tmp}/cccl")
+        return subprocess.run([sys.executable, __file__, "measure", "--build", str(build), "--out", str(out)],
+                              env=env).returncode
+
+
+def measure(build: Path, out: Path) -> int:
+    """Every library of build/index.json run on its workload's inputs and checked against its reference; on a GPU
+    timed as called and as a CUDA-graph replay, on torch's stream. One row per config into `out`."""
+    import torch
+
+    try:
+        import tvm
+        import tvm.runtime.vm
+        import tvm_ffi
+    except ImportError as e:
+        print(f"tvm_bench: TVM's runtime from {build} does not import here ({e}); `prepare --python-version` names "
+              "the Python it is for", file=sys.stderr)
+        return 2
+
+    from prism import workloads as wl
+    from prism.bench.gpu import CALLED_TRIALS, max_error
+    from prism.tune.profile import bench, bench_graph, input_copies
+
+    index = json.loads((build / "index.json").read_text())
+    gpu = index["target"] != "llvm"
+    if gpu:
+        from tvm.support import nvcc
+
+        arch = index["target"]
+
+        @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
+        def _nvrtc(code: str) -> bytes:   # TVM's own calls Target.current(), which is in the compiler left behind
+            return nvcc.compile_cuda(code, target_format="cubin", arch=arch, compiler="nvrtc")
+
+    device, dev = ("cuda", tvm.cuda(0)) if gpu else ("cpu", tvm.cpu(0))
+    rows = []
+    for r in index["rows"]:
+        row = dict(r)
+        rows.append(row)
+        if "library" not in r:
+            continue
+        try:
+            w = wl.get(r["workload"])
+            main = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(str(build / r["library"])), dev)["main"]
+
+            def call(*xs: torch.Tensor, main: Any = main) -> torch.Tensor:
+                with tvm_ffi.use_torch_stream() if gpu else contextlib.nullcontext():
+                    got = main(*[tvm.runtime.from_dlpack(x) for x in xs])
+                return torch.from_dlpack(got if hasattr(got, "__dlpack__") else got[0])
+
+            xs = [x.to(device) for x in w.inputs(r["config"], seed=0, dtype="float16")]
+            row["tvm_error"] = max_error(call(*xs), w.reference(*[x.float() for x in xs]))
+            if gpu:
+                copies = input_copies(xs)
+                row["tvm_us"] = min(bench(call, copies) for _ in range(CALLED_TRIALS)) * 1e6
+                row["tvm_graph_us"] = bench_graph(call, copies) * 1e6
+        except Exception as e:  # a library that does not load or run: the row says why
+            row["tvm_failure"] = f"{type(e).__name__}: {str(e).strip()[:300]}"
+        print(f"tvm: {r['workload']} {r['config']}: " + (row.get("tvm_failure") or " ".join(
+            f"{k} {row[k]:.3g}" for k in ("tvm_error", "tvm_us", "tvm_graph_us") if k in row)), file=sys.stderr)
+    from tvm.base import _RUNTIME_ONLY
+
+    out.write_text(json.dumps({"tvm": index["tvm"], "runtime_only": _RUNTIME_ONLY,
+                               "device": torch.cuda.get_device_name() if gpu else "cpu", "rows": rows}, indent=1))
+    return 0 if all("tvm_error" in r and r["tvm_error"] <= RTOL for r in rows) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("check", help="on the CPU: every workload at its small config against its reference")
-    p = sub.add_parser("prepare", help="every config of every workload built for sm_90, into --out")
+    p = sub.add_parser("prepare", help="every config of every workload built, into --out, and TVM's runtime packed")
     p.add_argument("--out", required=True)
-    for s in (c, p):
-        s.add_argument("--workloads", default="", help="comma-separated (default: all)")
+    p.add_argument("--target", choices=sorted(TARGETS), default="sm_90")
+    p.add_argument("--python-version", default="", help="the Python of the machine that runs: 3.12 (the GPU "
+                   "machine's) for sm_90, this one's for llvm, by default")
+    p.add_argument("--workloads", default="", help="comma-separated (default: all)")
+    for name, text in (("run", "on the GPU machine: unpack the runtime, load, check and time every library"),
+                       ("measure", "run's second half, in a process that imports TVM's runtime only")):
+        r = sub.add_parser(name, help=text)
+        r.add_argument("--build", required=True, help="a folder of `prepare`")
+        r.add_argument("--out", required=True, help="JSON file of one row per config")
     args = ap.parse_args(argv)
+    if args.step in ("run", "measure"):
+        return (run if args.step == "run" else measure)(Path(args.build), Path(args.out))
     try:
-        import tvm  # noqa: F401
+        import tvm
     except ImportError as e:
         print(f"tvm_bench: TVM is not installed ({e}); pip install -e '.[tvm]'", file=sys.stderr)
         return 2
@@ -123,15 +246,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tvm_bench: no workload {', '.join(unknown)}; the workloads are {', '.join(wl.names())}",
               file=sys.stderr)
         return 2
-    if args.step == "check":
-        rows = _each(names, lambda w: [w.small_config], check_one)
-        print(json.dumps(rows, indent=1))
-        return 0 if all(r.get("ok") for r in rows) else 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = _each(names, lambda w: w.configs, lambda name, cfg: prepare_one(out, name, cfg))
-    (out / "index.json").write_text(json.dumps({"tvm": tvm.__version__, "rows": rows}, indent=1))
-    print(f"tvm_bench: {sum('library' in r for r in rows)} of {len(rows)} configs built into {out}")
+    rows = _each(names, lambda name, cfg: prepare_one(out, args.target, name, cfg))
+    (out / "index.json").write_text(json.dumps({"tvm": tvm.__version__, "target": args.target, "rows": rows},
+                                               indent=1))
+    cuda = args.target != "llvm"
+    packed = pack_runtime(out, args.python_version or ("3.12" if cuda else "{}.{}".format(*sys.version_info[:2])), cuda)
+    print(f"tvm_bench: {sum('library' in r for r in rows)} of {len(rows)} configs built into {out}; TVM's runtime "
+          f"in {packed.name} ({packed.stat().st_size / 2**20:.1f} MiB)")
     return 0 if all("library" in r for r in rows) else 1
 
 

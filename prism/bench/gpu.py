@@ -29,8 +29,8 @@ from prism.bench.search import config_text, saved_or_searched
 from prism.errors import PrismError
 from prism.provenance import build_id
 
-__all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "measure",
-           "measure_gpu", "require_gpu", "search_result"]
+__all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "max_error",
+           "measure", "measure_gpu", "require_gpu", "search_result"]
 
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
 
@@ -136,7 +136,8 @@ def search_result(name: str, opts: GPUOptions, say: Callable[[str], None] = lamb
     return saved_or_searched(path, w.build(w.small_config), lambda line: say(f"gpu: {line}"), **limits)
 
 
-def _max_error(got: Any, want: Any) -> float:
+def max_error(got: Any, want: Any) -> float:
+    """max |got - want| / max(1, max |want|), in float32: every column's error against the float32 reference."""
     got, want = got.float(), want.float()
     return ((got - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
 
@@ -173,10 +174,10 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
     rep = opt.report
     row.update(chosen=rep.best.label if rep.best else None, method=rep.method, spearman=rep.spearman,
                report=rep.to_json(), table=rep.table(), cached=rep.cached, kernels=len(opt.compiled.plan.steps))
-    row["prism_error"] = _max_error(opt(*xs)[0], want)
+    row["prism_error"] = max_error(opt(*xs)[0], want)
     row["prism_us"] = called(lambda *a: opt(*a), copies) * 1e6
     row["prism_graph_us"] = graphed(lambda *a: opt(*a), copies) * 1e6
-    row["eager_error"] = _max_error(w.reference(*xs), want)
+    row["eager_error"] = max_error(w.reference(*xs), want)
     row["eager_us"] = called(w.reference_fn, copies) * 1e6
     row["eager_graph_us"] = graphed(w.reference_fn, copies) * 1e6
     for key, run in (("prism_ro", lambda: _prism_in_compile(opt, xs, copies, called)),
@@ -217,7 +218,7 @@ def _compiled_torch(w: Any, mode: str, xs: list, copies: list, want: Any, bench:
 
     compiled = torch.compile(w.reference_fn, mode=mode, dynamic=False)
     t0 = time.time()
-    out = {"compile_error": _max_error(compiled(*xs), want), "compile_warmup_s": time.time() - t0}
+    out = {"compile_error": max_error(compiled(*xs), want), "compile_warmup_s": time.time() - t0}
     out["compile_us"] = bench(compiled, copies) * 1e6
     out["compile_graph_us"] = graphed(compiled, copies) * 1e6
     return out

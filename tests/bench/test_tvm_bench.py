@@ -1,8 +1,10 @@
-"""benchmarks/tvm_bench.py: TVM's column (the paper's third baseline), built where the optional extra is installed."""
+"""benchmarks/tvm_bench.py: TVM's column (the paper's third baseline), built where the optional extra is installed
+and run with TVM's runtime alone, as on the GPU machine."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+NO_TVM = "apache-tvm is the optional extra '.[tvm]' (100 MB): TVM's column is built where it is installed"
 
 
 def _script():
@@ -19,42 +22,65 @@ def _script():
     return module
 
 
-def test_without_tvm_it_says_how_to_install_it_in_one_line(monkeypatch, capsys):
+def test_without_tvm_prepare_says_how_to_install_it_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tvm", None)        # import tvm raises ImportError
-    assert _script().main(["check"]) == 2
+    assert _script().main(["prepare", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install -e '.[tvm]'" in err[0]
 
 
-def test_an_unknown_workload_is_refused_by_name(capsys):
-    pytest.importorskip("tvm", reason="apache-tvm is the optional extra '.[tvm]': TVM's column is built where it is")
-    assert _script().main(["check", "--workloads", "rmsnorm,nope"]) == 2
+def test_an_unknown_workload_is_refused_by_name(tmp_path, capsys):
+    pytest.importorskip("tvm", reason=NO_TVM)
+    assert _script().main(["prepare", "--out", str(tmp_path), "--workloads", "rmsnorm,nope"]) == 2
     assert "no workload nope" in capsys.readouterr().err
 
 
-def test_tvm_computes_each_formula_and_a_wrong_one_fails_the_check(monkeypatch):
-    """TVM's build of a workload's torch formula matches its reference on the CPU; a formula that computes
-    something else (twice the output) is caught by the same check."""
-    pytest.importorskip("tvm", reason="apache-tvm is the optional extra '.[tvm]': TVM's column is built where it is")
+def test_each_config_builds_for_sm90(tmp_path):
+    pytest.importorskip("tvm", reason=NO_TVM)
     from prism import workloads as wl
 
     script = _script()
-    for name in ("rmsnorm", "attention"):
-        assert script.check_one(name, wl.get(name).small_config)["ok"], name
-    w = wl.get("rmsnorm")
+    for cfg in wl.get("swiglu").configs:
+        lib = script.prepare_one(tmp_path, "sm_90", "swiglu", cfg)["library"]
+        assert (tmp_path / lib).stat().st_size > 0
+
+
+def _prepared_and_run(tmp_path: Path, names: str) -> tuple[int, dict]:
+    script = _script()
+    build, out = tmp_path / "build", tmp_path / "tvm.json"
+    assert script.main(["prepare", "--out", str(build), "--target", "llvm", "--workloads", names]) == 0
+    return script.main(["run", "--build", str(build), "--out", str(out)]), json.loads(out.read_text())
+
+
+def test_run_computes_each_formula_with_tvms_runtime_alone(tmp_path):
+    """`prepare` for this CPU (llvm), then `run`: TVM's runtime unpacked from the build, without its compiler (as
+    the GPU machine gets it), loads every library and computes each formula at its real configs."""
+    pytest.importorskip("tvm", reason=NO_TVM)
+    rc, result = _prepared_and_run(tmp_path, "swiglu,attention")
+    assert rc == 0 and result["runtime_only"] and result["device"] == "cpu"
+    assert len(result["rows"]) == 4 and all(r["tvm_error"] <= _script().RTOL for r in result["rows"])
+
+
+def test_a_wrong_formula_fails_the_run(tmp_path, monkeypatch):
+    """A library that computes something else (twice the output) is caught against the workload's reference."""
+    pytest.importorskip("tvm", reason=NO_TVM)
+    from prism import workloads as wl
+
+    w = wl.get("swiglu")
     doubled = replace(w, reference_fn=lambda *xs, f=w.reference_fn: 2 * f(*xs))
-    monkeypatch.setattr(wl, "get", lambda name: doubled)
-    wrong = script.relax_module("rmsnorm", w.small_config)
-    monkeypatch.undo()
-    monkeypatch.setattr(script, "relax_module", lambda name, cfg: wrong)
-    assert not script.check_one("rmsnorm", w.small_config)["ok"]
+    monkeypatch.setattr(wl, "get", lambda name: doubled)     # what prepare builds, in this process only
+    rc, result = _prepared_and_run(tmp_path, "swiglu")
+    assert rc == 1 and all(r["tvm_error"] > 0.5 for r in result["rows"])
 
 
-def test_prepare_builds_a_library_per_config_for_sm90(tmp_path):
-    pytest.importorskip("tvm", reason="apache-tvm is the optional extra '.[tvm]': TVM's column is built where it is")
-    import json
+def test_run_refuses_what_it_cannot_run_in_one_line(tmp_path, monkeypatch, capsys):
+    """No build there; a build for a GPU where there is none (neither needs TVM installed)."""
+    import torch
 
-    assert _script().main(["prepare", "--out", str(tmp_path), "--workloads", "swiglu"]) == 0
-    index = json.loads((tmp_path / "index.json").read_text())
-    assert len(index["rows"]) == 2 and all((tmp_path / r["library"]).stat().st_size > 0 for r in index["rows"])
-    assert all(r["target"]["arch"] == "sm_90" for r in index["rows"])
+    script = _script()
+    assert script.main(["run", "--build", str(tmp_path / "nope"), "--out", str(tmp_path / "t.json")]) == 2
+    (tmp_path / "index.json").write_text(json.dumps({"tvm": "0", "target": "sm_90", "rows": []}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert script.main(["run", "--build", str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and "not a folder" in lines[0] and "no GPU" in lines[1]
