@@ -148,8 +148,8 @@ def run(build: Path, out: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="tvm-runtime-") as tmp:
         with tarfile.open(build / "tvm_runtime.tar.xz") as tar:
             tar.extractall(tmp, filter="data")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([f"{tmp}/site", str(HERE.parent)]),
-                   TVM_CUDA_NVRTC_EXTRA_OPTS=f"-I{tmp}/cccl")
+        paths = [f"{tmp}/site", str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), TVM_CUDA_NVRTC_EXTRA_OPTS=f"-I{tmp}/cccl")
         return subprocess.run([sys.executable, __file__, "measure", "--build", str(build), "--out", str(out)],
                               env=env).returncode
 
