@@ -36,7 +36,8 @@ narrows gpu_bench and oracle to those workloads:
   sizes      `benchmarks/every_size.py`: decode attention at KV lengths that are not powers of two, into
              OUT/every_size.json;
   tvm        `benchmarks/tvm_bench.py run --build tvm-build`: TVM's kernels of every config (built on the CPU by
-             its `prepare`), checked against torch and timed as called and in CUDA graphs, into OUT/tvm.json.
+             its `prepare`), checked against torch and timed as called and in CUDA graphs, into OUT/tvm.json
+             (after gpu_bench in the same call, the table printed last holds TVM's columns).
 On an H100 (2026-11-26) the gpu_bench step measured 7 configs in 270 s (17-41 s of tuning each, then torch.compile's
 autotuning), then 8 in 430 s (18-70 s of tuning), the oracle step 3 configs in 130 s: gpu_bench wants a call of its
 own. Tuning has since lost the second compile of every timed candidate (13-47 s a config in that run, 2-4 s
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -249,8 +251,13 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
             sys.executable, "benchmarks/tune_calibrate.py", "from-bench", str(folder / "gpu_bench.json"), "--search-dir",
             search_dir, "--out", str(folder / "tune_samples_bench.json")],
             min(120, max(MIN_SECONDS, end - time.perf_counter())), folder / "from_bench.log", site)))
+    from prism.bench.gpu import format_table, with_tvm
     from prism.tune.oracle import load, regrets
     from prism.tune.target import get_target
+
+    if (folder / "gpu_bench.json").exists() and (folder / "tvm.json").exists():   # one table, TVM's columns in it
+        runs = [json.loads((folder / f).read_text()) for f in ("gpu_bench.json", "tvm.json")]
+        print(format_table(with_tvm(*runs)))
 
     for samples in (folder / "tune_samples.json", folder / "tune_samples_bench.json"):
         if samples.exists():

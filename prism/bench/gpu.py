@@ -30,14 +30,15 @@ from prism.errors import PrismError
 from prism.provenance import build_id
 
 __all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "max_error",
-           "measure", "measure_gpu", "require_gpu", "search_result"]
+           "measure", "measure_gpu", "require_gpu", "search_result", "with_tvm"]
 
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
 
-COLUMNS = ["workload", "config", "floor", "Prism graph", "compile graph", "eager graph", "Prism called",
-           "Prism in compile(ro)", "compile called", "eager called", "host overhead", "floor/Prism graph",
-           "graph: compile/Prism", "called: best torch/Prism", "kernels", "space points", "cost-model ρ",
-           "superoptimize s", "chosen"]
+COLUMNS = ["workload", "config", "floor", "Prism graph", "compile graph", "eager graph", "TVM graph", "Prism called",
+           "Prism in compile(ro)", "compile called", "eager called", "TVM called", "host overhead", "floor/Prism graph",
+           "graph: compile/Prism", "graph: TVM/Prism", "called: best torch/Prism", "kernels", "space points",
+           "cost-model ρ", "superoptimize s", "chosen"]
+"""The table's columns. TVM's come from `benchmarks/tvm_bench.py run` (`with_tvm`); n/a where there is none."""
 
 CALLED_TRIALS = 3
 """As-called figures are the best of this many do_bench medians (host time varies between trials)."""
@@ -81,14 +82,27 @@ def _cells(r: dict[str, Any]) -> list[str]:
     torch_called = min((v for v in (r.get("eager_us"), r.get("compile_us")) if v is not None), default=None)
     host = None if r.get("prism_us") is None or r.get("prism_graph_us") is None else r["prism_us"] - r["prism_graph_us"]
     return [r["workload"], config_text(r["config"]), num_text(r.get("floor_us"))] + [
-        num_text(r.get(k)) for k in ("prism_graph_us", "compile_graph_us", "eager_graph_us", "prism_us",
-                                     "prism_ro_us", "compile_us", "eager_us")] + [
+        num_text(r.get(k)) for k in ("prism_graph_us", "compile_graph_us", "eager_graph_us", "tvm_graph_us",
+                                     "prism_us", "prism_ro_us", "compile_us", "eager_us", "tvm_us")] + [
         num_text(host), num_text(_ratio(r.get("floor_us"), r.get("prism_graph_us")), "{:.0%}"),
         num_text(_ratio(r.get("compile_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
+        num_text(_ratio(r.get("tvm_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
         num_text(_ratio(torch_called, r.get("prism_us")), "{:.2f}x"),
         str(r.get("kernels", "n/a")), str(((r.get("report") or {}).get("space") or {}).get("points", "n/a")),
         num_text(r.get("spearman"), "{:+.2f}"), num_text(r.get("superoptimize_s"), "{:.1f}"),
         r.get("chosen") or r.get("error", "n/a")]
+
+
+def with_tvm(results: dict[str, Any], tvm: dict[str, Any]) -> dict[str, Any]:
+    """`results` (a run of `measure_gpu`) with each row's TVM figures from `tvm` (what `benchmarks/tvm_bench.py
+    run` wrote, on the same machine) where both measured the same workload and config: tvm_us, tvm_graph_us,
+    tvm_error, tvm_exact, tvm_failure."""
+    found = {json.dumps([r["workload"], r["config"]], sort_keys=True): r for r in tvm.get("rows", [])}
+    rows = []
+    for r in results.get("rows", []):
+        t = found.get(json.dumps([r["workload"], r["config"]], sort_keys=True), {})
+        rows.append(r | {k: v for k, v in t.items() if k.startswith("tvm_")})
+    return results | {"rows": rows}
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -98,7 +112,8 @@ def format_table(results: dict[str, Any]) -> str:
             f"(device-to-device, measured in this run); µs, medians of triton.testing.do_bench over rotated inputs.\n"
             f"compile: torch.compile(mode={mode!r}) of the torch formula; graph: captured in one CUDA graph and "
             "replayed; called: as called from Python; Prism in compile(ro): inside torch.compile(mode="
-            "'reduce-overhead'), weights held by the module. Ratios above 1x: Prism is faster.\n")
+            "'reduce-overhead'), weights held by the module; TVM: Relax with its default GPU schedules (dlight), "
+            "where benchmarks/tvm_bench.py measured it. Ratios above 1x: Prism is faster.\n")
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in results.get("rows", []):
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |")

@@ -115,3 +115,29 @@ def test_workloads_narrow_the_steps_that_measure_per_workload(tmp_path, monkeypa
     for name in ("gpu_bench", "oracle"):
         assert ran[name][-2:] == ["--workloads", "rmsnorm,swiglu"]
     assert "--workloads" not in ran["tests"]
+
+
+def test_after_gpu_bench_and_tvm_the_table_holds_tvms_columns(tmp_path, monkeypatch, capsys):
+    """The steps' files are faked (no device): gpu_bench's rows and tvm_bench's, joined in the table printed last."""
+    import torch
+
+    from tests.tune.test_gpu_bench import FAKE
+
+    script = _script()
+    (tmp_path / "rmsnorm.json").write_text("{}")
+    out = tmp_path / "out"
+    tvm = {"rows": [{"workload": "rmsnorm", "config": {"n": 8, "d": 4096}, "tvm_us": 25.0, "tvm_graph_us": 21.75}]}
+
+    def step(name, argv, *rest):
+        files = {"gpu_bench": ("gpu_bench.json", FAKE), "tvm": ("tvm.json", tvm)}
+        if name in files:
+            (out / files[name][0]).write_text(json.dumps(files[name][1]))
+        return "ok", ""
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "step", step)
+    monkeypatch.setattr(script, "TVM_BUILD", str(tmp_path))
+    (tmp_path / "index.json").write_text("{}")
+    script.main(["run", "--search-dir", str(tmp_path), "--out", str(out), "--steps", "gpu_bench,tvm"])
+    printed = capsys.readouterr().out
+    assert "TVM graph" in printed and "| 29.00 | 21.75 |" in printed

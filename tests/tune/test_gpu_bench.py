@@ -59,10 +59,27 @@ def test_table_from_a_fake_run():
     table = [line for line in lines if line.startswith("|")]
     assert len(table) == 2 + 3
     assert all(line.count("|") == len(COLUMNS) + 1 for line in table)
-    assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 17.40 | 29.00 | 20.00 | 18.00 | 40.00 | 30.00 | "
-                        "5.50 | 80% | 1.20x | 1.50x | 1 | 1200 | +0.81 | 17.3 | #32 grid(x=1, y=64) loop=32 |")
-    assert "| 3.00 | 32% | n/a | 4.00x | 2 |" in table[3]          # compile missing: eager is the best torch
+    assert table[2] == ("| rmsnorm | n=8,d=4096 | 11.60 | 14.50 | 17.40 | 29.00 | n/a | 20.00 | 18.00 | 40.00 | "
+                        "30.00 | n/a | 5.50 | 80% | 1.20x | n/a | 1.50x | 1 | 1200 | +0.81 | 17.3 | "
+                        "#32 grid(x=1, y=64) loop=32 |")
+    assert "| 3.00 | 32% | n/a | n/a | 4.00x | 2 |" in table[3]   # compile missing: eager is the best torch
     assert table[4].endswith("| search failed: boom |") and table[4].count("n/a") >= 12
+
+
+def test_tvms_figures_join_the_rows_of_the_same_workload_and_config():
+    """`with_tvm` puts a tvm_bench run's figures beside the row of the same workload and config, and no other."""
+    from prism.bench.gpu import format_table, with_tvm
+
+    tvm = {"rows": [{"workload": "rmsnorm", "config": {"d": 4096, "n": 8}, "library": "x.so", "tvm_us": 25.0,
+                     "tvm_graph_us": 21.75, "tvm_error": 0.03, "tvm_exact": False},
+                    {"workload": "rmsnorm", "config": {"n": 8, "d": 1024}, "tvm_us": 1.0, "tvm_graph_us": 1.0}]}
+    merged = with_tvm(FAKE, tvm)
+    assert merged["rows"][0]["tvm_graph_us"] == 21.75 and "library" not in merged["rows"][0]
+    assert not any(k.startswith("tvm_") for r in merged["rows"][1:] for k in r)
+    assert "tvm_us" not in FAKE["rows"][0]                                   # the run itself is left as it was
+    row = [line for line in format_table(merged).splitlines() if line.startswith("| rmsnorm")][0]
+    assert "| 29.00 | 21.75 | 20.00 |" in row and "| 30.00 | 25.00 | 5.50 |" in row
+    assert "| 1.20x | 1.50x | 1.50x |" in row
 
 
 def test_refuses_in_one_line_without_a_gpu():
