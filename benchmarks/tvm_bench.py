@@ -172,8 +172,8 @@ def measure(build: Path, out: Path) -> int:
         return 2
 
     from prism import workloads as wl
-    from prism.bench.gpu import CALLED_TRIALS, max_error
-    from prism.tune.profile import bench, bench_graph, input_copies
+    from prism.bench.gpu import max_error
+    from prism.tune.profile import input_copies, timings
 
     index = json.loads((build / "index.json").read_text())
     gpu = index["target"] != "llvm"
@@ -206,9 +206,8 @@ def measure(build: Path, out: Path) -> int:
             row["tvm_error"] = max_error(call(*xs), w.reference(*[x.float() for x in xs]))
             row["tvm_exact"] = row["tvm_error"] <= RTOL
             if gpu:
-                copies = input_copies(xs)
-                row["tvm_us"] = min(bench(call, copies) for _ in range(CALLED_TRIALS)) * 1e6
-                row["tvm_graph_us"] = bench_graph(call, copies) * 1e6
+                t = timings(call, input_copies(xs))
+                row["tvm_us"], row["tvm_graph_us"] = t["called_us"], t["graph_us"]
         except Exception as e:  # a library that does not load or run: the row says why
             row["tvm_failure"] = f"{type(e).__name__}: {str(e).strip()[:300]}"
         print(f"tvm: {r['workload']} {r['config']}: " + (row.get("tvm_failure") or " ".join(

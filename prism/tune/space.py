@@ -497,6 +497,10 @@ class Space:
         self._tilings: list[tuple[GraphSpace, tuple[int, ...], int]] | None = None
         self._ends: list[int] = []   # cumulative points per tiling
 
+    def form(self, graph: int) -> str:
+        """The form of sGraph `graph` (prism.symbolic.mapping.Mapping.form: fused, partials, a tail, ...)."""
+        return self.result.graphs[graph].mapping.form
+
     def tilings(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
         """Every valid (sGraph, grid, loop), graph by graph (computed once)."""
         return list(self._all())

@@ -64,8 +64,9 @@ either way, so a point at 4x can still win)."""
 HEAVY = 2.0
 """The random share skips a point with a kernel whose live values per thread (the model's register estimate)
 exceed this many times the registers a thread has: the compiler spills most of it, it compiles for long, and it
-is seldom fast. On an H100 host (2026-11-26, session 7) every candidate that compiled for 9-19 s was such a random
-draw (520-1808 values a thread): each held its batch, and a config's tuning, for that long; none was the fastest."""
+is seldom fast. On an H100 host (2026-11-26, session 7: the compile seconds in
+benchmarks/results/gpu_bench_h100_2026-11-26_s7*.json) every candidate that compiled for 9-19 s was a random draw:
+each held its batch, and a config's tuning, for that long; none was the fastest."""
 EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2
@@ -256,7 +257,7 @@ def _forms(space: Space, ranked: list[Ranked]) -> dict[str, dict[str, Any]]:
         graphs[g.mapping.form] = graphs.get(g.mapping.form, 0) + 1
     best: dict[str, Ranked] = {}
     for r in ranked:
-        form = space.result.graphs[r.candidate.graph].mapping.form
+        form = space.form(r.candidate.graph)
         if form not in best or r.order < best[form].order:
             best[form] = r
     return {form: {"graphs": graphs[form], "best": str(r.candidate), "estimate_us": r.seconds * 1e6,
@@ -339,7 +340,7 @@ def _seeds(trial: _Trial, space: Space, picks: Sequence[_Pick]) -> list[_Pick]:
     forms: dict[str, _Pick] = {}
     for p in sorted((p for p in picks if p.fused and p.entry.ok and key(p) is not None
                      and (p.entry.risk is None) == (best.entry.risk is None)), key=key):
-        forms.setdefault(space.result.graphs[p.entry.candidate.graph].mapping.form, p)
+        forms.setdefault(space.form(p.entry.candidate.graph), p)
     return [best] + [p for p in forms.values() if p is not best and key(p) <= REFINE_BAND * key(best)]
 
 
@@ -397,7 +398,7 @@ def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target
     band = EXPLORE_BAND * ranked[0].seconds if ranked else 0.0
     passes: tuple[Callable[[Ranked], bool], ...] = (
         lambda r: ((r.risk is None) == (ranked[0].risk is None) and r.seconds <= band
-                   and space.result.graphs[r.candidate.graph].mapping.form not in forms),
+                   and space.form(r.candidate.graph) not in forms),
         lambda r: r.shape not in shapes,
         lambda r: True)
     for wanted in passes:
@@ -411,7 +412,7 @@ def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target
             if p is not None and _fresh(p, seen):
                 out.append(p)
                 shapes.add(r.shape)
-                forms.add(space.result.graphs[r.candidate.graph].mapping.form)
+                forms.add(space.form(r.candidate.graph))
     return out
 
 
