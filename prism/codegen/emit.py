@@ -335,10 +335,14 @@ class Emitter:
         ptrs, mask, _ = self.address(base, self.layout.dims[i], omap, None, self.s.store)
         value = f"{self.operand(src, self.compute)}.to({base}_ptr.dtype.element_ty)"
         margs = f", mask={mask}" if mask else ""
-        if self.summed(index):
-            self.s.store.append(f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")")
+        line = f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")" if self.summed(index) else \
+            f"tl.store({ptrs}, {value}{margs})"
+        once = self.b.once(index)
+        if once:   # the blocks along these dims hold the same tile: the first one writes it (and adds it in once)
+            first = " & ".join(f"({self.pid(g)} == 0)" for g in once)
+            self.s.store += [f"if {first}:", *indent([line])]
         else:
-            self.s.store.append(f"tl.store({ptrs}, {value}{margs})")
+            self.s.store.append(line)
 
     # -- ops ---------------------------------------------------------------------------------------
 
@@ -409,8 +413,7 @@ class Emitter:
         return len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
 
     def summed(self, k: int) -> bool:
-        omap = self.b.nodes[self.b.savers[k]].attrs["omap"]
-        return any(size > 1 and g not in omap for g, size in zip(self.b.grid_dims, self.b.grid))
+        return bool(self.b.summed(k))
 
     # -- the kernel --------------------------------------------------------------------------------
 
@@ -521,8 +524,9 @@ class Emitter:
                              f"tiles {list(b.nodes[b.loaders[k]].outputs[0].shape)}{_maps(a['imap'])}{loop}"))
         for k, base in enumerate(self.outs):
             node = b.nodes[b.savers[k]]
-            sums = [f"pid_{g}" for g, size in zip(b.grid_dims, b.grid) if size > 1 and g not in node.attrs["omap"]]
-            summed = f", summed over {', '.join(sums)} (atomic adds)" if sums else ""
+            sums, once = [f"pid_{g}" for g in b.summed(k)], [f"pid_{g}" for g in b.once(k)]
+            summed = (f", summed over {', '.join(sums)} (atomic adds)" if sums else "") + \
+                (f", written once over {', '.join(once)} (the same tile in each)" if once else "")
             outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.out_dtypes[k]]],
                               f"output {k}: {self.out_dtypes[k]}{list(node.outputs[0].shape)}, "
                               f"tiles {list(b.nodes[node.inputs[0][0]].outputs[0].shape)}"

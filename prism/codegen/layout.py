@@ -315,7 +315,7 @@ def _counted_at_launch(block: BlockGraph, shape: dict[int, tuple[int, ...]],
         if len(counts) > 1:
             raise CodegenError(f"{what} splits a dim of runtime size and other dims ({sorted(map(str, counts))}): "
                                "its count, known at launch, would not fit them all")
-        summed = [k for k, i in enumerate(block.savers) if var != "loop" and var not in block.nodes[i].attrs["omap"]]
+        summed = [k for k in range(len(block.savers)) if var in block.summed(k)]
         if summed:
             raise CodegenError(f"output {summed[0]} sums the blocks of {what}, which splits a dim of runtime size: "
                                "blocks past the extent would be summed in (future work)")

@@ -170,8 +170,7 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None,
         in_ids = tuple(where[r] for r in node.inputs)
         labels = [lowered.label(r) for r in node.inputs]
         stores = [t.dtype if (i, k) in outputs else _wide(t.dtype) for k, t in enumerate(node.outputs)]
-        summed = [any(g > 1 and d not in block.nodes[block.savers[k]].attrs["omap"]
-                      for d, g in zip(block.grid_dims, block.grid)) for k in range(len(stores))]
+        summed = [bool(block.summed(k)) for k in range(len(stores))]
         out_dtypes = [_wide(store) if add_up else store for store, add_up in zip(stores, summed)]
         tail = block.launch.tail
         if tail and (last is None or read(last.inputs) or read(in_ids)):

@@ -51,8 +51,7 @@ def rows(a: BlockGraph, b: BlockGraph, passed: Sequence[tuple[int, int]]) -> lis
     of B pairs with none, or if either kernel sums blocks."""
     for which, block in (("the kernel before it", a), ("a tail kernel", b)):
         for k in range(len(block.savers)):
-            omap = block.nodes[block.savers[k]].attrs["omap"]
-            summed = [g for g, size in zip(block.grid_dims, block.grid) if size > 1 and g not in omap]
+            summed = block.summed(k)
             if summed:   # sums need a zeroed buffer, and a cast kernel after them for a narrower output
                 raise CodegenError(f"a tail kernel needs both kernels to sum nothing across blocks; output {k} of "
                                    f"{which} is summed over grid dim(s) {', '.join(summed)}")

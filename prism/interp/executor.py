@@ -119,9 +119,12 @@ class _Block:
         """Node i's value is this block's tile, this iteration, of input `index`."""
         self.env[i] = self.inputs[index][self.tile(self.block.nodes[i].outputs[0].shape, imap, fmap)]
 
-    def store(self, src: int, index: int, omap: Mapping[str, int]) -> None:
+    def store(self, src: int, index: int, omap: Mapping[str, int], once: Sequence[str]) -> None:
         """Add node src's value into this block's tile of output `index`: at the slices of src's nominal tile,
-        since a ragged split leaves its value short in the block that holds the partial tile."""
+        since a ragged split leaves its value short in the block that holds the partial tile. Only the first
+        block along each grid dim in `once` writes (the others computed the same tile)."""
+        if any(self.at[g] for g in once):
+            return
         nominal = self.block.nodes[src].outputs[0].shape
         self.outs[index][self.tile(nominal, omap, None)] += self.env[src]
 

@@ -3,7 +3,9 @@
 Each block loads tiles of the kernel's inputs (`imap`: grid dim -> data dim it splits; `fmap`: the data
 dim the loop splits), runs block ops on them, sums tiles over the loop in accumulators, and after the
 loop writes tiles to the outputs (`omap`: grid dim -> data dim it concatenates along). A grid dim of
-size > 1 that an output leaves unmapped means the blocks along it are summed (a cross-block reduction).
+size > 1 that an output leaves unmapped means the blocks along it are summed (a cross-block reduction),
+unless the output names it `once`: its blocks compute the same tile (nothing they split reaches it), and
+only the first of them writes it.
 A dim split into parts it does not divide into has power-of-two tiles, the last one partial (`split`): a
 *ragged* split, which means the program on the dim padded with elements neutral to what consumes them
 (prism.codegen.layout says why that is the program itself, and how kernels keep it so).
@@ -131,10 +133,13 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         return self._append(Node(RUNNING_MAX.name, (t.ref,), {}, (t.type,)))[0]
 
     def output(self, tensor: Tensor, omap: Mapping[str, int] | None = None,
-               shape: Sequence[int] | None = None) -> Tensor:
+               shape: Sequence[int] | None = None, once: Sequence[str] = ()) -> Tensor:
         """Write a tile to a kernel output; omap: {"x"|"y"|"z": data dim the blocks concatenate along}.
 
-        Grid dims not named in omap sum the tiles of their blocks. `shape` is the output's shape where a
+        Grid dims not named in omap sum the tiles of their blocks, except those in `once`: the blocks along
+        such a dim compute the same tile (no tile they load differs, so what they save is a copy), and only
+        the first one writes it. Whether they do is the verifier's to prove (a once over a tile that differs
+        along the dim is proved equal to nothing). `shape` is the output's shape where a
         ragged split makes it less than tile × blocks (each dim must split into its tiles as an input's
         would: `split`); by default tile × blocks. Returns the saver node's output (the full output tensor,
         as seen from inside the block graph).
@@ -150,10 +155,27 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
                                             for e, n, size in zip(full, parts, t.shape)):
             raise MappingError(f"output {len(self.savers)} ({t!r}): shape {list(full)} does not split into its "
                                f"tiles {list(t.shape)} over {parts} block(s) per dim (omap {omap})")
-        node = Node(SAVER.name, (t.ref,), {"index": len(self.savers), "omap": omap}, (TType(full, t.dtype),))
+        once = tuple(sorted(once))
+        bad = [g for g in once if g not in self.grid_dims or g in omap]
+        if bad or len(set(once)) != len(once):
+            raise MappingError(f"output {len(self.savers)} ({t!r}): once names grid dims {list(once)}; each must be "
+                               f"one of {', '.join(self.grid_dims)}, at most once, and not in the omap {omap}")
+        attrs = {"index": len(self.savers), "omap": omap} | ({"once": once} if once else {})
+        node = Node(SAVER.name, (t.ref,), attrs, (TType(full, t.dtype),))
         out = self._append(node)[0]
         self.savers.append(out.node)
         return out
+
+    def summed(self, k: int) -> tuple[str, ...]:
+        """The grid dims of size > 1 whose blocks' tiles output k sums (it neither places nor writes them once)."""
+        attrs = self.nodes[self.savers[k]].attrs
+        return tuple(g for g, size in zip(self.grid_dims, self.grid)
+                     if size > 1 and g not in attrs["omap"] and g not in attrs.get("once", ()))
+
+    def once(self, k: int) -> tuple[str, ...]:
+        """The grid dims of size > 1 along which only the first block writes output k (`output`'s once)."""
+        once = self.nodes[self.savers[k]].attrs.get("once", ())
+        return tuple(g for g in once if self.grid_size(g) > 1)
 
     # -- checks --------------------------------------------------------------------------------
 

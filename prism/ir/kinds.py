@@ -314,7 +314,8 @@ class Online(Accumulator):
 
 class Saver(Kind):
     """Writes a post-loop tile to kernel output `index`; grid dims in `omap` concatenate along a data dim,
-    the others (of size > 1) sum their blocks' tiles."""
+    those in `once` (blocks that compute the same tile) write it from their first block only, and the others
+    (of size > 1) sum their blocks' tiles."""
 
     name = "saver"
     arity = 1
@@ -325,25 +326,30 @@ class Saver(Kind):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         """The stored output shape where it still splits into the new tile (a ragged split's extent survives a
         replay and other sizes), else tile × blocks (new maps: a mutant's)."""
+        maps = {"omap": node.attrs["omap"], "once": node.attrs.get("once", ())}
         if len(node.outputs) == 1:   # else the replay's comparison says what is wrong
             try:
-                return b.output(args[0], omap=node.attrs["omap"], shape=node.outputs[0].shape)
+                return b.output(args[0], shape=node.outputs[0].shape, **maps)
             except MappingError:
                 pass
-        return b.output(args[0], omap=node.attrs["omap"])
+        return b.output(args[0], **maps)
 
     def show(self, node: Any, args: str) -> str:
-        return f"save {args} omap={node.attrs['omap']}"
+        once = node.attrs.get("once")
+        return f"save {args} omap={node.attrs['omap']}" + (f" once={','.join(once)}" if once else "")
 
     def run(self, ex: Execute, i: int, node: Any) -> None:
-        ex.store(node.inputs[0][0], node.attrs["index"], node.attrs["omap"])
+        ex.store(node.inputs[0][0], node.attrs["index"], node.attrs["omap"], node.attrs.get("once", ()))
 
     def encode(self, en: Encode, i: int, node: Any) -> None:
-        """comb along each mapped dim, red over each grid dim that maps none."""
+        """comb along each mapped dim, `once` (one member of a family of copies) over each once dim, red over
+        each other grid dim."""
         t = en.env[node.inputs[0][0]]
+        once = node.attrs.get("once", ())
         for g, p in en.pdims.items():
             d = node.attrs["omap"].get(g)
-            t = en.term(SUM.reducer, t, attrs=(p,)) if d is None else en.term("comb", t, attrs=(en.axis(t, d), p))
+            t = en.term("comb", t, attrs=(en.axis(t, d), p)) if d is not None else \
+                en.term("once" if g in once else SUM.reducer, t, attrs=(p,))
         en.output(node.attrs["index"], t)
 
     def emit(self, em: Emit, i: int, node: Any) -> None:

@@ -15,7 +15,7 @@ change how it keeps its state without touching the IR.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,8 @@ class Emit(Protocol):
 
     def store(self, i: int, src: int, index: int, omap: Mapping[str, int]) -> None:
         """Node i writes node src's final value to kernel output `index`: grid dims in `omap` place the tile
-        along their dims, blocks of the others add their tiles."""
+        along their dims; of the others, those the output writes once (BlockGraph.once) take the first block's
+        tile, and the blocks of the rest add their tiles (BlockGraph.summed)."""
 
 
 class Execute(Protocol):
@@ -64,8 +65,9 @@ class Execute(Protocol):
         """Node i's value is this block's tile, this iteration, of kernel input `index`: grid dims in `imap`
         pick its place along their dims, the loop walks dim `fmap`."""
 
-    def store(self, src: int, index: int, omap: Mapping[str, int]) -> None:
-        """Add node src's value into this block's tile of kernel output `index` (grid dims in `omap` place it)."""
+    def store(self, src: int, index: int, omap: Mapping[str, int], once: Sequence[str]) -> None:
+        """Add node src's value into this block's tile of kernel output `index` (grid dims in `omap` place it),
+        unless this block is not the first along a grid dim in `once`."""
 
 
 class Encode(Protocol):

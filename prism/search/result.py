@@ -69,6 +69,7 @@ class SymbolicGraph:
                 rhs = f"{op.op}({args})"
             lines.append(f"  t{k} = {rhs}")
         folds = self.structure.problem().partials(self.mapping) if self.mapping.partials else None
+        once = self.structure.problem().once(self.mapping)
         grouped = grouped_sums(self.structure, self.mapping) if self.mapping.group else {}
         for k, o in enumerate(self.structure.outputs):
             fold = folds[k] if folds else {}
@@ -80,7 +81,8 @@ class SymbolicGraph:
             first = f", its tile summed in groups of {m.group}" if grouped.keys() & {o, *g.ops[o].inputs} else ""
             tail = ", run as this kernel's tail" if m.tail else ""
             kept = f"  (partials: {sides}{first}, then {combine}{tail})" if fold else ""
-            lines.append(f"  out{k} = save t{o} omap={omaps[k] | fold}{kept}")
+            written = f" once={','.join(once[k])}" if once[k] else ""
+            lines.append(f"  out{k} = save t{o} omap={omaps[k] | fold}{written}{kept}")
         for k, op in enumerate(self.structure.kernel_ops):
             lines.append(f"  kernel v{len(self.structure.outputs) + k} = {op.op}("
                          + ", ".join(f"v{i}" for i in op.inputs) + ")")

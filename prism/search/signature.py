@@ -41,7 +41,8 @@ def _block_terms(b: BlockGraph, args: list[str], rename: dict[str, str]) -> list
             terms[(i, 0)] = f"load({args[n.attrs['index']]}, imap={imap}, fmap={n.attrs['fmap']})"
         elif kind is SAVER:
             omap = sorted((rename[g], d) for g, d in n.attrs["omap"].items())
-            outs.append(f"save({terms[n.inputs[0]]}, omap={omap})")
+            once = sorted(rename[g] for g in n.attrs.get("once", ()))
+            outs.append(f"save({terms[n.inputs[0]]}, omap={omap}" + (f", once={once})" if once else ")"))
         else:  # an accumulator or a table op: the op applied to its operands
             terms[(i, 0)] = _node(n.op, _attrs(n.attrs), [terms[r] for r in n.inputs])
     return outs
@@ -66,6 +67,8 @@ def _as_elementwise(b: BlockGraph, args: list[str]) -> list[str] | None:
                 return None
             terms[(i, 0)] = terms[n.inputs[0]]
         elif kind is SAVER:
+            if n.attrs.get("once"):   # not the same map as its loaders': only its first block writes
+                return None
             maps.add(tuple(sorted(n.attrs["omap"].items())))
             outs.append(terms[n.inputs[0]])
         elif OPS[n.op].family.elementwise:

@@ -8,7 +8,8 @@ grid dim, of the classes it partitions, plus the set of classes the loop partiti
   * eq. 2 (a dim is split by at most one grid dim): the grid dims' class sets are disjoint;
   * output shapes must equal the program's for all d_p, which fixes the omap (grid dim p combs the
     output dim whose class it partitions, and sums (red) the blocks when it partitions none of
-    them) and forbids the loop from partitioning a class an output keeps;
+    them, or writes the first block's tile when it partitions nothing the output is computed from:
+    `MappingProblem.once`) and forbids the loop from partitioning a class an output keeps;
   * a loader whose tile meets post-loop values (`invariant`) is never walked by the loop.
 Grid dims are interchangeable (symmetry) and one that partitions nothing only multiplies work: the
 canonical mapping lists its non-empty class sets sorted by smallest class (one idle dim if none).
@@ -115,6 +116,10 @@ class MappingProblem:
     outputs: tuple[tuple[int, ...], ...]
     uf: UnionFind
     invariant: frozenset[int] = frozenset()   # loaders the loop must not walk (their tiles meet post-loop values)
+    cones: tuple[frozenset[int], ...] = ()
+    """Per output, the loaders it is computed from (empty: not known, so every output is taken to read every
+    loader). A grid dim that maps no loader of an output's cone gives all its blocks the same tile of it: the
+    output is written once along it (`once`) instead of summing those copies."""
 
     def cls(self, atom: int) -> int:
         return self.uf.find(atom)
@@ -174,13 +179,24 @@ class MappingProblem:
             loaders.append((gmap(dims), f[0] if f else None))
         return loaders, [gmap(dims) for dims in self.outputs]
 
+    def once(self, m: Mapping) -> list[tuple[str, ...]]:
+        """Per output, the grid dims it is written once along: those of `m.grid` that map none of its dims and
+        none of the loaders it is computed from (`cones`), so every block along them computes the same tile."""
+        loaders, omaps = self.maps(m)
+        if not self.cones:
+            return [() for _ in omaps]
+        return [tuple(GRID_DIMS[p] for p in range(len(m.grid)) if GRID_DIMS[p] not in omap
+                      and not any(GRID_DIMS[p] in loaders[t][0] for t in cone))
+                for omap, cone in zip(omaps, self.cones)]
+
     def partials(self, m: Mapping) -> list[dict[str, int]] | None:
-        """Per output, {grid dim: data dim} for each grid dim that sums it, the data dim its partials go side by
-        side along: the last dims no grid dim maps, one each (None where an output has too few)."""
+        """Per output, {grid dim: data dim} for each grid dim that sums it (neither maps it nor writes it `once`),
+        the data dim its partials go side by side along: the last dims no grid dim maps, one each (None where an
+        output has too few)."""
         _, omaps = self.maps(m)
         out = []
-        for dims, omap in zip(self.outputs, omaps):
-            summed = [GRID_DIMS[p] for p in range(len(m.grid)) if GRID_DIMS[p] not in omap]
+        for dims, omap, once in zip(self.outputs, omaps, self.once(m)):
+            summed = [g for g in GRID_DIMS[:len(m.grid)] if g not in omap and g not in once]
             free = [d for d in reversed(range(len(dims))) if d not in omap.values()]
             if len(free) < len(summed):
                 return None

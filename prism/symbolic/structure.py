@@ -68,7 +68,8 @@ class Structure:
     def _problem(self) -> MappingProblem:
         g = self.graph
         return MappingProblem(tuple(g.space.input_dims(i) for i in range(g.n_loaders)),
-                              tuple(g.dims[o] for o in self.outputs), g.uf, g.invariant)
+                              tuple(g.dims[o] for o in self.outputs), g.uf, g.invariant,
+                              tuple(_cone(g, o) for o in self.outputs))
 
     def to_json(self) -> dict[str, Any]:
         return {"shapes": [list(s) for s in self.graph.space.shapes],
@@ -77,6 +78,21 @@ class Structure:
                 "outputs": list(self.outputs),
                 "kernel_ops": [[o.op, list(o.inputs), [attr_json(a) for a in o.attrs]] for o in self.kernel_ops]} | \
             ({"results": list(self.results)} if self.results else {})
+
+
+def _cone(g: SGraph, t: int) -> frozenset[int]:
+    """The loaders (by input index) tensor t of `g` is computed from."""
+    seen, stack, out = set(), [t], set()
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        op = g.ops[k]
+        if op.op == LOADER:
+            out.add(op.attrs[0])
+        stack.extend(op.inputs)
+    return frozenset(out)
 
 
 def structure_from_json(data: dict[str, Any]) -> Structure:
@@ -149,6 +165,7 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
     names = list(names) if names is not None else [f"in{i}" for i in range(len(shapes))]
     problem = st.problem()
     loaders, omaps = problem.maps(m)
+    once = problem.once(m)
     folds = problem.partials(m) if m.partials else [{} for _ in omaps]
     if folds is None:
         raise MappingError("instantiate: an output has no free dim to keep its partials along")
@@ -176,7 +193,8 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
             ts.append(b.running_max(ts[op.inputs[0]]))
         else:
             ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
-    def save(t: int, omap: dict[str, int], fold: dict[str, int], kind: str | None = None) -> None:
+    def save(t: int, omap: dict[str, int], fold: dict[str, int], kind: str | None = None,
+             written_once: tuple[str, ...] = ()) -> None:
         """Save op t's value (`kind`: through an accumulator of that kind first), blocks along `fold` side by
         side: a class dim has its extent (less than tile × blocks where a ragged split leaves the last tile
         partial), a unit or folded dim its tile times the blocks along it."""
@@ -184,10 +202,10 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
         shape = [extent[st.graph.uf.find(a)] if a != UNIT and d not in fold.values() else
                  tile[d] * math.prod(b.grid_size(p) for p, d2 in omap.items() if d2 == d)
                  for d, a in enumerate(st.graph.dims[t])]
-        b.output(b.accum(ts[t], kind) if kind else ts[t], omap=omap, shape=shape)
+        b.output(b.accum(ts[t], kind) if kind else ts[t], omap=omap, shape=shape, once=written_once)
 
     for k, o in enumerate(st.outputs):
-        save(o, omaps[k], folds[k])
+        save(o, omaps[k], folds[k], written_once=once[k])
     for operand, omap in maxima.values():   # each split's maximum, beside the sums it scales
         save(operand, omap, {}, MAX.name)
     values = list(g.custom(b, ins))

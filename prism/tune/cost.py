@@ -249,10 +249,12 @@ class _Work:
 
     def write(self, i: int, src: int, index: int) -> None:
         """Saver i writes node src's tile of its output (`index`); a sum across blocks is an atomic
-        read-modify-write."""
+        read-modify-write. Blocks count per block on average: of those along grid dims the output is written
+        once along, one in each row writes."""
         tile, full = self.block.nodes[src].outputs[0].shape, self.block.nodes[i].outputs[0].shape
         b = _run_bytes(tile, full, TORCH_DTYPES[self.out_dtypes[index]].itemsize, self.target.sector)
-        self.bytes["store"] += 2 * b if self.summed[index] else b
+        writers = math.prod(self.block.grid_size(g) for g in self.block.once(index))
+        self.bytes["store"] += (2 * b if self.summed[index] else b) / writers
 
     def hold(self, i: int) -> None:
         """Node i's padded tile stays live across the loop."""
@@ -313,8 +315,7 @@ def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
         out_dtypes, summed, casts, memset = [], [], [], 0
         for k, t in enumerate(node.outputs):
             store = t.dtype if (i, k) in outputs else _wide(t.dtype)
-            omap = block.nodes[block.savers[k]].attrs["omap"]
-            s = any(g > 1 and d not in omap for d, g in zip(block.grid_dims, block.grid))
+            s = bool(block.summed(k))
             dtype_of[(i, k)] = store
             summed.append(s)
             if s:

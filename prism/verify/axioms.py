@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 from prism.ir.ops import refresh
 from prism.verify import expr as X
 from prism.verify.expr import (
-    Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, max_, part, red, redmax, repl, scale, shift, sqrt,
+    Attr, Sym, Term, Var, bcast, comb, div, exp, make, matmul, max_, once, part, red, redmax, repl, scale, shift, sqrt,
     square, sub, sum_,
 )
 
@@ -155,6 +155,7 @@ def commute() -> Iterator[Rule]:
     yield R("repl-repl", repl(repl(t, p), q), repl(repl(t, q), p), ne(p, q))
     yield R("red-red", red(red(t, p), q), red(red(t, q), p), ne(p, q))
     yield R("comb-part-cancel", comb(part(t, d, p), d, p), t)
+    yield R("once-repl", once(repl(t, p), p), t)   # one of a family of copies is the copy (an output written once)
     yield R("part-comb-cancel", part(comb(t, d, p), d, p), t)
 
 

@@ -23,7 +23,7 @@ __all__ = [
     "Term", "Sym", "TermOp", "TERMS", "UNARY", "BINARY", "COMMUTATIVE", "LINEAR_UNARY", "LINEAR_BINARY",
     "LINEAR_FIRST", "CONST_UNARY", "PARALLEL",
     "Var", "matmul", "exp", "silu", "gelu", "relu", "sqrt", "square", "neg", "add", "sub", "mul", "div",
-    "sum_", "scale", "shift", "bcast", "part", "comb", "red", "redmax", "repl", "max_", "maximum",
+    "sum_", "scale", "shift", "bcast", "part", "comb", "red", "redmax", "once", "repl", "max_", "maximum",
     "Attr", "TermType", "make", "parse", "pdims_of", "subterms", "is_ground",
 ]
 
@@ -57,7 +57,7 @@ class TermOp:
 
 
 PARALLEL: tuple[str, ...] = ()
-"""The parallel ops: part, comb, the accumulator kinds' reducers (red, redmax, ...), repl."""
+"""The parallel ops: part, comb, the accumulator kinds' reducers (red, redmax, ...), once, repl."""
 _VAR = TermOp("var", 0, ("name", "shape"), "Var")
 
 TERMS: dict[str, TermOp] = {}
@@ -79,7 +79,7 @@ def _derive() -> None:
     op."""
     global UNARY, CONST_UNARY, BINARY, COMMUTATIVE, LINEAR_UNARY, LINEAR_BINARY, LINEAR_FIRST, PARALLEL
     ops = [d for d in OPS.values() if d.term is not None]
-    PARALLEL = ("part", "comb", *reducers(), "repl")
+    PARALLEL = ("part", "comb", *reducers(), "once", "repl")
     TERMS.clear()
     TERMS.update({t.name: t for t in [
         _VAR,
@@ -320,6 +320,11 @@ def redmax(a: Term, p: str | Sym) -> Term:
 def red(a: Term, p: str | Sym) -> Term:
     """Element-wise sum of the p-family."""
     return make("red", a, attrs=(p,))
+
+
+def once(a: Term, p: str | Sym) -> Term:
+    """Member 0 of the p-family (what an output written once over p holds); a only if its members are copies."""
+    return make("once", a, attrs=(p,))
 
 
 def repl(a: Term, p: str | Sym) -> Term:

@@ -3,7 +3,7 @@
 A broadcast value (made by `bcast(t, d)`) keeps extent 1 along d and a mark saying "any extent": a binary
 op stretches it to the other operand, matmul stretches a broadcast contraction dim, part along it hands
 every member the same value (as repl), comb along it needs members that are all equal, and a sum over it
-has no meaning (its extent is unknown). This is what lets a rule about broadcast operands be tested.
+has no meaning (its extent is unknown); once over p is member 0 (what the first block writes). This is what lets a rule about broadcast operands be tested.
 A table op's term means the op's torch meaning (prism.ir.ops), applied member by member.
 """
 
@@ -112,6 +112,13 @@ def _eval(t: Term, args: list[Value], env: Mapping[str, torch.Tensor], sizes: Ma
         # repl, or part of a broadcast dim: every chunk of a constant-along-d tensor is that constant
         return Value(a.data.unsqueeze(0).expand(n, *a.data.shape), (p,) + a.pdims, a.bdims)
     combine = reducers().get(op)
+    if op == "once":   # what the first block along p writes
+        (a,) = args
+        p = t.attrs[-1]
+        if p not in a.pdims:
+            raise IllFormed(f"once over {p}, which does not index the family {a.pdims}")
+        i = a.pdims.index(p)
+        return Value(a.data.select(i, 0), a.pdims[:i] + a.pdims[i + 1:], a.bdims)
     if op == "comb" or combine is not None:
         (a,) = args
         p = t.attrs[-1]

@@ -66,6 +66,25 @@ def split_k() -> Case:
     return Case(g, [_rand((8, 64), "float16", 1), _rand((64, 32), "float16", 2, 0.125)])
 
 
+def split_k_norm_once() -> Case:
+    """rms_norm(X) @ W split over K: grid x over W's columns, y over K (and the loop within each block). Both
+    X @ W and sum(X²) are summed over y with atomic adds; sum(X²) is the same in every block along x (no tile
+    it is computed from depends on x), so it is written once along x: only pid_x == 0 adds it in. Kernel-level
+    ops then finish the norm."""
+    n, d, o = 4, 64, 32
+    g = KernelGraph()
+    x, w = g.input((n, d), "float16", "X"), g.input((d, o), "float16", "W")
+    b = BlockGraph(grid=(2, 2), loop=2)
+    bx = b.input(x, imap={"y": 1}, fmap=1)                      # [4, 16]
+    bw = b.input(w, imap={"x": 1, "y": 0}, fmap=0)              # [16, 16]
+    b.output(b.accum(b.matmul(bx, bw)), omap={"x": 1})
+    b.output(b.accum(b.sum(b.square(bx), 1)), omap={}, once=("x",))
+    p, ss = g.custom(b, [x, w])
+    g.output(g.div(p, g.sqrt(g.add_scalar(g.mul_scalar(ss, 1 / d), 1e-6))))
+    return Case(g, [_rand((n, d), "float16", 1), _rand((d, o), "float16", 2, 0.125)],
+                torch_reference=lambda x, w: prism.workloads.base.rms_norm(x.float()) @ w.float())
+
+
 def grid3() -> Case:
     """Batched matmul then silu over three grid dims: z -> batch, y -> rows, x -> columns."""
     g = KernelGraph()
@@ -374,6 +393,7 @@ CASES: dict[str, Callable[[], Case]] = {
     **{f"fused_{n}": _workload(n, cfg, **p) for n, (cfg, p) in SMALL.items()},
     **{f"unfused_{n}": _workload(n, cfg, fused=False) for n, (cfg, p) in SMALL.items()},
     "split_k": split_k,
+    "split_k_norm_once": split_k_norm_once,
     "grid3": grid3,
     "strided": strided,
     "strided_rmsnorm": strided_rmsnorm,

@@ -14,7 +14,7 @@ import torch
 
 import prism
 from prism.workloads.attention import logit_scales
-from tests.codegen.cases import Case
+from tests.codegen.cases import CASES, Case
 
 __all__ = ["MUTANTS", "RAGGED", "RUNTIME"]
 
@@ -135,6 +135,11 @@ def _counts_floor(source: str) -> str:
     return re.sub(r"triton\.cdiv\((\w+\.shape\[\d+\]), (\d+)\)", r"\1 // \2", source)
 
 
+def _unguarded_once(source: str) -> str:
+    """An output written once along a grid dim written (atomically added) by every block along it."""
+    return re.sub(r"( *)if \(pid_\w+ == 0\)[^\n]*:\n *", r"\1", source)
+
+
 MUTANTS: dict[str, Callable[[], Case]] = {
     "mutant_zero_max_pad": _mutant(_negative_logits, _zero_max_pad),
     "mutant_unmasked_store": _mutant(RAGGED["ragged_rmsnorm_rows16"], _unmasked_store),   # rows unpadded
@@ -142,4 +147,5 @@ MUTANTS: dict[str, Callable[[], Case]] = {
     "mutant_runtime_extent_one_short": _mutant(RUNTIME["runtime_attention_kv"], _extent_one_short),
     "mutant_runtime_trips_floor": _mutant(RUNTIME["runtime_attention_kv"], _counts_floor),
     "mutant_runtime_grid_floor": _mutant(RUNTIME["runtime_rmsnorm_linear"], _counts_floor),
+    "mutant_once_unguarded": _mutant(CASES["split_k_norm_once"], _unguarded_once),
 }

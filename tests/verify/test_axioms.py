@@ -126,11 +126,13 @@ def test_paper_form_7_is_false_without_a_sum() -> None:
 def _unsound() -> list[Rule]:
     """Plausible-looking rules that are false; the reference implementation has several of them."""
     from prism.verify.axioms import R, a, b, c, d, e, p, q, t, v
-    from prism.verify.expr import add, bcast, comb, div, matmul, mul, relu, repl
+    from prism.verify.expr import add, bcast, comb, div, matmul, mul, once, relu, repl
     return [
         R("ref-52-swapped-div", comb(div(repl(bcast(v, d), p), part(a, d, p)), d, p), div(a, bcast(v, d))),
         R("ref-82-drop-repl", repl(t, p), t),
         R("red-of-repl", red(repl(t, p), p), t),
+        R("once-of-red", once(repl(t, p), p), red(repl(t, p), p)),   # one copy is not the sum of the copies
+        R("once-of-part", once(part(a, 0, p), p), comb(part(a, 0, p), 0, p)),   # the first chunk is not them all
         R("ref-10-unbroadcast-div", matmul(div(a, v), b), div(matmul(a, b), v)),
         R("ref-81-unbroadcast-part", div(part(a, 0, p), repl(v, p)), part(div(a, v), 0, p)),
         R("rows-any-dim", matmul(part(a, d, p), repl(b, p)), part(matmul(a, b), d, p)),

@@ -9,7 +9,7 @@ import torch
 
 from prism.errors import VerificationError
 from prism.verify.expr import (
-    TERMS, UNARY, Sym, Term, Var, add, bcast, comb, div, is_ground, make, matmul, max_, maximum, mul, neg, parse,
+    TERMS, UNARY, Sym, Term, Var, add, bcast, comb, div, is_ground, make, matmul, max_, maximum, mul, neg, once, parse,
     part, pdims_of, red, redmax, repl, scale, shift, sub, subterms, sum_,
 )
 from prism.verify.model import IllFormed, evaluate, same_value
@@ -26,18 +26,18 @@ def every_op() -> Term:
     t = div(sub(mul(add(t, t), t), t), bcast(sum_(t, 0), 0))
     t = maximum(t, bcast(max_(t, 0), 0))
     t = shift(scale(t, 0.25), -1e-6)
-    return red(redmax(comb(repl(repl(part(t, 1, "x0"), "y0"), "z0"), 1, "x0"), "z0"), "y0")
+    return once(red(redmax(comb(repl(repl(repl(part(t, 1, "x0"), "y0"), "z0"), "w0"), 1, "x0"), "z0"), "y0"), "w0")
 
 
 def test_every_op_round_trips_through_text() -> None:
     t = every_op()
     assert {n.op for n in subterms(t)} == set(TERMS)
     assert parse(t.text) == t
-    assert str(t).startswith("red(redmax(comb(repl(repl(part(shift(scale(maximum(")
+    assert str(t).startswith("once(red(redmax(comb(repl(repl(repl(part(shift(scale(maximum(")
 
 
 def test_model_evaluates_every_op() -> None:
-    v = evaluate(every_op(), env(X=(4, 6), Y=(6, 6)), {"x0": 2, "y0": 3, "z0": 2})
+    v = evaluate(every_op(), env(X=(4, 6), Y=(6, 6)), {"x0": 2, "y0": 3, "z0": 2, "w0": 2})
     assert v.pdims == () and v.data.shape == (4, 6)
 
 
@@ -70,7 +70,7 @@ def test_bad_text_is_refused(text: str) -> None:
 
 def test_ground_and_pdims() -> None:
     assert is_ground(every_op()) and not is_ground(part(Var("?t"), Sym("d", "dim"), "x0"))
-    assert pdims_of(every_op()) == {"x0", "y0", "z0"}
+    assert pdims_of(every_op()) == {"w0", "x0", "y0", "z0"}
 
 
 # ---------------------------------------------------------------- model
