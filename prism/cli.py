@@ -649,11 +649,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. With no command (or a workload name first) it
     runs `check`, the main job. Ctrl-C at any point, imports included, ends it with one line; once it has,
     further Ctrl-C are ignored (this is the process's entry point), so that one pressed while the process
-    exits (it waits for the worker pool's thread) prints no "Exception ignored" traceback."""
+    exits (it waits for the worker pool's thread) prints no "Exception ignored" traceback. Nor does the exit
+    itself: with its workers killed, Python 3.11's process pool can race its own wake-up pipe at exit (its
+    manager thread closes the pipe while the exit handler writes to it: "Exception ignored ... Bad file
+    descriptor", now and then after a Ctrl-C during a search's checks), so once interrupted the process drops
+    such reports; it is ending on the user's word, and nothing they could say would change that."""
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        sys.unraisablehook = lambda report: None
         print("prism: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 

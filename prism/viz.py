@@ -132,7 +132,8 @@ def _block_panel(b: BlockGraph, title: str, args: Sequence[str], sizes: _Concret
                      f"tile {sizes.tile(b, i)}")
         elif kind is SAVER:
             src = node.inputs[0]
-            lines = (f"save {b.label(src)} → out{a['index']}", f"omap {_map(a['omap'])}",
+            once = f" · once {','.join(a['once'])}" if a.get("once") else ""
+            lines = (f"save {b.label(src)} → out{a['index']}", f"omap {_map(a['omap'])}{once}",
                      f"tile {sizes.tile(b, src[0])} → {_shape(node.outputs[0].shape)}")
         else:
             lines = (_call(b, i, node), f"tile {sizes.tile(b, i)}")
@@ -424,7 +425,7 @@ def draw_result(result: SearchResult, path: str | Path, *, index: int | None = N
         raise InputError("draw_result: the result has no graphs to draw")
     panels = []
     for k, sg in enumerate(result.graphs[:12]):
-        kernel, block = describe_symbolic_graph(sg, result.names).rows[0]
+        kernel, block, *_ = describe_symbolic_graph(sg, result.names).rows[0]   # a partials form has two kernels
         after = [b.lines[0] for b in kernel.boxes if b.kind == "op"]
         title = "\n".join([block.title.replace("kernel 0", f"#{k}", 1)] + [f"then {a}" for a in after])
         panels.append(replace(block, title=title))

@@ -22,7 +22,7 @@ from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
 from prism.ir.ops import GROUP, GROUP_SCALE, MATMUL, MAX_REDUCE, OPS, REDUCE, ROWWISE, Shape, TType
 
-__all__ = ["to_custom", "elementwise_block", "ELEMENTS", "ROW"]
+__all__ = ["to_custom", "chain_block", "elementwise_block", "ELEMENTS", "ROW"]
 
 ELEMENTS = 4096
 """Elements (padded) per block of an elementwise or reduction kernel."""
@@ -66,13 +66,24 @@ def _tiling(shape: Sequence[int], fixed: dict[int, int],
     return tiles, grid_of, grid
 
 
+Step = tuple[str, dict, tuple[int, ...]]
+"""One op of an element-wise chain: (op, attrs, operands), operands numbering the chain's inputs, then its steps."""
+
+
 def elementwise_block(op: str | None, attrs: dict, inputs: Sequence[TType], out: TType) -> BlockGraph:
     """A µGraph applying elementwise `op` (None: a copy, e.g. a dtype cast) tile by tile over `out`."""
+    return chain_block([(op, attrs, tuple(range(len(inputs))))] if op else [], inputs, out)
+
+
+def chain_block(steps: Sequence[Step], inputs: Sequence[TType], out: TType) -> BlockGraph:
+    """A µGraph running element-wise `steps` one after another, tile by tile over `out` (no steps: a copy of
+    input 0). An input with extent 1 where `out` has more is broadcast: every block loads its one slice."""
     _, grid_of, grid = _tiling(out.shape, {})
     b = BlockGraph(grid=grid, loop=1)
-    tiles = [b.input(t, imap={g: d for d, g in grid_of.items() if t.shape[d] == out.shape[d]}) for t in inputs]
-    y = b.apply(op, tiles, attrs) if op else tiles[0]
-    b.output(b.accum(y), omap={g: d for d, g in grid_of.items()})
+    values = [b.input(t, imap={g: d for d, g in grid_of.items() if t.shape[d] == out.shape[d]}) for t in inputs]
+    for op, attrs, operands in steps:
+        values.append(b.apply(op, [values[k] for k in operands], attrs))
+    b.output(b.accum(values[-1]), omap={g: d for d, g in grid_of.items()})
     return b
 
 
@@ -211,11 +222,14 @@ tile."""
 
 
 def to_custom(graph: KernelGraph) -> tuple[KernelGraph, dict[int, str]]:
-    """`graph` with every kernel-level op replaced by custom ops; also {new custom node: op name}."""
+    """`graph` with every kernel-level op replaced by custom ops; also {new custom node: op name}. A chain of
+    element-wise ops, each but the last used only by the next ones of the chain (`_chains`), is one kernel: its
+    values between them stay in registers instead of a launch and a round trip through memory each."""
     graph.check()
     out = KernelGraph()
     tags: dict[int, str] = {}
     new: dict[Ref, Tensor] = {}
+    chains, inner = _chains(graph)
 
     def custom(block: BlockGraph, args: list[Tensor], tag: str | None) -> tuple[Tensor, ...]:
         outs = out.custom(block, args)
@@ -224,16 +238,62 @@ def to_custom(graph: KernelGraph) -> tuple[KernelGraph, dict[int, str]]:
         return outs
 
     for i, node in graph.topo():
-        args = [new[r] for r in node.inputs]
         if node.op == "input":
             t = node.outputs[0]
             new[(i, 0)] = out.input(t.shape, t.dtype, node.attrs["name"])
             continue
-        if node.op == "custom":
-            outs = custom(node.attrs["block"], args, None)
+        if i in inner:
+            continue
+        if i in chains:
+            outs = _chain(graph, chains[i], new, custom)
+        elif node.op == "custom":
+            outs = custom(node.attrs["block"], [new[r] for r in node.inputs], None)
         else:
             lowering = _LOWERING.get(OPS[node.op].family, _elementwise)
-            outs = lowering(node.op, dict(node.attrs), args, node.outputs[0], custom)
+            outs = lowering(node.op, dict(node.attrs), [new[r] for r in node.inputs], node.outputs[0], custom)
         new.update(((i, k), t) for k, t in enumerate(outs))
     out.output(*(new[r] for r in graph.outputs))
     return out, tags
+
+
+def _chains(graph: KernelGraph) -> tuple[dict[int, list[int]], set[int]]:
+    """The element-wise chains of `graph`: {last node: its nodes in order} for chains of two ops or more, and
+    the nodes run inside a later one's kernel. An element-wise op joins the kernel of the one op that uses it
+    when that op is element-wise too and its value is no graph output."""
+    def elementwise(node: Any) -> bool:
+        return node.op in OPS and OPS[node.op].family.elementwise
+    users: dict[int, set[int]] = {}
+    for i, node in graph.topo():
+        for r in node.inputs:
+            users.setdefault(r[0], set()).add(i)
+    outputs = {r[0] for r in graph.outputs}
+    into = {i: next(iter(users[i])) for i, node in graph.topo() if elementwise(node) and i not in outputs
+            and len(users.get(i, ())) == 1 and elementwise(graph.nodes[next(iter(users[i]))])}
+    chains: dict[int, list[int]] = {}
+    for i, _ in graph.topo():
+        if i in into:
+            last = i
+            while last in into:
+                last = into[last]
+            chains.setdefault(last, []).append(i)
+    for last, members in chains.items():
+        members.append(last)
+    return chains, set(into)
+
+
+def _chain(graph: KernelGraph, members: list[int], new: dict[Ref, Tensor], custom: Custom) -> tuple[Tensor, ...]:
+    """One kernel for the element-wise chain `members` (in order, the last one's value its output)."""
+    index: dict[Ref, int] = {}
+    args: list[Tensor] = []
+    steps: list[Step] = []
+    for i in members:
+        for r in graph.nodes[i].inputs:
+            if r not in index and r[0] not in members:
+                index[r] = len(args)
+                args.append(new[r])
+    for i in members:
+        node = graph.nodes[i]
+        steps.append((node.op, dict(node.attrs), tuple(index[r] for r in node.inputs)))
+        index[(i, 0)] = len(args) + len(steps) - 1
+    block = chain_block(steps, [a.type for a in args], graph.nodes[members[-1]].outputs[0])
+    return custom(block, args, "_".join(graph.nodes[i].op for i in members))

@@ -28,7 +28,7 @@ from prism.pool import fewer_collections, importable
 from prism.progress import Progress, report
 from prism.search.cluster import RayWorkers
 from prism.search.concrete import Modes, label_choices, matches_fixed, size_choices
-from prism.search.generator import Generator, Limits, default_max_ops
+from prism.search.generator import Generator, Limits, default_kernel_ops, default_max_ops
 from prism.search.parallel import (Check, Checker, Workers, concrete_task, default_verify, generate_task, mirage_task,
                                    prefilter_task, verify_task)
 from prism.search.joint import joint_forms
@@ -87,9 +87,9 @@ def search(graph: KernelGraph, options: SearchOptions | None = None, *, verify: 
     space = AtomSpace(tuple(t.shape for t in graph.inputs))
     (root,) = from_graph(graph)
     target = closure(root, space)
-    # the default op budget is computed once here, not by every worker task's generator
+    # the default budgets are computed once here, not by every worker task's generator
     limits = Limits(opts.max_block_ops or default_max_ops(target, opts.max_accums), opts.max_accums,
-                    opts.max_outputs, opts.max_kernel_ops, opts.max_grid, opts.time_limit)
+                    opts.max_outputs, opts.max_kernel_ops or default_kernel_ops(target), opts.max_grid, opts.time_limit)
     stats: dict[str, Any] = {"modes": mode.code, "limits": dict(limits.__dict__)}
     checker = Checker(serialize.dumps(graph), verify, opts.verify_timeout, opts.cross_check, opts.prefilter)
     pool = _workers(opts)

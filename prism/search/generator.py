@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from prism.ir.kinds import ONLINE
-from prism.ir.ops import OPS, RUNNING, SCALED, contracts
+from prism.ir.ops import OPS, REDUCE, RUNNING, SCALED, contracts
 from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
@@ -30,18 +30,48 @@ from prism.symbolic.sgraph import ACCUM, RUNNING_MAX, BOp, Labels, SGraph, match
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
-__all__ = ["Generator", "Limits", "Modes", "Structure", "chained_contraction", "default_max_ops",
-           "epilogue_operand"]
+__all__ = ["KERNEL_OPS", "Generator", "Limits", "Modes", "Structure", "chained_contraction", "default_kernel_ops",
+           "default_max_ops", "epilogue_operand"]
+
+
+KERNEL_OPS = 3
+"""Kernel-level element-wise ops after the fused kernel for a target that divides a contraction by the root of a
+reduction (`default_kernel_ops`): split across blocks, its kernel sums X @ W and sum(X²)/d there, and eps, sqrt
+and the division can only come after. A chain of them runs as one kernel (prism.codegen.lower)."""
+
+
+def default_kernel_ops(target: Target) -> int:
+    """KERNEL_OPS where some whole form of the target is an element-wise op of a contraction and a non-linear
+    function of a reduction (a norm applied after its projection: rms_norm(X) @ W = (X @ W) / sqrt(sum(X²)/d + eps)),
+    else 1. A split of the reduction's dim can then sum only the reduction across blocks (the function of a sum is
+    not the sum of the function), so the function's ops and the combining op come after the kernel. Elsewhere
+    more kernel-level ops found no new graph and cost generation work (GPT-2's GELU regions: BENCHMARKS.md,
+    "Split K for the norm")."""
+    def elementwise(t: Term, arity: int) -> bool:
+        return op_of(t) in OPS and OPS[op_of(t)].family.elementwise and OPS[op_of(t)].arity == arity
+
+    def after_reduction(t: Term) -> bool:
+        """Whether t is unary element-wise ops, one of them not linear, over a reduction."""
+        linear = True
+        while elementwise(t, 1):
+            linear, t = linear and OPS[op_of(t)].linear, t[2]
+        return not linear and op_of(t) in OPS and OPS[op_of(t)].family is REDUCE
+
+    def norm_after(r: Term) -> bool:
+        return elementwise(r, 2) and any(contracts(op_of(s)) for s in subterms(r[2]) if op_of(s) in OPS) and \
+            after_reduction(r[3])
+    return KERNEL_OPS if any(norm_after(r) for r in target.roots) else 1
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Search limits. `max_block_ops` counts loaders; None picks `default_max_ops(target)`."""
+    """Search limits. `max_block_ops` counts loaders; None picks `default_max_ops(target)`, as None for
+    `max_kernel_ops` picks `default_kernel_ops(target)`."""
 
     max_block_ops: int | None = None
     max_accums: int = 3
     max_outputs: int = 2
-    max_kernel_ops: int = 1
+    max_kernel_ops: int | None = None
     max_grid: int = 3
     time_limit: float = 3600.0
 
@@ -92,7 +122,8 @@ class Generator:
     def __post_init__(self) -> None:
         self.vocab = vocabulary_ops(self.target)
         self.max_ops = self.limits.max_block_ops or default_max_ops(self.target, self.limits.max_accums)
-        self.max_outputs = min(self.limits.max_outputs, self.limits.max_kernel_ops + 1)
+        self.max_kernel_ops = self.limits.max_kernel_ops or default_kernel_ops(self.target)
+        self.max_outputs = min(self.limits.max_outputs, self.max_kernel_ops + 1)
         self.kernel_vocab = [(o, a) for o, a in self.vocab if OPS[o].family.elementwise]
         self.parents: dict[Term, list[Term]] = {}
         for t in sorted(self.target.subterms, key=repr):
@@ -109,7 +140,7 @@ class Generator:
         kernel_ops = {o for o, _ in self.kernel_vocab}
         for r in self.target.roots:
             cone = frontier = {r}
-            for _ in range(self.limits.max_kernel_ops):
+            for _ in range(self.max_kernel_ops):
                 frontier = {c for t in frontier if t[0] in kernel_ops for c in t[2:]}
                 cone = cone | frontier
             for t in cone:
@@ -358,7 +389,7 @@ class Generator:
         if len(free) == 1 and terms[free[0]] in self.target.roots and \
                 _full_shape(dims[free[0]], s) == _full_shape(self.target.shape(), s):
             yield kops
-        if len(kops) >= self.limits.max_kernel_ops:
+        if len(kops) >= self.max_kernel_ops:
             return
         last = kops[-1].key() if kops else None
         n = len(terms)

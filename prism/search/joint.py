@@ -93,8 +93,10 @@ def _agreeing(parts: Sequence[Part], same: bool) -> Iterator[tuple[tuple[Symboli
     where every input two parts load is loaded the same way: first each form of the first part with the same
     form of every other part, then every other such choice, depth first (a choice that disagrees is dropped
     before any later part is tried). Graphs with partials or a tail are left out: their second kernel holds
-    one output's sums."""
-    plain = [[(g, g.structure.problem().raw(g.mapping)) for g in graphs if not g.mapping.partials]
+    one output's sums. A part's graphs are taken fewest kernel-level ops first (stable): a joint form runs them
+    once per output after its kernel, so forms that finish inside it come before those limits cut."""
+    plain = [sorted(((g, g.structure.problem().raw(g.mapping)) for g in graphs if not g.mapping.partials),
+                    key=lambda option: len(option[0].structure.kernel_ops))
              for graphs, _ in parts]
     lifts = [lift for _, lift in parts]
     by_key = [{g.key(): (g, raw) for g, raw in options} for options in plain]

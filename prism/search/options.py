@@ -24,7 +24,8 @@ class SearchOptions(Settings):
     """What a search explores, how it checks what it finds, and where its work runs.
 
     Limits: block ops per kernel (loaders included; None: `prism.search.generator.default_max_ops`),
-        accumulators, block outputs, kernel-level ops after the fused kernel, grid dims, total seconds.
+        accumulators, block outputs, kernel-level ops after the fused kernel (None:
+        `prism.search.generator.default_kernel_ops`), grid dims, total seconds.
     modes: imap/fmap/omap symbolic "S" or enumerated during generation "C" (ablation), e.g. "SSS";
         "mirage" also enumerates grid sizes and loop ranges (the concrete baseline, at these shapes).
     cross_check: run every verified graph at two concrete parameter choices (unsound-axiom events).
@@ -44,7 +45,7 @@ class SearchOptions(Settings):
     max_block_ops: int | None = None
     max_accums: int = 3
     max_outputs: int = 2
-    max_kernel_ops: int = 1
+    max_kernel_ops: int | None = None
     max_grid: int = 3
     modes: str = "SSS"
     cross_check: bool = True
@@ -62,7 +63,7 @@ class SearchOptions(Settings):
         from prism.search.cluster import check_backend
 
         check_positive(who, "time_limit", self.time_limit)
-        for name in ("workers", "max_block_ops"):
+        for name in ("workers", "max_block_ops", "max_kernel_ops"):
             if getattr(self, name) is not None:
                 check_positive(who, name, getattr(self, name), whole=True)
         if self.verify_timeout is not None:

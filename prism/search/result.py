@@ -38,6 +38,16 @@ class SymbolicGraph:
     def n_grid(self) -> int:
         return self.mapping.n_grid
 
+    @property
+    def form(self) -> str:
+        """How its kernels combine the blocks' sums, in a few words (a tuning report's forms): the mapping's form
+        (prism.symbolic.mapping.Mapping.form), where a one-kernel form that sums blocks with atomic adds (split K)
+        is "fused+atomic sums": its costs come from other terms than a kernel whose blocks each own their tiles."""
+        form = self.mapping.form
+        if form == "fused" and any(self.structure.problem().partials(self.mapping) or ()):
+            return "fused+atomic sums"
+        return form
+
     def key(self) -> tuple:
         """The canonical order of results: by structure, then mapping."""
         return (self.structure.key(), repr(self.mapping))

@@ -397,7 +397,8 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, tuple[int, in
         tiles.append(tile)
     for op in kernel_ops:
         tiles.append(k2.apply(op.op, [tiles[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
-    k2.output(tiles[-1], omap=imap)
+    out_shape = [shape[d] if d in imap.values() else n for d, n in enumerate(tiles[-1].shape)]
+    k2.output(tiles[-1], omap=imap, shape=out_shape)   # a row dim split raggedly keeps its extent
     (out,) = g.custom(k2, inputs)
     return out
 

@@ -107,7 +107,7 @@ class Report:
     floor_us: float | None = None
     cached: bool = False
     forms: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per form of the ranked sGraphs (prism.symbolic.mapping.Mapping.form): how many sGraphs, and the best
+    """Per form of the ranked sGraphs (prism.search.result.SymbolicGraph.form): how many sGraphs, and the best
     ranked point's label, estimate and safety, so forms no pick came from are seen beside the others."""
 
     @classmethod

@@ -407,7 +407,10 @@ class GraphSpace:
     # -- all points -----------------------------------------------------------------------------
 
     def tilings(self) -> list[tuple[tuple[int, ...], int]]:
-        """Every valid (grid, loop), in lexicographic order: each fixes every tile shape (computed once)."""
+        """Every valid (grid, loop), in lexicographic order: each fixes every tile shape (computed once). None
+        where the sGraph's later kernel cannot sum its groups at these shapes (`_groups_fit`)."""
+        if self._tilings is None and not self._groups_fit():
+            self._tilings = []
         if self._tilings is None:
             # The product of every variable's values can be large (QK-Attention: 250,000 per config over its
             # 1018 sGraphs), so the tile rules are applied per variable before the product: given the loop
@@ -428,6 +431,22 @@ class GraphSpace:
             self._tilings = sorted(key for key in even if (fp := self._footprints[key])[0] <= MAX_NUMEL
                                    and fp[1] + fp[2] * least <= t.smem_per_block and not self.broken(*key))
         return list(self._tilings)
+
+    def _groups_fit(self) -> bool:
+        """Whether a partials form's second kernel can sum the splits' tiles at these shapes: a group op in a
+        kernel sums groups of a power-of-two size only (prism.codegen.render: the padded tile must split into
+        whole groups), and a group there is one split's share of the program's width along the dim the
+        partials lie side by side in (prism.symbolic.structure.instantiate). A group mapping's groups are GROUP
+        wide whatever the shapes; a walk mapping's loop sums the splits with no group op."""
+        m, st = self.mapping, self.sgraph.structure
+        if not m.partials or m.walk or m.group:
+            return True
+        for o, fold in zip(st.outputs, st.problem().partials(m) or ()):
+            for d in fold.values():
+                a = st.graph.dims[o][d]
+                if a != UNIT and not _pow2(self.extent[st.graph.uf.find(a)]):
+                    return False
+        return True
 
     def _splits_evenly(self, p: int | None, value: int, loop: int) -> bool:
         """Whether grid dim p at `value` (p None: no grid dim, the loop alone) and the loop at `loop` split every
@@ -498,8 +517,8 @@ class Space:
         self._ends: list[int] = []   # cumulative points per tiling
 
     def form(self, graph: int) -> str:
-        """The form of sGraph `graph` (prism.symbolic.mapping.Mapping.form: fused, partials, a tail, ...)."""
-        return self.result.graphs[graph].mapping.form
+        """The form of sGraph `graph` (prism.search.result.SymbolicGraph.form: fused, atomic sums, partials, ...)."""
+        return self.result.graphs[graph].form
 
     def tilings(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
         """Every valid (sGraph, grid, loop), graph by graph (computed once)."""

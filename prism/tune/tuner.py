@@ -254,7 +254,7 @@ def _forms(space: Space, ranked: list[Ranked]) -> dict[str, dict[str, Any]]:
     them (safe first, then by estimate)."""
     graphs: dict[str, int] = {}
     for g in space.result.graphs:
-        graphs[g.mapping.form] = graphs.get(g.mapping.form, 0) + 1
+        graphs[g.form] = graphs.get(g.form, 0) + 1
     best: dict[str, Ranked] = {}
     for r in ranked:
         form = space.form(r.candidate.graph)

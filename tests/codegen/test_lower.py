@@ -60,3 +60,24 @@ def test_broadcasting_binary_ops():
 @given(kernel_graphs(dtypes=("float32",), max_ops=5, max_customs=1))
 def test_random_kernel_graphs(g):
     _same(g)
+
+
+def test_an_element_wise_chain_is_one_kernel():
+    """rms_norm's finish after a split-K sum: mul_scalar, add_scalar, sqrt on [n, 1] and the div that broadcasts it
+    run as one kernel; a value used twice (here x - r, by both the exp and the output) or one that is a graph
+    output starts a kernel of its own."""
+    g = prism.KernelGraph()
+    p, ss = g.input((6, 40), "float32"), g.input((6, 1), "float32")
+    g.output(g.div(p, g.sqrt(g.add_scalar(g.mul_scalar(ss, 0.25), 1e-6))))
+    lowered, tags = to_custom(g)
+    assert list(tags.values()) == ["mul_scalar_add_scalar_sqrt_div"]
+    _same(g)
+
+    g = prism.KernelGraph()
+    x, r = g.input((6, 40), "float32"), g.input((6, 40), "float32")
+    d = g.sub(x, r)
+    e = g.exp(d)
+    g.output(g.mul(e, g.silu(e)), d)
+    lowered, tags = to_custom(g)
+    assert sorted(tags.values()) == ["exp", "silu_mul", "sub"]
+    _same(g)

@@ -23,8 +23,9 @@ def test_concrete_maps_find_the_same_graphs_with_more_generation_work(symbolic, 
     w = wl.get("rmsnorm")
     concrete = search(w.build(small_cfg(w)), workers=1, modes=modes, **LIMITS)
     assert len(concrete) > 0
-    assert [concrete.describe(i) for i in range(len(concrete))] == \
-        [symbolic.describe(i) for i in range(len(symbolic))]
+    # the same graphs; not in the same order, since a concrete omap is part of a structure's sort key
+    assert sorted(concrete.describe(i) for i in range(len(concrete))) == \
+        sorted(symbolic.describe(i) for i in range(len(symbolic)))
     assert concrete.stats["modes"] == modes
     assert concrete.stats["generate"]["structures"] > symbolic.stats["generate"]["structures"]
     if modes[:2] != "SS":  # a concrete imap or fmap repeats the structure search per choice

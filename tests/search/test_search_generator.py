@@ -4,7 +4,7 @@ import pytest
 
 import prism.workloads as wl
 from prism.ir.ops import OPS
-from prism.search.generator import Generator, Limits, default_max_ops
+from prism.search.generator import KERNEL_OPS, Generator, Limits, default_kernel_ops, default_max_ops
 from prism.symbolic.dims import InvExtent
 from prism.symbolic.sgraph import ACCUM, BOp
 from search_helpers import d1_terms, target_for
@@ -105,3 +105,12 @@ def test_stats_count_every_kind_of_pruning():
     assert s["emitted"] == len(found) > 0
     for key in ("states", "pruned_order", "pruned_expr", "pruned_phase", "pruned_budget"):
         assert s[key] > 0, key
+
+
+@pytest.mark.parametrize("name, ops", [("rmsnorm", KERNEL_OPS), ("rmsnorm_linear", KERNEL_OPS), ("swiglu", 1),
+                                       ("attention", 1), ("lora", 1)])
+def test_kernel_level_ops_beyond_one_only_where_a_norm_divides_a_projection(name, ops):
+    """rms_norm(X) @ W is also (X @ W) / sqrt(sum(X²)/d + eps): split over d, its kernel can only sum X @ W and
+    sum(X²)/d, and eps, sqrt and the division come after it. Other programs keep one kernel-level op."""
+    w = wl.get(name)
+    assert default_kernel_ops(target_for(w.build(small_cfg(w)))) == ops

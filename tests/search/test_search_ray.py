@@ -78,8 +78,11 @@ class DieOnce:
 
 
 def test_a_task_whose_worker_dies_is_run_again(local_ray, small_tasks, tmp_path):
+    """Compared with a local search whose verifier is also a function of its own: such a verifier is called
+    once per candidate, with no size constraints, so both reject the forms right only for some sizes."""
     program = _program("rmsnorm")
-    here = search(program, workers=1, **LIMITS["rmsnorm"])
+    here = search(program, workers=1, verify=lambda reference, candidate, **kwargs:
+                  equivalent(reference, candidate, **kwargs), **LIMITS["rmsnorm"])
     marker = tmp_path / "killed"
     on_ray = search(program, backend="ray", verify=DieOnce(marker), **LIMITS["rmsnorm"])
     assert marker.exists()  # a worker was killed mid-search
@@ -158,5 +161,6 @@ def test_superoptimize_compiles_its_candidates_on_ray(local_ray, monkeypatch):
         runs[backend] = [(e.label, e.status, [(k["registers"], k["shared"]) for k in e.kernels])
                          for e in opt.report.entries]
     assert runs["ray"] == runs["local"] and any(kernels for _, _, kernels in runs["ray"])
-    assert [fn for fn, _ in ran] == ["rank_chunk", "compile_task"]   # the ranking's chunks, then the compiles
+    names = [fn for fn, _ in ran]       # the ranking's chunks (in rounds where it climbs), then the compiles
+    assert names[0] == "rank_chunk" and set(names[:-1]) == {"rank_chunk"} and names[-1] == "compile_task"
     assert ran[-1] == ("compile_task", len(runs["ray"]))              # every candidate, the unfused baseline too

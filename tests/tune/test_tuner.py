@@ -65,7 +65,7 @@ def test_refinement_also_climbs_from_the_best_of_each_other_form_near_the_best(s
     program = w.build(w.configs[0])
     space = Space(result, program, H100)
     r = tune(result, program, budget=8, compile=False, seed=3, refine=4, explore=0, target=H100).report
-    form = {e.candidate: result.graphs[e.candidate.graph].mapping.form for e in r.entries if e.candidate.graph >= 0}
+    form = {e.candidate: result.graphs[e.candidate.graph].form for e in r.entries if e.candidate.graph >= 0}
     first = [e for e in r.entries if e.origin != "refine" and e.candidate.graph >= 0]
     best = min(first, key=lambda e: e.estimate_us)
     others = {}
@@ -202,7 +202,7 @@ def test_model_picks_are_the_best_ranked_distinct_kernels(searched):
     assert r.space["points"] == len(space) > r.space["tilings"]
     graphs = [space.instantiate(e.candidate) for e in model]
     assert len({g.structural_hash() for g in graphs}) == 8
-    shapes = {(result.graphs[e.candidate.graph].mapping.form,
+    shapes = {(result.graphs[e.candidate.graph].form,
                tuple((tuple(sorted(x for x in k.work.grid if x > 1)), k.work.loop) for k in estimate(g).kernels))
               for e, g in zip(model, graphs)}
     assert len(shapes) == 8

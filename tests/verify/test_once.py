@@ -63,8 +63,13 @@ def test_once_names_grid_dims_the_output_does_not_place():
 
 def test_the_search_writes_once_exactly_where_no_loader_of_the_output_is_split():
     """In every verified rmsnorm sGraph, an output is written once along a grid dim just when that dim maps none
-    of the output's dims and none of the loaders it is computed from; some sGraphs have such an output."""
+    of the output's dims and none of the loaders it is computed from; some sGraphs have such an output, among
+    them the split-K form: a grid dim over d sums X @ W and sum(X²)/d, written once along W's columns, and
+    kernel-level ops finish the norm (prism.search.generator.default_kernel_ops)."""
     result = search(program(), workers=1)
+    split_k = [sg for sg in result.graphs if sg.form == "fused+atomic sums" and any(sg.structure.problem().once(
+        sg.mapping)) and [op.op for op in sg.structure.kernel_ops] == ["add_scalar", "sqrt", "div"]]
+    assert split_k
     seen = 0
     for sg in result.graphs:
         problem = sg.structure.problem()

@@ -104,21 +104,21 @@ def test_symbolic_tiles_are_symbols_and_evaluate_to_the_concrete_tiles(searched,
     names = result.names
     for i, sg in enumerate(result.graphs):
         pic = viz.describe_symbolic_graph(sg, names)
-        [block] = pic.rows[0][1:]
+        block = pic.rows[0][1]   # its first kernel (a partials form's second is drawn at every d_ = 1)
         loop = 2 if sg.mapping.loop else 1
         assert ("loop d_i" in block.title) == bool(sg.mapping.loop)
         assert ("loop none" in block.title) == (not sg.mapping.loop)
         tiles = [line[5:] for b in block.boxes for line in b.lines if line.startswith("tile ")]
         assert any("d_" in t for t in tiles)
         concrete = result.instantiate(i, grid=(2,) * sg.n_grid, loop=loop)
-        [(_, cblock)] = block_panels(concrete, viz.describe_kernel_graph(concrete))
+        (_, cblock), *_ = block_panels(concrete, viz.describe_kernel_graph(concrete))
         sizes = {"d_x": 2, "d_y": 2, "d_z": 2, "d_i": loop}
         for sbox, cbox in zip(block.boxes, cblock.boxes):
             assert sbox.lines[:-1] == cbox.lines[:-1] and sbox.kind == cbox.kind and sbox.loop == cbox.loop
             want, got = cbox.lines[-1].removeprefix("tile "), sbox.lines[-1].removeprefix("tile ")
             if sbox.kind == "saver":  # the full shape after the arrow is concrete in both
                 (got, full), (want, cfull) = got.split(" → "), want.split(" → ")
-                assert full == cfull
+                assert full == cfull or sg.mapping.partials   # partials lie side by side: as wide as the splits
             assert evaluate(got, sizes) == want
     check_png(viz.draw_result(result, tmp_path / "one.png", index=len(result) - 1))
     check_png(viz.draw_symbolic_graph(result.graphs[0], names, tmp_path / "sg.png", title="first"))
