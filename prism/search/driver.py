@@ -36,7 +36,7 @@ from prism.search.options import SearchOptions
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
-from prism.symbolic.mapping import Mapping, enumerate_mappings, partial_variant
+from prism.symbolic.mapping import Mapping, MappingProblem, enumerate_mappings, partial_variant
 from prism.symbolic.structure import Structure, group_variant, tail_variant, walk_variant
 from prism.symbolic.terms import from_graph, mk, render
 
@@ -279,7 +279,7 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadl
         if shape_free not in matched:
             problem = st.problem()
             plain = [m for m in enumerate_mappings(problem, limits.max_grid)
-                     if mode.code == "SSS" or matches_fixed(st, problem, m)]
+                     if (mode.code == "SSS" or matches_fixed(st, problem, m)) and _finishes_sums(st, problem, m)]
             partials = [v for v in (partial_variant(problem, m) for m in plain) if v]
             matched[shape_free] = plain + partials + [v for v in (tail_variant(st, m) for m in partials) if v]
         key4, loop_free_key = st.key()[:4], None
@@ -303,6 +303,14 @@ def _instantiate(structures: list[Structure], mode: Modes, limits: Limits, deadl
                             "loop_free_duplicates": counts["loop_free_duplicates"], "candidates": len(pairs),
                             "timed_out": bool(counts["timed_out"]), "seconds": time.time() - t0}
     return pairs
+
+
+def _finishes_sums(st: Structure, problem: MappingProblem, m: Mapping) -> bool:
+    """Whether `m` is a mapping worth checking for `st` as far as its kernel-level ops go: more than one is there
+    to finish what blocks sum across the grid (prism.search.generator.default_kernel_ops), so a mapping that sums
+    nothing across blocks would run, after its kernel, work the kernel could have done (the structure that does
+    it there is searched too)."""
+    return len(st.kernel_ops) <= 1 or any(problem.partials(m) or ())
 
 
 def _constrained_variants(pairs: list[tuple[Structure, Mapping]], checks: list[Check]
