@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,11 +39,12 @@ class SymbolicGraph:
     def n_grid(self) -> int:
         return self.mapping.n_grid
 
-    @property
+    @cached_property
     def form(self) -> str:
         """How its kernels combine the blocks' sums, in a few words (a tuning report's forms): the mapping's form
         (prism.symbolic.mapping.Mapping.form), where a one-kernel form that sums blocks with atomic adds (split K)
-        is "fused+atomic sums": its costs come from other terms than a kernel whose blocks each own their tiles."""
+        is "fused+atomic sums": its costs come from other terms than a kernel whose blocks each own their tiles.
+        Made once: the tuner asks for it for every ranked point."""
         form = self.mapping.form
         if form == "fused" and any(self.structure.problem().partials(self.mapping) or ()):
             return "fused+atomic sums"
