@@ -46,9 +46,18 @@ class SymbolicGraph:
         is "fused+atomic sums": its costs come from other terms than a kernel whose blocks each own their tiles.
         Made once: the tuner asks for it for every ranked point."""
         form = self.mapping.form
-        if form == "fused" and any(self.structure.problem().partials(self.mapping) or ()):
+        if form == "fused" and self.summing:
             return "fused+atomic sums"
         return form
+
+    @cached_property
+    def summing(self) -> tuple[int, ...]:
+        """The grid dims (indexes) along which a one-kernel form's blocks sum some output with atomic adds (split
+        K); empty for other forms. At a grid where each of them has one block, the form sums nothing."""
+        if self.mapping.form != "fused":
+            return ()
+        dims = {g for sums in self.structure.problem().partials(self.mapping) or () for g in sums}
+        return tuple(i for i, g in enumerate(GRID_DIMS) if g in dims)
 
     def key(self) -> tuple:
         """The canonical order of results: by structure, then mapping."""

@@ -110,7 +110,7 @@ def _starts(space: Space, rows: Sequence[Ranked]) -> list[Tiling]:
             best.append(t)
         if len(graphs) < CLIMB_WIDTH:
             graphs.setdefault(c.graph, t)
-        forms.setdefault(space.form(c.graph), t)
+        forms.setdefault(space.form(c.graph, c.grid), t)
     return list(dict.fromkeys(best + list(graphs.values()) + list(forms.values())))
 
 

@@ -516,9 +516,14 @@ class Space:
         self._tilings: list[tuple[GraphSpace, tuple[int, ...], int]] | None = None
         self._ends: list[int] = []   # cumulative points per tiling
 
-    def form(self, graph: int) -> str:
-        """The form of sGraph `graph` (prism.search.result.SymbolicGraph.form: fused, atomic sums, partials, ...)."""
-        return self.result.graphs[graph].form
+    def form(self, graph: int, grid: Sequence[int] | None = None) -> str:
+        """The form of sGraph `graph` (prism.search.result.SymbolicGraph.form: fused, atomic sums, partials, ...);
+        at `grid`, a split-K sGraph with one block along each dim that sums is "fused": it sums nothing, so the
+        tuner's slot for its form is held by a point that splits."""
+        g = self.result.graphs[graph]
+        if grid is not None and g.summing and all(grid[i] == 1 for i in g.summing):
+            return "fused"
+        return g.form
 
     def tilings(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
         """Every valid (sGraph, grid, loop), graph by graph (computed once)."""

@@ -257,10 +257,10 @@ def _forms(space: Space, ranked: list[Ranked]) -> dict[str, dict[str, Any]]:
         graphs[g.form] = graphs.get(g.form, 0) + 1
     best: dict[str, Ranked] = {}
     for r in ranked:
-        form = space.form(r.candidate.graph)
+        form = space.form(r.candidate.graph, r.candidate.grid)
         if form not in best or r.order < best[form].order:
             best[form] = r
-    return {form: {"graphs": graphs[form], "best": str(r.candidate), "estimate_us": r.seconds * 1e6,
+    return {form: {"graphs": graphs.get(form, 0), "best": str(r.candidate), "estimate_us": r.seconds * 1e6,
                    "safe": r.risk is None} for form, r in sorted(best.items(), key=lambda fr: fr[1].order)}
 
 
@@ -340,7 +340,7 @@ def _seeds(trial: _Trial, space: Space, picks: Sequence[_Pick]) -> list[_Pick]:
     forms: dict[str, _Pick] = {}
     for p in sorted((p for p in picks if p.fused and p.entry.ok and key(p) is not None
                      and (p.entry.risk is None) == (best.entry.risk is None)), key=key):
-        forms.setdefault(space.form(p.entry.candidate.graph), p)
+        forms.setdefault(space.form(p.entry.candidate.graph, p.entry.candidate.grid), p)
     return [best] + [p for p in forms.values() if p is not best and key(p) <= REFINE_BAND * key(best)]
 
 
@@ -398,7 +398,7 @@ def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target
     band = EXPLORE_BAND * ranked[0].seconds if ranked else 0.0
     passes: tuple[Callable[[Ranked], bool], ...] = (
         lambda r: ((r.risk is None) == (ranked[0].risk is None) and r.seconds <= band
-                   and space.form(r.candidate.graph) not in forms),
+                   and space.form(r.candidate.graph, r.candidate.grid) not in forms),
         lambda r: r.shape not in shapes,
         lambda r: True)
     for wanted in passes:
@@ -412,7 +412,7 @@ def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target
             if p is not None and _fresh(p, seen):
                 out.append(p)
                 shapes.add(r.shape)
-                forms.add(space.form(r.candidate.graph))
+                forms.add(space.form(r.candidate.graph, r.candidate.grid))
     return out
 
 

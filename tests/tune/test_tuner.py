@@ -222,6 +222,30 @@ def test_the_model_picks_each_forms_best_within_the_band(searched):
     assert {f["best"] for f in near} <= model
 
 
+def test_the_split_k_forms_slot_holds_a_point_that_splits(searched):
+    """A split-K sGraph ("fused+atomic sums") at one block along each dim that sums is the plain fused form at
+    that point (Space.form with its grid): it sums nothing, so the form's best, and the model's pick for it,
+    is a point that does split (at rmsnorm's config the model ranks the split sGraphs best at x = 1)."""
+    from prism.tune import Space
+
+    w, cfg, result = searched("rmsnorm")
+    program = w.build(cfg)
+    space = Space(result, program)
+    split = [i for i, g in enumerate(result.graphs) if g.form == "fused+atomic sums"]
+    assert split and all(result.graphs[i].summing for i in split)
+    i = split[0]
+    (x,) = result.graphs[i].summing
+    one = tuple(1 if d == x else 2 for d in range(result.graphs[i].n_grid))
+    assert space.form(i, one) == "fused" and space.form(i) == "fused+atomic sums"
+    assert space.form(i, tuple(2 for _ in one)) == "fused+atomic sums"
+    r = tune(result, program, budget=8, compile=False, explore=0, target=H100).report
+    best = r.forms["fused+atomic sums"]["best"]
+    model = [e.candidate for e in r.entries if e.origin == "model"]
+    assert best in {str(c) for c in model}
+    c = next(c for c in model if str(c) == best)
+    assert any(c.grid[d] > 1 for d in result.graphs[c.graph].summing)
+
+
 def test_compiled_candidates_carry_registers_and_shared_memory(searched):
     w, cfg, result = searched("swiglu")
     r = tune(result, w.build(cfg), budget=2, workers=2, seed=0).report
