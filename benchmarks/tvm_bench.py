@@ -18,7 +18,8 @@ CUDA code includes <cuda/std/cstdint>, which NVRTC lacks). `run` unpacks that, t
 import TVM's runtime only, as on the GPU machine: each library loaded, run on the workload's inputs, checked
 against its reference, and on a GPU timed as called and as a CUDA-graph replay (`prism.tune.profile`, on torch's
 stream: `tvm_ffi.use_torch_stream`). Written on a CPU (2026-11-26), where `run` is checked with libraries built for
-llvm; not yet run on a GPU.
+llvm. Its one GPU run (H200, 2026-11-27) loaded none of the CUDA libraries: TVM's CUDA runtime was never loaded
+(`load_cuda_runtime` now loads it, checked on a CPU with a stand-in libcuda); not yet measured on a GPU since.
 """
 
 from __future__ import annotations
@@ -156,6 +157,31 @@ def run(build: Path, out: Path) -> int:
                               env=env).returncode
 
 
+CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"
+"""What loads a CUDA library's device code: registered by libtvm_runtime_cuda.so when it is loaded."""
+
+
+def load_cuda_runtime() -> str:
+    """Load TVM's CUDA runtime (libtvm_runtime_cuda.so, beside libtvm_runtime.so): "" once CUDA_LOADER is
+    registered, else why not. TVM loads it from its CUDA backend's registration, which first imports modules
+    that need the compiler; with the runtime alone that import fails, TVM passes over it, and every CUDA library
+    then failed to load with "a loader of that name is not registered" (H200, 2026-11-27)."""
+    import tvm_ffi
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    if tvm_ffi.get_global_func(CUDA_LOADER, allow_missing=True) is None:
+        runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+        try:
+            _LOADED_LIBS["tvm_runtime_cuda"] = load_lib_ctypes(
+                package="tvm", target_name="tvm_runtime_cuda", extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL")
+        except (OSError, RuntimeError) as e:
+            return f"TVM's CUDA runtime (libtvm_runtime_cuda.so in {runtime_dir}) did not load: {e}"
+    if tvm_ffi.get_global_func(CUDA_LOADER, allow_missing=True) is None:
+        return f"TVM's CUDA runtime loaded, but {CUDA_LOADER} is not registered"
+    return ""
+
+
 def measure(build: Path, out: Path) -> int:
     """Every library of build/index.json run on its workload's inputs and checked against its reference; on a GPU
     timed as called and as a CUDA-graph replay, on torch's stream. One row per config into `out`; 0 when every
@@ -180,6 +206,10 @@ def measure(build: Path, out: Path) -> int:
     if gpu:
         from tvm.support import nvcc
 
+        missing = load_cuda_runtime()
+        if missing:
+            print(f"tvm_bench: {missing}", file=sys.stderr)
+            return 2
         arch = index["target"]
 
         @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)

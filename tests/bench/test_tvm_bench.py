@@ -85,3 +85,28 @@ def test_run_refuses_what_it_cannot_run_in_one_line(tmp_path, monkeypatch, capsy
     assert script.main(["run", "--build", str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and "not a folder" in lines[0] and "no GPU" in lines[1]
+
+
+def test_tvms_cuda_runtime_is_loaded_by_hand_from_the_runtime_alone(tmp_path):
+    """With TVM's runtime alone (as the GPU machine gets it), TVM's own CUDA backend never loads its CUDA runtime,
+    so no CUDA library could load (H200, 2026-11-27). `load_cuda_runtime` loads it: on a machine with a CUDA
+    driver the loader is then registered; without one it says so in one line naming the missing driver."""
+    import subprocess
+    import tarfile
+
+    pytest.importorskip("tvm", reason=NO_TVM)
+    build = tmp_path / "build"
+    assert _script().main(["prepare", "--out", str(build), "--target", "llvm", "--workloads", "swiglu"]) == 0
+    with tarfile.open(build / "tvm_runtime.tar.xz") as tar:
+        tar.extractall(tmp_path / "rt", filter="data")
+    code = ("import torch, tvm, tvm_ffi, tvm_bench\n"
+            "before = tvm_ffi.get_global_func(tvm_bench.CUDA_LOADER, allow_missing=True) is not None\n"
+            "why = tvm_bench.load_cuda_runtime()\n"
+            "after = tvm_ffi.get_global_func(tvm_bench.CUDA_LOADER, allow_missing=True) is not None\n"
+            "print(before, after, repr(why))\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'rt' / 'site'}:{ROOT / 'benchmarks'}:{ROOT}"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, after, why = done.stdout.strip().split(" ", 2)
+    assert before == "False"                                 # what TVM's autoload left: the bug
+    assert (after, why) == ("True", "''") or (after == "False" and "libcuda" in why)
