@@ -43,7 +43,9 @@ autotuning), then 8 in 430 s (18-70 s of tuning), the oracle step 3 configs in 1
 own. Tuning has since lost the second compile of every timed candidate (13-47 s a config in that run, 2-4 s
 after). The other limits come from two H200 runs (2026-11-26): Prism's first compile of the Llama-shaped step took
 332 s, then 209 s (the llama step 248 s in all) once compile workers ran each candidate (prism.tune.compile's
-`warm`); the decoder step took 141 s, the GPU tests 208 s on 12 workers. `--seconds` (default CALL_SECONDS) bounds the
+`warm`); the decoder step took 141 s, the GPU tests 208 s on 12 workers. On an H200 (2026-11-27) the gpu_bench step measured 13
+configs in its 500 s (3-55 s of tuning each, then torch.compile's autotuning), and a second call the other six but
+MoE in 230 s: all ten workloads want two calls. `--seconds` (default CALL_SECONDS) bounds the
 steps together: a step gets at most what is left, so a call never runs past its limit with a step's output
 lost. It prints each step's last lines and a summary table last. Without a GPU, `run` says so in one line and exits 2.
 """
