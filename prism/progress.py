@@ -27,7 +27,7 @@ class Bars:
     when its phase reaches its total, when the next phase starts, or on leaving a `with Bars()` block."""
 
     LABELS = {"generate": "search: structures", "verify": "search: verify", "search": "search: concrete",
-              "rank": "tune: rank", "compile": "tune: compile", "profile": "tune: profile"}
+              "space": "tune: space", "rank": "tune: rank", "compile": "tune: compile", "profile": "tune: profile"}
 
     def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
         self.stream = stream or sys.stderr

@@ -49,7 +49,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -432,6 +432,13 @@ class GraphSpace:
                                    and fp[1] + fp[2] * least <= t.smem_per_block and not self.broken(*key))
         return list(self._tilings)
 
+    def found(self, tilings: Sequence[tuple[Sequence[int], int]]) -> None:
+        """Take `tilings` as this sGraph's (`graph_tilings` found them in a worker, from the same sGraph), their
+        footprints measured here at once (one at a time, `_tiles` took 66 s over QK-Attention's 780,000)."""
+        self._tilings = [(tuple(grid), loop) for grid, loop in tilings]
+        if self._tilings:
+            self._measure(self._tilings)
+
     def _groups_fit(self) -> bool:
         """Whether a partials form's second kernel can sum the splits' tiles at these shapes: a group op in a
         kernel sums groups of a power-of-two size only (prism.codegen.render: the padded tile must split into
@@ -525,8 +532,17 @@ class Space:
             return "fused"
         return g.form
 
-    def tilings(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
-        """Every valid (sGraph, grid, loop), graph by graph (computed once)."""
+    def tilings(self, mapper: Callable[[Callable[..., Any], Sequence[tuple]], list[Any]] | None = None,
+                ) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
+        """Every valid (sGraph, grid, loop), graph by graph (computed once). `mapper` (map(fn, tasks), as
+        prism.tune.rank takes it): a space of at least PARALLEL_GRAPHS sGraphs finds them on its workers."""
+        if self._tilings is None and mapper is not None and len(self.graphs) >= PARALLEL_GRAPHS:
+            chunks = -(-len(self.graphs) // GRAPHS_PER_TASK)
+            tasks = [({gs.index: gs.sgraph.to_json() for gs in self.graphs[k::chunks]}, self.shapes, self.dtype,
+                      self.target) for k in range(chunks)]     # interleaved: the costly sGraphs sit together
+            for found in mapper(graph_tilings, tasks):
+                for i, tilings in found.items():
+                    self.graphs[i].found(tilings)
         return list(self._all())
 
     def _all(self) -> list[tuple[GraphSpace, tuple[int, ...], int]]:
@@ -602,3 +618,20 @@ def instantiate(sgraph, shapes: Sequence[Sequence[int]], dtype: str, names: Sequ
             block = node.attrs["block"]
             block.launch = replace(c.launch, tail=block.launch.tail)
     return g
+
+
+PARALLEL_GRAPHS = 256
+"""Where a search result has at least this many sGraphs, `Space.tilings` finds their tilings on the tuning's
+workers. An sGraph proved under size constraints instantiates its µGraph once per grid to read its later
+kernels' sizes (`GraphSpace.broken`): QK-Attention's 2572 sGraphs took 35 s of the H200 host's 55 s of tuning
+a config in one process (2026-11-27)."""
+GRAPHS_PER_TASK = 32
+
+
+def graph_tilings(docs: dict[int, dict], shapes: Sequence[Sequence[int]], dtype: str,
+                  target: Target) -> dict[int, list[tuple[tuple[int, ...], int]]]:
+    """GraphSpace.tilings of each sGraph of `docs` (its index in the search result: its JSON) at `shapes`.
+    Runs in a worker: everything comes as JSON or plain values."""
+    from prism.search.result import SymbolicGraph
+
+    return {i: GraphSpace(SymbolicGraph.from_json(doc), shapes, dtype, target, i).tilings() for i, doc in docs.items()}

@@ -30,6 +30,7 @@ of worker processes serves the whole tuning (ranking, then every compile batch),
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -122,7 +123,7 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
         compile, target, ...); keyword arguments change them (`tune(result, program, budget=8)`).
     gpu: time candidates on `device` (CUDA-graph replay); else rank them by the cost model.
     workers: worker processes for ranking and compiling (default: all cores).
-    log, progress: one line per step; (phase, done, total) as "rank", "compile" and "profile" advance.
+    log, progress: one line per step; (phase, done, total) as "space", "rank", "compile" and "profile" advance.
     cluster: a prism.search.cluster.RayWorkers to rank and compile on (Ray tasks), instead of local processes.
     """
     opts = TuneOptions.of(options, "tune", **changes)
@@ -133,9 +134,6 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
     report = Report(GPU_PROFILE if gpu else COST_MODEL, target.name)
     report.floor_us = floor_seconds(program, target) * 1e6
     clock = _Clock(opts.time_budget)
-    space = Space(result, program, target)
-    space.tilings()
-    clock.lap("space")
     n = default_workers() if workers is None else max(1, int(workers))
     started = start_workers(n) if compile and cluster is None else None
     # without compiles, ranking is the only parallel work: the search's workers take it if they are running
@@ -143,6 +141,9 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
     mapper = _Mapper(started, cluster, progress, report, shared)
     clock.lap("workers")
     try:
+        space = Space(result, program, target)
+        space.tilings(functools.partial(mapper, phase="space") if mapper.started or cluster or shared else None)
+        clock.lap("space")
         ranked = _rank(space, opts, target, report, log, mapper,
                        n if mapper.started or cluster or shared else 1)
         clock.lap("rank")
@@ -195,7 +196,7 @@ class _Clock:
 @dataclass
 class _Mapper:
     """map(fn, tasks) for prism.tune.rank: on the tuning's worker pool, on Ray, on the search's running workers,
-    or in this process; progress as "rank". A pool that breaks is dropped (with a note) and the work done here."""
+    or in this process; progress as `phase`. A pool that breaks is dropped (with a note) and the work done here."""
 
     started: ProcessPoolExecutor | None
     cluster: Any
@@ -204,9 +205,9 @@ class _Mapper:
     shared: Any = None
     """The search's running workers (prism.search.parallel.running), used when no pool of its own was started."""
 
-    def __call__(self, fn: Callable[..., Any], tasks: Sequence[tuple]) -> list[Any]:
+    def __call__(self, fn: Callable[..., Any], tasks: Sequence[tuple], phase: str = "rank") -> list[Any]:
         def done(k: int) -> None:
-            report_progress(self.progress, "rank", k, len(tasks))
+            report_progress(self.progress, phase, k, len(tasks))
 
         done(0)
         finished = iter(range(1, len(tasks) + 1))

@@ -266,3 +266,24 @@ def test_sampled_points_compile_for_sm90_and_compute_the_verified_function(searc
         assert c.warps in [k.num_warps for k in r.kernels], (str(c), r.kernels)
         got = run(g, xs, torch.float64)[0]
         assert torch.allclose(got, want, rtol=1e-7, atol=1e-9), str(c)     # the verifier's random test's bounds
+
+
+def test_tilings_found_on_workers_are_those_found_here(searched, monkeypatch):
+    """A space of many sGraphs finds their tilings on the tuning's workers (Space.tilings with a mapper), from
+    each sGraph's JSON: the same tilings, sGraph by sGraph, as found in this process, size constraints included."""
+    import prism.tune.space as space_module
+
+    w, cfg, result = searched("attention")
+    program = w.build(w.configs[0])
+    assert any(g.constraints for g in result.graphs)
+    here = [(gs.index, grid, loop) for gs, grid, loop in Space(result, program).tilings()]
+    calls = []
+
+    def mapper(fn, tasks):
+        calls.append(len(tasks))
+        return [fn(*t) for t in tasks]
+
+    monkeypatch.setattr(space_module, "PARALLEL_GRAPHS", 1)
+    found = Space(result, program)
+    assert [(gs.index, grid, loop) for gs, grid, loop in found.tilings(mapper)] == here
+    assert calls and calls[0] > 1 and len(found) == len(Space(result, program))
