@@ -229,6 +229,7 @@ class GraphSpace:
         self._valid: set[tuple[tuple[int, ...], int]] | None = None
         self._later: dict[tuple[int, ...], dict[str, int]] = {}   # the later kernels' sizes by the first's grid
         self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._counts: dict[tuple[tuple[int, ...], int], int] = {}   # len(launches) by tiling
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
 
     def _tail(self, st, m, slot: dict[int, int]) -> list[list[tuple[int | None, int | None]]]:
@@ -339,6 +340,12 @@ class GraphSpace:
                 fixed += nbytes
         for key, row in zip(tilings, zip(numel.tolist(), fixed.tolist(), staged.tolist())):
             self._footprints[key] = row
+        # `_offer`'s counts at once: a space's points are counted over every tiling (`Space._all`)
+        warps = sum((32 * w <= numel) | (w == 1) for w in WARPS)
+        smem = self.target.smem_per_block
+        stages = np.where(looped, sum(fixed + staged * staged_copies(v) <= smem for v in STAGE_VALUES),
+                          fixed + staged * staged_copies(TRITON_STAGES) <= smem)
+        self._counts.update(zip(tilings, (warps * stages).tolist()))
 
     def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
         """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""
@@ -346,9 +353,11 @@ class GraphSpace:
         return [(w, s) for w in warps for s in stages]
 
     def n_launches(self, grid: Sequence[int], loop: int) -> int:
-        """len(launches(grid, loop)), without listing them."""
-        warps, stages = self._offer(tuple(grid), loop)
-        return len(warps) * len(stages)
+        """len(launches(grid, loop)), without listing them (counted with the tiling's footprint)."""
+        key = (tuple(grid), loop)
+        if key not in self._counts:
+            self._measure([key])
+        return self._counts[key]
 
     def _offer(self, grid: tuple[int, ...], loop: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The warps and the stages a valid tiling offers (each launch is one of each; computed once)."""
