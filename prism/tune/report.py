@@ -169,7 +169,7 @@ class Report:
 
     @property
     def seconds_text(self) -> str:
-        """Where the tuning's seconds went: "12.3 s (space 1.0, rank 3.1, compile 8.0, profile 0.2)"."""
+        """Where the tuning's seconds went: "12.3 s (workers 0.9, space 1.0, rank 3.1, compile 8.0, profile 0.2)"."""
         phases = ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items() if k != "total")
         return f"{self.seconds.get('total', 0.0):.1f} s" + (f" ({phases})" if phases else "")
 

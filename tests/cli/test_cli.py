@@ -104,14 +104,14 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path, monkeypatch
     assert "(ok," in text and "picture    " in text
     assert "space      " in text and "points" in text                    # the space's size
     assert re.search(r"forms      \S+ \(\d+ sGraphs\) [0-9.]+ us #\d+ grid", text)   # each form's best point
-    assert re.search(r"tuning     [0-9.]+ s \(space [0-9.]+, workers [0-9.]+, rank [0-9.]+, compile", text)
+    assert re.search(r"tuning     [0-9.]+ s \(workers [0-9.]+, space [0-9.]+, rank [0-9.]+, compile", text)
     assert "search: verify" in err  # a progress bar on stderr
     (out / "search.json").unlink()
     code, again, err = run(capsys, *argv)  # the result cache answers: no search, the same choice and files
     assert code == EXIT_OK, err
     assert "search     skipped: the tuned result came from the result cache" in again
     assert "(from the result cache)" in again and (out / "search.json").is_file()
-    assert re.search(r"tuning     [0-9.]+ s \(space [0-9.]+, workers [0-9.]+, rank [0-9.]+, compile", again)
+    assert re.search(r"tuning     [0-9.]+ s \(workers [0-9.]+, space [0-9.]+, rank [0-9.]+, compile", again)
     chosen = [line for line in text.splitlines() if line.startswith("chosen")]
     assert chosen == [line for line in again.splitlines() if line.startswith("chosen")]
 
