@@ -341,11 +341,16 @@ class GraphSpace:
         for key, row in zip(tilings, zip(numel.tolist(), fixed.tolist(), staged.tolist())):
             self._footprints[key] = row
         # `_offer`'s counts at once: a space's points are counted over every tiling (`Space._all`)
-        warps = sum((32 * w <= numel) | (w == 1) for w in WARPS)
+        warps, stages = self._offered(numel, fixed, staged)
+        n_stages = np.where(looped, sum(stages[v] for v in STAGE_VALUES), stages[TRITON_STAGES])
+        self._counts.update(zip(tilings, (sum(warps.values()) * n_stages).tolist()))
+
+    def _offered(self, numel: Any, fixed: Any, staged: Any) -> tuple[dict[int, Any], dict[int, Any]]:
+        """Which warps and which stages a tiling's footprint allows (numbers, or arrays over many tilings): the one
+        rule of `_offer` and of the counts `_measure` keeps. A loop of one iteration offers only TRITON_STAGES."""
         smem = self.target.smem_per_block
-        stages = np.where(looped, sum(fixed + staged * staged_copies(v) <= smem for v in STAGE_VALUES),
-                          fixed + staged * staged_copies(TRITON_STAGES) <= smem)
-        self._counts.update(zip(tilings, (warps * stages).tolist()))
+        return ({w: (32 * w <= numel) | (w == 1) for w in WARPS},
+                {s: fixed + staged * staged_copies(s) <= smem for s in {*STAGE_VALUES, TRITON_STAGES}})
 
     def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
         """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""
@@ -363,10 +368,9 @@ class GraphSpace:
         """The warps and the stages a valid tiling offers (each launch is one of each; computed once)."""
         key = (grid, loop)
         if key not in self._launches:
-            numel, fixed, staged = self._tiles(grid, loop)   # what `footprint` reads, without one per stage
-            self._launches[key] = (tuple(w for w in WARPS if w == 1 or 32 * w <= numel),
-                                   tuple(s for s in (STAGE_VALUES if loop > 1 else (TRITON_STAGES,))
-                                         if fixed + staged * staged_copies(s) <= self.target.smem_per_block))
+            warps, stages = self._offered(*self._tiles(grid, loop))   # what `footprint` reads, not one per stage
+            self._launches[key] = (tuple(w for w in WARPS if warps[w]),
+                                   tuple(s for s in (STAGE_VALUES if loop > 1 else (TRITON_STAGES,)) if stages[s]))
         return self._launches[key]
 
     def violations(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> list[str]:
@@ -443,7 +447,7 @@ class GraphSpace:
 
     def found(self, tilings: Sequence[tuple[Sequence[int], int]]) -> None:
         """Take `tilings` as this sGraph's (`graph_tilings` found them in a worker, from the same sGraph), their
-        footprints measured here at once (one at a time, `_tiles` took 66 s over QK-Attention's 780,000)."""
+        footprints measured here at once: `_tiles` would measure QK-Attention's 780,000 one at a time."""
         self._tilings = [(tuple(grid), loop) for grid, loop in tilings]
         if self._tilings:
             self._measure(self._tilings)
