@@ -17,6 +17,12 @@ tuned (`--search-dir`, by the same Prism build) with each kernel's compiled warp
 
     PYTHONPATH=. python benchmarks/tune_calibrate.py from-bench gpu_bench.json --search-dir DIR --out samples.json
 
+`regret` replays the samples as the oracle test does (prism.tune.oracle): per config, the measured µs of the
+model's pick over the fastest measured, with the shipped calibration, the data sheet's values or a fit on them
+(`--constants`), and optionally without a field of the model (`--without dot_tile`: the model before it):
+
+    PYTHONPATH=. python benchmarks/tune_calibrate.py regret samples.json [--kind h200] [--constants fit]
+
 `fit` prints, per config, the rank correlation of the data-sheet model and of the calibrated one on the
 held-out points; `--save` writes the calibration that `prism.tune.get_target` applies (the shipped one is
 prism/tune/data/<kind>.json), fitted again on every point: the held-out third judges the model's form and the
@@ -68,6 +74,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     f.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
     f.add_argument("--save", default="", help="write the calibration here (e.g. prism/tune/data/h100.json)")
     f.add_argument("--seed", type=int, default=0, help="the held-out split's seed")
+    r = sub.add_parser("regret", help="per config, the measured µs of the model's pick over the fastest measured")
+    r.add_argument("samples", nargs="+", help="files written by `collect` or `from-bench`")
+    r.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
+    r.add_argument("--constants", choices=("shipped", "sheet", "fit"), default="shipped",
+                   help="the shipped calibration, the data sheet's values, or a fit on these samples")
+    r.add_argument("--without", default="", help="a field of the model's kernels (KernelWork) held at its "
+                   "default in every sample: the model before that field, e.g. dot_tile")
     args = p.parse_args(argv)
     if args.step == "collect":
         from prism import workloads
@@ -229,7 +242,8 @@ def fit(args: argparse.Namespace) -> int:
         print(f"  {k}: {getattr(sheet, k):.4g} -> {v:.4g}")
     if args.save:
         shipped = fit_values(samples, sheet)
-        source = {"command": "benchmarks/tune_calibrate.py fit " + " ".join(args.samples), "devices": devices,
+        source = {"command": f"benchmarks/tune_calibrate.py fit --kind {args.kind} " + " ".join(args.samples),
+                  "devices": devices,
                   "date": time.strftime("%Y-%m-%d"), "samples": len(samples), "fitted_on": len(samples),
                   "held_out_check": {"fitted_on": len(train), "held_out": len(test), "spearman_held_out": rhos,
                                      "median_spearman_held_out": median}}
@@ -240,9 +254,48 @@ def fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def regret(args: argparse.Namespace) -> int:
+    """The oracle's replay (prism.tune.oracle.regrets) of the samples: per config the model's pick, the fastest
+    measured and the regret, then their geomean and maximum."""
+    from dataclasses import MISSING, fields, replace
+
+    from prism.errors import InputError
+    from prism.tune.cost import KernelWork
+    from prism.tune.fit import fit as fit_values
+    from prism.tune.oracle import load, regrets
+    from prism.tune.target import TARGETS, get_target
+
+    if args.kind not in TARGETS:
+        print(f"tune_calibrate: unknown kind {args.kind!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    defaults = {f.name: f.default for f in fields(KernelWork) if f.default is not MISSING}
+    if args.without and args.without not in defaults:
+        print(f"tune_calibrate: --without takes a KernelWork field with a default: {', '.join(defaults)}",
+              file=sys.stderr)
+        return 2
+    try:
+        samples = load(args.samples)
+    except InputError as e:
+        print(f"tune_calibrate: {e}", file=sys.stderr)
+        return 2
+    if args.without:
+        samples = [replace(s, kernels=tuple(replace(k, **{args.without: defaults[args.without]}) for k in s.kernels))
+                   for s in samples]
+    sheet = TARGETS[args.kind]
+    target = {"shipped": lambda: get_target(args.kind), "sheet": lambda: sheet,
+              "fit": lambda: sheet.with_(**fit_values(samples, sheet))}[args.constants]()
+    found = regrets(samples, target)
+    print(markdown_table(["config", "candidates", "regret", "Spearman", "picked", "fastest"],
+                         [[r.group, str(r.candidates), f"{r.regret:.2f}", num_text(r.rho, "{:+.2f}"), r.picked, r.best]
+                          for r in found]))
+    values = [r.regret for r in found]
+    print(f"\nregret over {len(found)} configs: geomean {statistics.geometric_mean(values):.2f}, max {max(values):.2f}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return {"collect": collect, "from-bench": from_bench, "fit": fit}[args.step](args)
+    return {"collect": collect, "from-bench": from_bench, "fit": fit, "regret": regret}[args.step](args)
 
 
 if __name__ == "__main__":

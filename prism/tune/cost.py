@@ -362,8 +362,9 @@ def _occupancy(w: KernelWork, t: Target) -> int:
 def _warps_over_dot(w: KernelWork, t: Target) -> float:
     """How many times over a block's warps compute its smallest dot: each warp's tensor-core instruction makes
     `t.mma_tile` outputs, so more warps than the tile has of those repeat the work (Triton spreads the warps over
-    the output and duplicates what is left over). On an H200 (2026-11-27) the model without it picked 16 warps
-    for 16-column tiles in six of nineteen configs, measured 1.9-3.5x slower than the best."""
+    the output and duplicates what is left over). On an H200's timed candidates (2026-11-27) the model without it
+    picked 16 warps on tiles 16 to 64 columns wide in six of nineteen configs, measured 1.87-3.53x slower than the
+    fastest (`benchmarks/tune_calibrate.py regret --kind h200 --constants fit --without dot_tile ...`)."""
     return max(1.0, w.warps * t.mma_tile / w.dot_tile) if w.dot_tile else 1.0
 
 

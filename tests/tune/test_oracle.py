@@ -157,3 +157,25 @@ def test_from_bench_refuses_searches_that_are_not_the_runs(tmp_path):
     done = _from_bench(tmp_path, RUN, wrong)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out.json").exists()
+
+
+def _regret(*args: str) -> subprocess.CompletedProcess:
+    root = RESULTS.parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "tune_calibrate.py"), "regret", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_the_regret_command_replays_the_oracle_and_the_model_before_a_field():
+    """`tune_calibrate.py regret` prints what the oracle test replays (the shipped calibration's regret per
+    config); `--without dot_tile` replays the model before that field (one H100 config's pick was faster then,
+    TODAY's note says by how much); an unknown field is one line and exit 2."""
+    files = [str(p) for p in sorted(RESULTS.glob("tune_samples_h100_*.json"))]
+    done = _regret("--kind", "h100", *files)
+    assert done.returncode == 0, done.stderr
+    assert f"| rmsnorm n=8,d=1024 [tune_samples_h100_d] | 28 | {TODAY['h100']['rmsnorm n=8,d=1024 [tune_samples_h100_d]']:.2f} |" \
+        in done.stdout
+    before = _regret("--kind", "h100", "--without", "dot_tile", *files)
+    assert "| rmsnorm n=8,d=1024 [tune_samples_h100_d] | 28 | 1.29 |" in before.stdout
+    bad = _regret("--kind", "h100", "--without", "nope", *files)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
