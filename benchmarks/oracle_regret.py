@@ -10,6 +10,7 @@ Needs no GPU: the measurements are stored.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -37,14 +38,17 @@ def main() -> None:
         print(f"| {c.group} | {c.candidates} | {c.regret:.2f} | {c.rho:.2f} | {d.regret:.2f} | {d.rho:.2f} | "
               f"{c.picked} | {c.best} |")
     worst = max(calibrated, key=lambda r: r.regret)
-    print(f"configs within 1.10: {sum(r.regret <= 1.10 for r in calibrated)} of {len(calibrated)}; "
-          f"worst {worst.regret:.2f} ({worst.group})")
+    print(f"configs within 1.10: {sum(r.regret <= 1.10 for r in calibrated)} of {len(calibrated)}; geomean "
+          f"{statistics.geometric_mean([r.regret for r in calibrated]):.2f}, worst {worst.regret:.2f} ({worst.group})")
     if args.left_out:
         print("\nfitted on the other configs (from the data sheet), each config left out in turn:")
         print("| config | regret | ρ | picked |")
         print("|---|---|---|---|")
-        for r in left_out(samples, TARGETS[args.kind]):
+        out = left_out(samples, TARGETS[args.kind])
+        for r in out:
             print(f"| {r.group} | {r.regret:.2f} | {r.rho:.2f} | {r.picked} |")
+        print(f"left out: configs within 1.10: {sum(r.regret <= 1.10 for r in out)} of {len(out)}; geomean "
+              f"{statistics.geometric_mean([r.regret for r in out]):.2f}, worst {max(r.regret for r in out):.2f}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ tuned (`--search-dir`, by the same Prism build) with each kernel's compiled warp
 
 `regret` replays the samples as the oracle test does (prism.tune.oracle): per config, the measured µs of the
 model's pick over the fastest measured, with the shipped calibration, the data sheet's values or a fit on them
-(`--constants`), and optionally without a field of the model (`--without dot_tile`: the model before it):
+(`--constants`), and optionally without a field of the model or a term (`--without dot_tile`, `--without
+warp_cost`: the model before it; a constant held at 0 is not fitted):
 
     PYTHONPATH=. python benchmarks/tune_calibrate.py regret samples.json [--kind h200] [--constants fit]
 
@@ -75,12 +76,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     f.add_argument("--save", default="", help="write the calibration here (e.g. prism/tune/data/h100.json)")
     f.add_argument("--seed", type=int, default=0, help="the held-out split's seed")
     r = sub.add_parser("regret", help="per config, the measured µs of the model's pick over the fastest measured")
-    r.add_argument("samples", nargs="+", help="files written by `collect` or `from-bench`")
-    r.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
-    r.add_argument("--constants", choices=("shipped", "sheet", "fit"), default="shipped",
-                   help="the shipped calibration, the data sheet's values, or a fit on these samples")
-    r.add_argument("--without", default="", help="a field of the model's kernels (KernelWork) held at its "
-                   "default in every sample: the model before that field, e.g. dot_tile")
+    s = sub.add_parser("steps", help="per launch field, measured and predicted ratios of candidates differing in it")
+    for replay in (r, s):
+        replay.add_argument("samples", nargs="+", help="files written by `collect` or `from-bench`")
+        replay.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
+        replay.add_argument("--constants", choices=("shipped", "sheet", "fit"), default="shipped",
+                            help="the shipped calibration, the data sheet's values, or a fit on these samples")
+        replay.add_argument("--without", default="", help="a field of the model's kernels (KernelWork) held at "
+                            "its default in every sample, or a fitted constant held at 0 (its term off): the model "
+                            "before it, e.g. dot_tile, warp_cost")
     args = p.parse_args(argv)
     if args.step == "collect":
         from prism import workloads
@@ -254,37 +258,48 @@ def fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def regret(args: argparse.Namespace) -> int:
-    """The oracle's replay (prism.tune.oracle.regrets) of the samples: per config the model's pick, the fastest
-    measured and the regret, then their geomean and maximum."""
+def _replay(args: argparse.Namespace) -> tuple[list, Any]:
+    """The samples and the target a replay (`regret`, `steps`) runs the model with: `--constants`, `--without`;
+    a SystemExit(2) after one line when they cannot be had."""
     from dataclasses import MISSING, fields, replace
 
     from prism.errors import InputError
+    from prism.tune.calibration import FITTED
     from prism.tune.cost import KernelWork
     from prism.tune.fit import fit as fit_values
-    from prism.tune.oracle import load, regrets
+    from prism.tune.oracle import load
     from prism.tune.target import TARGETS, get_target
 
+    def refuse(line: str) -> SystemExit:
+        print(f"tune_calibrate: {line}", file=sys.stderr)
+        return SystemExit(2)
+
     if args.kind not in TARGETS:
-        print(f"tune_calibrate: unknown kind {args.kind!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
-        return 2
+        raise refuse(f"unknown kind {args.kind!r}; known: {', '.join(TARGETS)}")
     defaults = {f.name: f.default for f in fields(KernelWork) if f.default is not MISSING}
-    if args.without and args.without not in defaults:
-        print(f"tune_calibrate: --without takes a KernelWork field with a default: {', '.join(defaults)}",
-              file=sys.stderr)
-        return 2
+    if args.without and args.without not in {*defaults, *FITTED}:
+        raise refuse(f"--without takes a KernelWork field with a default ({', '.join(defaults)}) or a fitted "
+                     f"constant ({', '.join(FITTED)})")
     try:
         samples = load(args.samples)
     except InputError as e:
-        print(f"tune_calibrate: {e}", file=sys.stderr)
-        return 2
-    if args.without:
+        raise refuse(str(e)) from None
+    off = {args.without: 0.0} if args.without in FITTED else {}     # a constant at 0: its term off, never fitted
+    if args.without in defaults:
         samples = [replace(s, kernels=tuple(replace(k, **{args.without: defaults[args.without]}) for k in s.kernels))
                    for s in samples]
-    sheet = TARGETS[args.kind]
-    target = {"shipped": lambda: get_target(args.kind), "sheet": lambda: sheet,
+    sheet = TARGETS[args.kind].with_(**off)
+    target = {"shipped": lambda: get_target(args.kind).with_(**off), "sheet": lambda: sheet,
               "fit": lambda: sheet.with_(**fit_values(samples, sheet))}[args.constants]()
-    found = regrets(samples, target)
+    return samples, target
+
+
+def regret(args: argparse.Namespace) -> int:
+    """The oracle's replay (prism.tune.oracle.regrets) of the samples: per config the model's pick, the fastest
+    measured and the regret, then their geomean and maximum."""
+    from prism.tune.oracle import regrets
+
+    found = regrets(*_replay(args))
     print(markdown_table(["config", "candidates", "regret", "Spearman", "picked", "fastest"],
                          [[r.group, str(r.candidates), f"{r.regret:.2f}", num_text(r.rho, "{:+.2f}"), r.picked, r.best]
                           for r in found]))
@@ -293,9 +308,21 @@ def regret(args: argparse.Namespace) -> int:
     return 0
 
 
+def steps(args: argparse.Namespace) -> int:
+    """prism.tune.oracle.steps for warps, stages and loop: per step between neighbouring values, how much slower
+    the measured and the predicted candidates got, over the pairs of each config that differ in that field only."""
+    from prism.tune.oracle import steps as field_steps
+
+    samples, target = _replay(args)
+    rows = [[st.field, f"{st.low} -> {st.high}", str(st.pairs), f"x{st.measured:.2f}", f"x{st.predicted:.2f}"]
+            for field in ("warps", "stages", "loop") for st in field_steps(samples, target, field)]
+    print(markdown_table(["field", "step", "pairs", "measured", "predicted"], rows))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return {"collect": collect, "from-bench": from_bench, "fit": fit, "regret": regret}[args.step](args)
+    return {"collect": collect, "from-bench": from_bench, "fit": fit, "regret": regret, "steps": steps}[args.step](args)
 
 
 if __name__ == "__main__":

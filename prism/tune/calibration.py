@@ -36,7 +36,7 @@ FORMAT = "prism.calibration"
 DATA = Path(__file__).with_name("data")
 """Where the calibrations shipped with Prism live, one `<kind>.json` per GPU kind."""
 FITTED = ("dram_bandwidth", "sm_bandwidth", "l2_bandwidth", "dram_latency", "warp_inflight", "iteration_latency",
-          "loop_overhead", "launch", "vector_flops", "tensor_flops")
+          "loop_overhead", "launch", "vector_flops", "tensor_flops", "warp_cost", "spill_slope")
 """The Target fields a calibration sets (not `spill_penalty`: prism.tune.cost says why)."""
 
 

@@ -12,9 +12,12 @@ per SM (limited by warps, shared memory and registers), on a target with S SMs:
                  t(d, h, D) = max((d + h) / min(pipe, D · min(q, d + h) / latency), d / dram, h / l2)
                  tc = tensor_flops / (S·k·u), vc = vector_flops / (S·k), D = min(stages - 1, L) in the loop, else 1
                  u = max(1, warps · mma_tile / dot_tile): warps past the smallest dot's tile repeat its work
-    iteration    t_it  = max(t(iter_bytes, iter_l2, D), iter_dot / tc, iter_vec / vc, iteration_latency / D)
-    block        t_blk = latency + t(pre_bytes, pre_l2, 1) + L·t_it + post_dot / tc
+    warps        o = k · warps · warp_cost      (every warp on the SM, once per iteration and once after)
+    iteration    t_it  = max(t(iter_bytes, iter_l2, D), iter_dot / tc, iter_vec / vc, iteration_latency / D) + o
+    block        t_blk = latency + t(pre_bytes, pre_l2, 1) + L·t_it + post_dot / tc + o
                          + post_vec / vc + store_bytes / min(pipe, dram) (+ latency if it stores)
+    spilling     t_blk · (spill_penalty + spill_slope · x)   x: estimated registers per thread over the most
+                                                            a thread may hold, as a fraction of that (≥ 0)
     kernel       T = launch + W · t_blk          memset: launch + bytes / dram_bandwidth
     tail         T = latency + W · t_blk         a kernel run by the last block of each row of the kernel
                                                  before it (prism.codegen.tail): no launch, one atomic
@@ -34,7 +37,20 @@ pulls, and what an SM pulls is bounded by the bytes its blocks keep in flight, n
 - A spill is a small charge (`spill_penalty`, not fitted): the compiler reports only that a stack frame
   exists, not how much is spilled, and the measured spilling candidates were among the fastest of their
   configs (attention h=8192, SwiGLU d=4096); a fitted whole-block factor (2-2.5) absorbed other errors
-  and moved picks to kernels measured 3.6x slower.
+  and moved picks to kernels measured 3.6x slower. What does tell is how far the estimated registers
+  overflow (`_overflow`): a 2-warp GQA kernel needing about twice what a thread may hold measured 74x slower
+  than the same at 4 warps, and the H200 model that charged every spill alike picked it (fitted `spill_slope`
+  per unit of overflow; `benchmarks/tune_calibrate.py regret --kind h200 --constants fit --without
+  spill_slope ...`: geomean regret 1.43, max 73.76, against 1.13 and 2.23 with it).
+- Every warp costs time (`warp_cost`): at the same tiles, doubling the warps from 4 to 8 measured 1.18x
+  slower over 34 pairs of H200 candidates and from 8 to 16 1.22x over 52, where the model without the
+  term predicted 0.98x and 1.00x (`benchmarks/tune_calibrate.py steps --kind h200 --constants fit
+  --without warp_cost ...`): what every warp repeats (a small tile's dot duplicated past its mma tiles,
+  reductions across warps through shared memory, the loop's own instructions) is paid once per warp, per
+  iteration, by the warps of every block sharing the SM. With it the geomean regret of the picks went from
+  1.26 to 1.13 on the H200 and from 1.38 to 1.16 on the H100 (`regret`, shipped calibrations). It also
+  charges a longer loop: doubling the iterations measured 0.99-1.17x but is predicted 1.12-1.32x
+  (`steps --kind h200`), the form error left for the next term.
 
 Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
 to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read
@@ -55,7 +71,9 @@ calibration (prism.tune.calibration, fitted by prism.tune.fit) sets them to meas
 
 With ahead-of-time results (`aot=`), warps, shared memory and registers are the compiler's and a
 non-empty stack frame means spilling; without, they are estimated (live tiles over threads). A
-spilling kernel's block time is multiplied by the target's `spill_penalty`.
+spilling kernel's block time is multiplied by the target's `spill_penalty`, plus `spill_slope` for each
+register per thread the estimate puts over what a thread may hold (`_overflow`): a stack frame alone says
+little, a tile twice the register file says much.
 """
 
 from __future__ import annotations
@@ -115,7 +133,7 @@ class KernelWork:
 
     def with_launch(self, warps: int, stages: int, target: Target) -> KernelWork:
         """This kernel at other warps and stages, registers re-estimated (the rest does not change)."""
-        registers = int(32 + self.live / (32 * warps))
+        registers = int(_registers(self.live, warps))
         smem = self.smem + self.staged_smem * (staged_copies(stages) - staged_copies(self.stages))
         return _with(self, warps=warps, stages=stages, smem=smem, registers=min(registers, target.max_regs_per_thread),
                      spills=registers > target.max_regs_per_thread)
@@ -350,6 +368,19 @@ def _with(w: KernelWork, **changes: Any) -> KernelWork:
 
 # ---- seconds ------------------------------------------------------------------------------------
 
+def _registers(live: float, warps: int) -> float:
+    """Registers per thread a block holding `live` 32-bit values needs at `warps` warps (32 for addresses and
+    indices)."""
+    return 32 + live / (32 * warps)
+
+
+def _overflow(w: KernelWork, t: Target) -> float:
+    """How far the estimated registers per thread exceed what a thread may hold at these warps (the per-thread
+    limit, or the SM's register file over the block's threads), as a fraction of it; 0 when they fit."""
+    most = min(t.max_regs_per_thread, t.regs_per_sm // (32 * w.warps))
+    return max(0.0, _registers(w.live, w.warps) / most - 1)
+
+
 def _occupancy(w: KernelWork, t: Target) -> int:
     limits = [t.max_blocks_per_sm, t.max_warps_per_sm // w.warps]
     if w.smem:
@@ -364,7 +395,9 @@ def _warps_over_dot(w: KernelWork, t: Target) -> float:
     `t.mma_tile` outputs, so more warps than the tile has of those repeat the work (Triton spreads the warps over
     the output and duplicates what is left over). On an H200's timed candidates (2026-11-27) the model without it
     picked 16 warps on tiles 16 to 64 columns wide in six of nineteen configs, measured 1.87-3.53x slower than the
-    fastest (`benchmarks/tune_calibrate.py regret --kind h200 --constants fit --without dot_tile ...`)."""
+    fastest. The per-warp cost (`Target.warp_cost`) now charges most of that: refitted without this term, one
+    H200 pick is slower (QK attention h=16384: 1.34 over 1.15; `benchmarks/tune_calibrate.py regret --kind h200
+    --constants fit --without dot_tile ...`)."""
     return max(1.0, w.warps * t.mma_tile / w.dot_tile) if w.dot_tile else 1.0
 
 
@@ -380,6 +413,7 @@ def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
     inflight = w.warps * t.warp_inflight
     depth = min(staged_copies(w.stages), w.loop) if w.loop > 1 else 1     # no more in flight than there are
     tc = t.tensor_flops / (t.sms * share) / _warps_over_dot(w, t)
+    per_warp = share * w.warps * t.warp_cost     # the module docstring says why
     vc = t.vector_flops / (t.sms * share)
 
     def load(dram_bytes: float, l2_bytes: float, depth: int) -> float:
@@ -394,11 +428,11 @@ def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
     t_iter = 0.0
     if w.loop > 1:
         step = t.iteration_latency / depth if w.iter_bytes or w.iter_l2 else t.loop_overhead
-        t_iter = max(load(w.iter_bytes, w.iter_l2, depth), w.iter_dot / tc, w.iter_vec / vc, step)
-    t_block = (t.dram_latency + load(w.pre_bytes, w.pre_l2, 1) + w.loop * t_iter + w.post_dot / tc
+        t_iter = max(load(w.iter_bytes, w.iter_l2, depth), w.iter_dot / tc, w.iter_vec / vc, step) + per_warp
+    t_block = (t.dram_latency + load(w.pre_bytes, w.pre_l2, 1) + w.loop * t_iter + w.post_dot / tc + per_warp
                + w.post_vec / vc + w.store_bytes / cap + (t.dram_latency if w.store_bytes else 0.0))
     if w.spills:
-        t_block *= t.spill_penalty
+        t_block *= t.spill_penalty + t.spill_slope * _overflow(w, t)
     seconds = (t.dram_latency if w.tail else t.launch) + waves * t_block
     if w.memset:
         seconds += t.launch + w.memset / t.dram_bandwidth

@@ -62,7 +62,8 @@ def log_error(samples: Sequence[Sample], target: Target) -> float:
 
 def fit(samples: Sequence[Sample], start: Target, rounds: int = 6) -> dict[str, float]:
     """The FITTED constants that minimise `log_error` over `samples`, from `start`'s values: each round tries
-    every constant times and divided by each step, keeping what lowers the error."""
+    every constant times and divided by each step, keeping what lowers the error. A constant `start` holds at 0
+    is a term of the model turned off (`tune_calibrate.py regret --without`): it stays 0."""
     if not samples:
         raise CalibrationError("fit: no measured samples")
     values = {k: float(getattr(start, k)) for k in FITTED}
@@ -70,7 +71,7 @@ def fit(samples: Sequence[Sample], start: Target, rounds: int = 6) -> dict[str, 
     for _ in range(rounds):
         improved = False
         for step in STEPS:
-            for k in FITTED:
+            for k in (k for k in FITTED if values[k]):
                 for factor in (step, 1 / step):
                     v = values[k] * factor
                     low, high = BOUNDS.get(k, (1 / RANGE, RANGE))

@@ -13,7 +13,8 @@ so a change that makes it pick a slower measured kernel fails there.
 from __future__ import annotations
 
 import json
-from collections import Counter
+import math
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -21,9 +22,10 @@ from typing import Sequence
 from prism.errors import InputError
 from prism.tune.fit import Sample, fit, predict
 from prism.tune.profile import spearman
+from prism.tune.space import Candidate
 from prism.tune.target import Target
 
-__all__ = ["Regret", "left_out", "load", "regrets"]
+__all__ = ["Regret", "Step", "left_out", "load", "regrets", "steps"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +82,39 @@ def left_out(samples: Sequence[Sample], start: Target) -> list[Regret]:
         fitted = start.with_(**fit([s for s in samples if s.group != group], start))
         out += regrets([s for s in samples if s.group == group], fitted)
     return out
+
+
+@dataclass(frozen=True)
+class Step:
+    """Candidates of one config that differ in one launch field only (`field`: "warps", "stages" or "loop"),
+    from value `low` to the next measured `high`: how many such pairs, and the geometric mean of measured and of
+    predicted time ratios (high over low). A model that ranks that field right predicts the measured ratio."""
+
+    field: str
+    low: int
+    high: int
+    pairs: int
+    measured: float
+    predicted: float
+
+
+def steps(samples: Sequence[Sample], target: Target, field: str) -> list[Step]:
+    """Per step of `field` between neighbouring values, the measured and predicted ratios over every config's
+    candidates that agree on everything else (sGraph, grid and the other fields): what the model gets wrong
+    about one parameter, seen apart from the rest."""
+    if field not in ("warps", "stages", "loop"):
+        raise InputError(f"steps: field must be warps, stages or loop, not {field!r}")
+    predicted = predict(samples, target)
+    alike: dict[tuple, list[tuple[int, float, float]]] = defaultdict(list)
+    for s, p in zip(samples, predicted):
+        c = Candidate.parse(s.label)
+        rest = replace(c, **{field: 0})
+        alike[(s.group, str(rest))].append((getattr(c, field), s.measured_us, p))
+    ratios: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    for members in alike.values():
+        members.sort()
+        for (a, ma, pa), (b, mb, pb) in zip(members, members[1:]):
+            if a != b:
+                ratios[a, b].append((math.log(mb / ma), math.log(pb / pa)))
+    return [Step(field, a, b, len(r), math.exp(sum(m for m, _ in r) / len(r)), math.exp(sum(p for _, p in r) / len(r)))
+            for (a, b), r in sorted(ratios.items())]

@@ -48,6 +48,7 @@ import bisect
 import itertools
 import math
 import random
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -117,6 +118,15 @@ class Candidate:
     def from_json(cls, data: dict) -> Candidate:
         return cls(int(data["graph"]), tuple(int(g) for g in data["grid"]), int(data["loop"]),
                    int(data.get("warps", 0)), int(data.get("stages", 0)))
+
+    @classmethod
+    def parse(cls, text: str) -> Candidate:
+        """The candidate `str` wrote (a stored sample's label, prism.tune.oracle), or a ValueError."""
+        m = re.fullmatch(r"#(\d+) grid\(([^)]*)\) loop=(\d+)(?: warps=(\d+))?(?: stages=(\d+))?", text)
+        if not m:
+            raise ValueError(f"not a candidate: {text!r}")
+        grid = tuple(int(part.split("=")[1]) for part in m[2].split(", "))
+        return cls(int(m[1]), grid, int(m[3]), int(m[4] or 0), int(m[5] or 0))
 
 
 @dataclass(frozen=True)

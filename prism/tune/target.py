@@ -44,6 +44,9 @@ class Target:
     iteration_latency: float = 0.4e-6  # s a loop iteration's loads take issue-to-use, over iterations in flight
     loop_overhead: float = 0.02e-6  # s a loop iteration that loads nothing takes at least
     spill_penalty: float = 1.05     # block time x this when registers spill (not fitted: prism.tune.cost)
+    spill_slope: float = 1.0        # ... plus this per unit of estimated registers over what a thread may hold
+    warp_cost: float = 0.04e-6      # s each warp on an SM adds per loop iteration and once after (prism.tune.cost;
+                                    # no data-sheet figure: a starting point the calibrations fit)
     sector: int = 32                # bytes: DRAM is read in sectors; a narrower row still costs one
     mma_tile: int = 16 * 8          # outputs of one warp's tensor-core instruction (mma m16n8k16)
     max_blocks: int = 8192          # the tuner's cap on blocks per kernel (not a hardware limit)

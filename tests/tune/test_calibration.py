@@ -99,3 +99,11 @@ def test_get_target_applies_the_shipped_calibration():
     assert t == cal.apply(H100) == get_target("NVIDIA H100 80GB HBM3") == calibrated("h100")
     assert get_target(H100) is H100                                   # a Target passed in is used as is
     assert get_target("h200") == (load(DATA / "h200.json").apply(H200) if (DATA / "h200.json").exists() else H200)
+
+
+def test_a_constant_held_at_zero_is_a_term_turned_off_and_stays_so():
+    """`tune_calibrate.py regret --without warp_cost` fits the model with that term off: a constant that starts
+    at 0 is left out of the fit (multiplying it would leave it 0, dividing by it would fail)."""
+    samples = _samples(H100.with_(launch=6e-6))
+    values = fit(samples, H100.with_(warp_cost=0.0))
+    assert values["warp_cost"] == 0.0 and values["launch"] != H100.launch

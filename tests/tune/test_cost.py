@@ -152,3 +152,36 @@ def test_more_bandwidth_is_faster_and_the_breakdown_prints():
     text = h100.explain()
     assert "kernel_0" in text and "wave" in text and "MB" in text
     assert h100.to_json()["kernels"][0]["blocks"] == 64
+
+
+def test_each_warp_on_an_sm_costs_time_every_iteration():
+    """Each warp of a block costs the target's warp_cost per loop iteration and once after it (128 blocks: one per
+    SM, one wave); with warp_cost at 0 (the model before it) more warps only keep more bytes in flight."""
+    from prism.tune.cost import kernel_seconds
+
+    (w,) = kernels_of(_matmul(16, 4096, 4096, (1, 128), 8, {}, {"y": 1}, {"y": 1}))
+    free = H100.with_(warp_cost=0.0)
+    for warps in (8, 16):
+        k = w.with_launch(warps, 3, H100)
+        assert not k.spills and kernel_seconds(k).waves == 1
+        charged = kernel_seconds(k).seconds - kernel_seconds(k, free).seconds
+        assert charged == pytest.approx(warps * H100.warp_cost * (w.loop + 1))
+
+
+def test_a_spill_costs_more_the_further_the_registers_overflow():
+    """A compiler-reported spill of a kernel whose estimated registers fit costs spill_penalty; one whose live
+    values need twice what a thread may hold costs spill_slope more (issue 36: a 2-warp attention kernel that
+    spilled so was measured 74x slower than the same at 4 warps)."""
+    from dataclasses import replace
+
+    from prism.tune.cost import _overflow, kernel_seconds
+
+    (w,) = kernels_of(_matmul(16, 4096, 4096, (1, 128), 8, {}, {"y": 1}, {"y": 1}))
+    fits = replace(w, warps=4, spills=True, live=0.0)
+    double = replace(fits, live=(2 * H100.max_regs_per_thread - 32) * 32 * 4)
+    assert _overflow(fits, H100) == 0 and _overflow(double, H100) == pytest.approx(1.0)
+    base = kernel_seconds(replace(fits, spills=False)).seconds
+    t = kernel_seconds(fits).seconds
+    assert (t - H100.launch) == pytest.approx((base - H100.launch) * H100.spill_penalty)
+    assert (kernel_seconds(double).seconds - H100.launch) == pytest.approx(
+        (base - H100.launch) * (H100.spill_penalty + H100.spill_slope))

@@ -240,6 +240,10 @@ def test_candidates_round_trip_and_print():
     assert str(t) == "#3 grid(x=2, y=64) loop=8 warps=4 stages=2"
     assert t.launch == Launch(4, 2) and c.launch == Launch()
     assert Candidate.from_json({"graph": 3, "grid": [2, 64], "loop": 8}) == c   # reports written before launches
+    for one in (c, t, Candidate(0, (1,), 1, warps=16), Candidate(7, (2, 1, 64), 2, stages=3)):
+        assert Candidate.parse(str(one)) == one                                   # a stored sample's label
+    with pytest.raises(ValueError, match="not a candidate"):
+        Candidate.parse("#3 grid(x=2) loop=8 warps=four")
 
 
 @pytest.mark.parametrize("name", wl.names())
