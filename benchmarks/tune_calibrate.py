@@ -19,10 +19,13 @@ tuned (`--search-dir`, by the same Prism build) with each kernel's compiled warp
 
 `regret` replays the samples as the oracle test does (prism.tune.oracle): per config, the measured µs of the
 model's pick over the fastest measured, with the shipped calibration, the data sheet's values or a fit on them
-(`--constants`), and optionally without a field of the model or a term (`--without dot_tile`, `--without
-warp_cost`: the model before it; a constant held at 0 is not fitted):
+(`--constants`), or fitted on the other configs only (`--left-out`), and optionally without a field of the model
+or a term (`--without dot_tile`, `--without warp_cost`: the model before it; a constant held at 0 is not
+fitted). `steps` shows, per launch field (warps, stages, loop), the measured and predicted ratios of candidates
+that differ in that field only:
 
     PYTHONPATH=. python benchmarks/tune_calibrate.py regret samples.json [--kind h200] [--constants fit]
+    PYTHONPATH=. python benchmarks/tune_calibrate.py steps samples.json [--kind h200]
 
 `fit` prints, per config, the rank correlation of the data-sheet model and of the calibrated one on the
 held-out points; `--save` writes the calibration that `prism.tune.get_target` applies (the shipped one is
@@ -85,6 +88,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         replay.add_argument("--without", default="", help="a field of the model's kernels (KernelWork) held at "
                             "its default in every sample, or a fitted constant held at 0 (its term off): the model "
                             "before it, e.g. dot_tile, warp_cost")
+    r.add_argument("--left-out", action="store_true", help="each config's pick by a fit on the other configs only "
+                   "(from the data sheet): the model's form and fit on a config they never saw")
     args = p.parse_args(argv)
     if args.step == "collect":
         from prism import workloads
@@ -289,6 +294,8 @@ def _replay(args: argparse.Namespace) -> tuple[list, Any]:
         samples = [replace(s, kernels=tuple(replace(k, **{args.without: defaults[args.without]}) for k in s.kernels))
                    for s in samples]
     sheet = TARGETS[args.kind].with_(**off)
+    if getattr(args, "left_out", False):
+        return samples, sheet                     # each config is fitted apart (prism.tune.oracle.left_out)
     target = {"shipped": lambda: get_target(args.kind).with_(**off), "sheet": lambda: sheet,
               "fit": lambda: sheet.with_(**fit_values(samples, sheet))}[args.constants]()
     return samples, target
@@ -296,15 +303,18 @@ def _replay(args: argparse.Namespace) -> tuple[list, Any]:
 
 def regret(args: argparse.Namespace) -> int:
     """The oracle's replay (prism.tune.oracle.regrets) of the samples: per config the model's pick, the fastest
-    measured and the regret, then their geomean and maximum."""
-    from prism.tune.oracle import regrets
+    measured and the regret, then their geomean, maximum and how many are within the goal of 1.10. With
+    `--left-out`, each config's pick comes from a fit on the other configs (prism.tune.oracle.left_out)."""
+    from prism.tune.oracle import left_out, regrets
 
-    found = regrets(*_replay(args))
+    samples, target = _replay(args)
+    found = left_out(samples, target) if args.left_out else regrets(samples, target)
     print(markdown_table(["config", "candidates", "regret", "Spearman", "picked", "fastest"],
                          [[r.group, str(r.candidates), f"{r.regret:.2f}", num_text(r.rho, "{:+.2f}"), r.picked, r.best]
                           for r in found]))
     values = [r.regret for r in found]
-    print(f"\nregret over {len(found)} configs: geomean {statistics.geometric_mean(values):.2f}, max {max(values):.2f}")
+    print(f"\nregret over {len(found)} configs: geomean {statistics.geometric_mean(values):.2f}, max {max(values):.2f}, "
+          f"{sum(v <= 1.10 for v in values)} within 1.10")
     return 0
 
 

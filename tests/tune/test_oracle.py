@@ -218,3 +218,23 @@ def test_the_steps_command_shows_the_warps_trend_the_model_follows():
     assert row.split("|")[3].strip() == "52" and measured == 1.22 and abs(predicted / measured - 1) < 0.05
     before = _regret("--kind", "h200", "--constants", "fit", "--without", "warp_cost", *files, step="steps")
     assert "| warps | 8 -> 16 | 52 | x1.22 | x1.00 |" in before.stdout
+
+
+def test_left_out_picks_each_config_by_a_fit_on_the_others_only():
+    """`regret --left-out` (prism.tune.oracle.left_out): a config's pick under constants fitted without it, the
+    guard against a form that only fits the configs it was shown."""
+    from prism.tune.fit import fit
+    from prism.tune.oracle import left_out
+    from prism.tune.target import TARGETS
+
+    path = RESULTS / "tune_samples_h200_b.json"
+    samples, sheet = load([path]), TARGETS["h200"]
+    found = {r.group: r for r in left_out(samples, sheet)}
+    group = "ntrans n=8,d=4096"
+    others = sheet.with_(**fit([s for s in samples if s.group != group], sheet))
+    (alone,) = regrets([s for s in samples if s.group == group], others)
+    assert found[group] == alone and len(found) == len({s.group for s in samples})
+    done = _regret("--kind", "h200", "--left-out", str(path))
+    assert done.returncode == 0, done.stderr
+    assert f"| {group} | {alone.candidates} | {alone.regret:.2f} |" in done.stdout
+    assert f"regret over {len(found)} configs" in done.stdout and "within 1.10" in done.stdout
