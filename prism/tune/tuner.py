@@ -139,13 +139,13 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
     # without compiles, ranking is the only parallel work: the search's workers take it if they are running
     shared = running(n) if started is None and cluster is None else None
     mapper = _Mapper(started, cluster, progress, report, shared)
+    parallel = bool(started or cluster or shared)       # some workers take the space's and the ranking's tasks
     clock.lap("workers")
     try:
         space = Space(result, program, target)
-        space.tilings(functools.partial(mapper, phase="space") if mapper.started or cluster or shared else None)
+        space.tilings(functools.partial(mapper, phase="space") if parallel else None)
         clock.lap("space")
-        ranked = _rank(space, opts, target, report, log, mapper,
-                       n if mapper.started or cluster or shared else 1)
+        ranked = _rank(space, opts, target, report, log, mapper, n if parallel else 1)
         clock.lap("rank")
         seen: set[str] = set()
         picks = _select(space, ranked, budget, opts.explore, seed, seen, target, report)
