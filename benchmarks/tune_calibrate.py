@@ -88,6 +88,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         replay.add_argument("--without", default="", help="a field of the model's kernels (KernelWork) held at "
                             "its default in every sample, or a fitted constant held at 0 (its term off): the model "
                             "before it, e.g. dot_tile, warp_cost")
+        replay.add_argument("--fit-on", nargs="+", default=[], metavar="SAMPLES",
+                            help="with --constants fit: fit on these files instead (earlier runs), the replayed "
+                            "ones held out: how a calibration does on a run it never saw")
     r.add_argument("--left-out", action="store_true", help="each config's pick by a fit on the other configs only "
                    "(from the data sheet): the model's form and fit on a config they never saw")
     args = p.parse_args(argv)
@@ -285,19 +288,27 @@ def _replay(args: argparse.Namespace) -> tuple[list, Any]:
     if args.without and args.without not in {*defaults, *FITTED}:
         raise refuse(f"--without takes a KernelWork field with a default ({', '.join(defaults)}) or a fitted "
                      f"constant ({', '.join(FITTED)})")
-    try:
-        samples = load(args.samples)
-    except InputError as e:
-        raise refuse(str(e)) from None
+    if args.fit_on and (args.constants != "fit" or getattr(args, "left_out", False)):
+        raise refuse("--fit-on goes with --constants fit, not with --left-out")
+
+    def samples_of(paths: Sequence[str]) -> list:
+        try:
+            found = load(paths)
+        except InputError as e:
+            raise refuse(str(e)) from None
+        if args.without in defaults:
+            found = [replace(s, kernels=tuple(replace(k, **{args.without: defaults[args.without]})
+                                              for k in s.kernels)) for s in found]
+        return found
+
+    samples = samples_of(args.samples)
     off = {args.without: 0.0} if args.without in FITTED else {}     # a constant at 0: its term off, never fitted
-    if args.without in defaults:
-        samples = [replace(s, kernels=tuple(replace(k, **{args.without: defaults[args.without]}) for k in s.kernels))
-                   for s in samples]
     sheet = TARGETS[args.kind].with_(**off)
     if getattr(args, "left_out", False):
         return samples, sheet                     # each config is fitted apart (prism.tune.oracle.left_out)
     target = {"shipped": lambda: get_target(args.kind).with_(**off), "sheet": lambda: sheet,
-              "fit": lambda: sheet.with_(**fit_values(samples, sheet))}[args.constants]()
+              "fit": lambda: sheet.with_(**fit_values(samples_of(args.fit_on) if args.fit_on else samples, sheet))
+              }[args.constants]()
     return samples, target
 
 

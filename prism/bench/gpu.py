@@ -81,12 +81,17 @@ def _ratio(a: Any, b: Any) -> float | None:
 def _cells(r: dict[str, Any]) -> list[str]:
     torch_called = min((v for v in (r.get("eager_us"), r.get("compile_us")) if v is not None), default=None)
     host = None if r.get("prism_us") is None or r.get("prism_graph_us") is None else r["prism_us"] - r["prism_graph_us"]
+    wrong = r.get("tvm_exact") is False     # TVM's output missed the reference: its time shown, compared with none
+
+    def timed(k: str) -> str:
+        return num_text(r.get(k)) + (" (wrong)" if wrong and k.startswith("tvm_") and r.get(k) is not None else "")
+
     return [r["workload"], config_text(r["config"]), num_text(r.get("floor_us"))] + [
-        num_text(r.get(k)) for k in ("prism_graph_us", "compile_graph_us", "eager_graph_us", "tvm_graph_us",
-                                     "prism_us", "prism_ro_us", "compile_us", "eager_us", "tvm_us")] + [
+        timed(k) for k in ("prism_graph_us", "compile_graph_us", "eager_graph_us", "tvm_graph_us",
+                           "prism_us", "prism_ro_us", "compile_us", "eager_us", "tvm_us")] + [
         num_text(host), num_text(_ratio(r.get("floor_us"), r.get("prism_graph_us")), "{:.0%}"),
         num_text(_ratio(r.get("compile_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
-        num_text(_ratio(r.get("tvm_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
+        num_text(None if wrong else _ratio(r.get("tvm_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
         num_text(_ratio(torch_called, r.get("prism_us")), "{:.2f}x"),
         str(r.get("kernels", "n/a")), str(((r.get("report") or {}).get("space") or {}).get("points", "n/a")),
         num_text(r.get("spearman"), "{:+.2f}"), num_text(r.get("superoptimize_s"), "{:.1f}"),
@@ -113,7 +118,8 @@ def format_table(results: dict[str, Any]) -> str:
             f"compile: torch.compile(mode={mode!r}) of the torch formula; graph: captured in one CUDA graph and "
             "replayed; called: as called from Python; Prism in compile(ro): inside torch.compile(mode="
             "'reduce-overhead'), weights held by the module; TVM: Relax with its default GPU schedules (dlight), "
-            "where benchmarks/tvm_bench.py measured it. Ratios above 1x: Prism is faster.\n")
+            "where benchmarks/tvm_bench.py measured it; (wrong): its output was off the float32 reference by more "
+            "than float16 accuracy (tvm_error in the JSON), so no ratio. Ratios above 1x: Prism is faster.\n")
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in results.get("rows", []):
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |")

@@ -14,6 +14,7 @@ per SM (limited by warps, shared memory and registers), on a target with S SMs:
                  u = max(1, warps · mma_tile / dot_tile): warps past the smallest dot's tile repeat its work
     warps        o = k · warps · warp_cost      (every warp on the SM, once per iteration and once after)
     iteration    t_it  = max(t(iter_bytes, iter_l2, D), iter_dot / tc, iter_vec / vc, iteration_latency / D) + o
+                 at one stage the first three add up instead (no overlap): max(sum, iteration_latency) + o
     block        t_blk = latency + t(pre_bytes, pre_l2, 1) + L·t_it + post_dot / tc + o
                          + post_vec / vc + store_bytes / min(pipe, dram) (+ latency if it stores)
     spilling     t_blk · (spill_penalty + spill_slope · x)   x: estimated registers per thread over the most
@@ -51,6 +52,14 @@ pulls, and what an SM pulls is bounded by the bytes its blocks keep in flight, n
   1.26 to 1.13 on the H200 and from 1.38 to 1.16 on the H100 (`regret`, shipped calibrations). It also
   charges a longer loop: doubling the iterations measured 0.99-1.17x but is predicted 1.12-1.32x
   (`steps --kind h200`), the form error left for the next term.
+- A loop at one stage is not pipelined (Triton issues an iteration's loads and waits for them before its dot),
+  so its loads and its compute add up; from two stages on they overlap. The model that overlapped them at
+  one stage too predicted 1 -> 2 stages x1.00 where the H200 measured x0.88 over 42 pairs, and its picks
+  leaned to one stage: fitted on the H200's session-9 run and replayed on its session-11 run (`regret --kind
+  h200 --constants fit --fit-on A B -- C D`), geomean regret 1.28 (5 of 19 within 1.10), with this form 1.11
+  (11 of 19); the MoE pick went from one stage (185 µs) to two (114 µs). On the H100's picks it does worse
+  (geomean 1.16 -> 1.20, fitted on all): there one stage was measured fastest for RMSNorm's short loops, and
+  two stages 1.8-2.9x slower at loop=2, which neither form predicts.
 
 Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
 to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read
@@ -428,7 +437,8 @@ def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
     t_iter = 0.0
     if w.loop > 1:
         step = t.iteration_latency / depth if w.iter_bytes or w.iter_l2 else t.loop_overhead
-        t_iter = max(load(w.iter_bytes, w.iter_l2, depth), w.iter_dot / tc, w.iter_vec / vc, step) + per_warp
+        parts = (load(w.iter_bytes, w.iter_l2, depth), w.iter_dot / tc, w.iter_vec / vc)
+        t_iter = max(max(parts) if w.stages > 1 else sum(parts), step) + per_warp   # one stage: no overlap
     t_block = (t.dram_latency + load(w.pre_bytes, w.pre_l2, 1) + w.loop * t_iter + w.post_dot / tc + per_warp
                + w.post_vec / vc + w.store_bytes / cap + (t.dram_latency if w.store_bytes else 0.0))
     if w.spills:

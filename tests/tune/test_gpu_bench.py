@@ -78,8 +78,11 @@ def test_tvms_figures_join_the_rows_of_the_same_workload_and_config():
     assert not any(k.startswith("tvm_") for r in merged["rows"][1:] for k in r)
     assert "tvm_us" not in FAKE["rows"][0]                                   # the run itself is left as it was
     row = [line for line in format_table(merged).splitlines() if line.startswith("| rmsnorm")][0]
-    assert "| 29.00 | 21.75 | 20.00 |" in row and "| 30.00 | 25.00 | 5.50 |" in row
-    assert "| 1.20x | 1.50x | 1.50x |" in row
+    assert "| 29.00 | 21.75 (wrong) | 20.00 |" in row and "| 30.00 | 25.00 (wrong) | 5.50 |" in row
+    assert "| 1.20x | n/a | 1.50x |" in row       # off by 3%: TVM's time is shown, no ratio drawn from it
+    right = with_tvm(FAKE, {"rows": [tvm["rows"][0] | {"tvm_error": 1e-3, "tvm_exact": True}]})
+    row = [line for line in format_table(right).splitlines() if line.startswith("| rmsnorm")][0]
+    assert "| 29.00 | 21.75 | 20.00 |" in row and "| 1.20x | 1.50x | 1.50x |" in row
 
 
 def test_refuses_in_one_line_without_a_gpu():
