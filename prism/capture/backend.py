@@ -16,7 +16,8 @@ running their programs and superoptimizes them on a thread, each op switching to
 ready (prism.capture.background: the first compile does not wait for searches). A graph whose sizes Dynamo made
 symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with symbolic sizes
 becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph that needs gradients is
-left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch. Every decision is logged (logger
+left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch, and so does a cone whose best is
+Prism's unfused program (`_fused`: no fused kernel beat it). Every decision is logged (logger
 "prism.compile") and kept in `history`: what each cone became (its chosen kernels, their launches and µs: "measured"
 on a GPU, else the cost model's estimate), or why it stayed with torch.
 """
@@ -288,6 +289,7 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
                 "cached": None, "search": None, "dropped": []}
     else:
         opt, pending = ahead.optimized(graph), None
+        _fused(opt)
         done = {"program": str(graph), "op": str(opt.op)} | _said(opt)
     args = []
     for s in sources:
@@ -318,6 +320,23 @@ def _result(call: Callable[..., Any], outs: Any, k: int, val: Any, held: Any) ->
         out = call(torch.ops.aten.copy.default, like, out)
         out.meta["val"] = val
     return out
+
+
+def _fused(opt: Any) -> None:
+    """A PrismError (the cone stays with torch) when the best of `opt` is Prism's unfused program: no fused kernel
+    beat one generated kernel per op, so Prism has nothing to add, and torch's kernels for the same ops (Inductor's,
+    by default) are the better baseline to keep. MoE on an H200 (BENCHMARKS.md, 2026-11-27): Prism's unfused program
+    61.7 µs in a CUDA graph, eager 35.3, torch.compile 33.5. A cone superoptimized in the background, or one of
+    symbolic sizes (tuned per size bucket as it runs), has no best yet when it is replaced: its op runs what the
+    tuner chooses, the unfused program included."""
+    from prism.tune.report import UNFUSED
+
+    best = opt.report.best
+    if best is not None and best.candidate.graph == UNFUSED:
+        kind = "measured" if best.measured_us is not None else "estimated"
+        us = best.measured_us if best.measured_us is not None else best.estimate_us
+        raise PrismError(f"no fused kernel beat Prism's unfused program ({us:.2f} µs {kind}; "
+                         f"{opt.report.reason}): torch runs these ops")
 
 
 def _said(opt: Any) -> dict[str, Any]:

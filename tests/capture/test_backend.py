@@ -204,6 +204,18 @@ def test_a_superoptimization_that_fails_ahead_leaves_its_cone_to_torch(options, 
     assert len(threads) == 2 and all(t.startswith("prism-ahead") for t in threads), threads
 
 
+def test_a_cone_whose_best_is_the_unfused_program_stays_with_torch(options, monkeypatch):
+    """A search limited to 2 block ops finds no fused kernel for either cone of Stacker: Prism's best would be its
+    unfused program (one generated kernel per op), so torch keeps the ops, and the record says why."""
+    monkeypatch.setattr(pc.OPTIONS, "search", {"time_limit": 60.0, "max_block_ops": 2})
+    torch.manual_seed(0)
+    got, want, record = _compile(Stacker(), torch.randn(4, 32))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert record["replaced"] == []
+    whys = [r["why"] for r in record["left"] if "no fused kernel beat Prism's unfused program" in r["why"]]
+    assert len(whys) == 2 and all("torch runs these ops" in w for w in whys), record["left"]
+
+
 def test_a_graph_that_needs_gradients_is_left_to_torch(options):
     module, x = Ranker(), torch.randn(4, 32)
     torch._dynamo.reset()
