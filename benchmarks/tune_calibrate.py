@@ -219,17 +219,22 @@ def from_bench(args: argparse.Namespace) -> int:
 # ---- fit (anywhere) -----------------------------------------------------------------------------
 
 def fit(args: argparse.Namespace) -> int:
+    from prism.errors import InputError
     from prism.tune.calibration import Calibration
-    from prism.tune.fit import Sample, fit as fit_values, held_out, log_error, predict
+    from prism.tune.fit import fit as fit_values, held_out, log_error, predict
+    from prism.tune.oracle import load
     from prism.tune.profile import spearman
     from prism.tune.target import TARGETS
 
     if args.kind not in TARGETS:
         print(f"tune_calibrate: unknown kind {args.kind!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
         return 2
-    docs = [json.loads(Path(p).read_text()) for p in args.samples]
-    samples = [Sample.from_json(s) for d in docs for s in d["samples"]]
-    devices = sorted({d.get("device", "?") for d in docs})
+    try:
+        samples = load(args.samples, args.kind)
+    except InputError as e:
+        print(f"tune_calibrate: {e}", file=sys.stderr)
+        return 2
+    devices = sorted({json.loads(Path(p).read_text())["device"] for p in args.samples})
     train, test = held_out(samples, seed=args.seed)
     sheet = TARGETS[args.kind]
     values = fit_values(train, sheet)
@@ -293,7 +298,7 @@ def _replay(args: argparse.Namespace) -> tuple[list, Any]:
 
     def samples_of(paths: Sequence[str]) -> list:
         try:
-            found = load(paths)
+            found = load(paths, args.kind)
         except InputError as e:
             raise refuse(str(e)) from None
         if args.without in defaults:

@@ -23,7 +23,7 @@ from prism.errors import InputError
 from prism.tune.fit import Sample, fit, predict
 from prism.tune.profile import spearman
 from prism.tune.space import Candidate
-from prism.tune.target import Target
+from prism.tune.target import Target, kind_of
 
 __all__ = ["Regret", "Step", "left_out", "load", "regrets", "steps"]
 
@@ -41,11 +41,12 @@ class Regret:
     best: str
 
 
-def load(paths: Sequence[str | Path]) -> list[Sample]:
+def load(paths: Sequence[str | Path], kind: str | None = None) -> list[Sample]:
     """The measured candidates in files written by `tune_calibrate.py collect` or `from-bench`, or an
-    InputError naming the file that is not one. A config measured in more than one file stays one group per
-    file, named "<config> [<file stem>]": runs on other days measure other candidates, on other code, and a
-    regret is the model's pick among what one run measured."""
+    InputError naming the file that is not one, or (given a GPU `kind`, "h100") that was measured on another
+    kind of GPU: a calibration or a replay for one GPU from another's times would be silently wrong. A config
+    measured in more than one file stays one group per file, named "<config> [<file stem>]": runs on other days
+    measure other candidates, on other code, and a regret is the model's pick among what one run measured."""
     files: list[tuple[str, list[Sample]]] = []
     for path in paths:
         try:
@@ -53,6 +54,9 @@ def load(paths: Sequence[str | Path]) -> list[Sample]:
             files.append((Path(path).stem, [Sample.from_json(s) for s in data["samples"]]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise InputError(f"{path}: not a file of measured candidates ({type(e).__name__}: {e})") from None
+        device = str(data.get("device", ""))
+        if kind is not None and (not device or kind_of(device) != kind):
+            raise InputError(f"{path}: measured on {device or 'an unnamed device'}, not on an {kind.upper()}")
     seen = Counter(group for _, samples in files for group in {s.group for s in samples})
     return [s if seen[s.group] == 1 else replace(s, group=f"{s.group} [{stem}]")
             for stem, samples in files for s in samples]

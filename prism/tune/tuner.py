@@ -15,7 +15,8 @@ processes that later compile) and spends the costly steps (compilation, profilin
    275.6 s with draws over all points, 8.3 s with draws in the band: benchmarks/results/tune_compare.md).
    In a climbed space the ranked points are the sample (every sGraph's share) and the neighbourhoods climbed
    from, so the draw favours the model's good regions more than a draw over the whole band would. It skips
-   points the compiler would mostly spill (`HEAVY`), the slowest to compile;
+   points the compiler would mostly spill (`HEAVY`), the slowest to compile; no pick of any kind holds
+   `TOO_HEAVY` times what a thread may (never among the fastest, 9-23 s to compile);
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, and from the best of
    each other form within `REFINE_BAND` of it, for up to `REFINE_ROUNDS` rounds while they improve.
@@ -55,7 +56,7 @@ from prism.tune.space import Candidate, Space
 from prism.tune.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.tune.target import Target, get_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "RANK_LIMIT",
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY", "RANK_LIMIT",
            "RANK_SAMPLE", "REFINE_BAND", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
@@ -68,6 +69,12 @@ exceed this many times the registers a thread has: the compiler spills most of i
 is seldom fast. On an H100 host (2026-11-26, session 7: the compile seconds in
 benchmarks/results/gpu_bench_h100_2026-11-26_s7*.json) every candidate that compiled for 9-19 s was a random draw:
 each held its batch, and a config's tuning, for that long; none was the fastest."""
+TOO_HEAVY = 4.0
+"""No pick at all (the model's, a refinement's) has a kernel whose live values per thread exceed this many times
+the registers a thread has. Of the 2013 candidates timed on the H100 and the H200 (benchmarks/results/
+tune_samples_*.json), the 25 so estimated measured 1.9-1019x the fastest of their config; on the H200 of session 11
+two of them (nTrans n=64 at 2 blocks, picked by the model as its one-per-launch-shape pass went down the ranking)
+compiled for 22.7 and 22.9 s, most of that config's 26 s of tuning."""
 EXTRA_ROUNDS = 2
 """If no compiled candidate survives, this many more batches are taken from the ranking."""
 REFINE_ROUNDS = 2
@@ -285,9 +292,9 @@ def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, see
     return picks
 
 
-def _heavy(p: _Pick, target: Target) -> bool:
-    """Whether a kernel of `p` holds more than HEAVY times the registers a thread has (the model's estimate)."""
-    return any(k.work.live > HEAVY * target.max_regs_per_thread * 32 * k.work.warps for k in p.cost.kernels)
+def _heavy(p: _Pick, target: Target, limit: float = HEAVY) -> bool:
+    """Whether a kernel of `p` holds more than `limit` times the registers a thread has (the model's estimate)."""
+    return any(k.work.live > limit * target.max_regs_per_thread * 32 * k.work.warps for k in p.cost.kernels)
 
 
 def _until_one_survives(trial: _Trial, space: Space, picks: list[_Pick], rest: list[Ranked], budget: int,
@@ -318,9 +325,7 @@ def _refine(trial: _Trial, space: Space, picks: list[_Pick], refine: int, seen: 
             return
         batch: list[_Pick] = []
         for k, seed in enumerate(seeds):
-            near = [p for p in (_pick(space, c, "refine", target, report)
-                                for c in space.neighbours(seed.entry.candidate)) if p is not None]
-            near.sort(key=lambda p: (p.entry.risk is not None, p.cost.seconds, p.entry.candidate))
+            near = _near(space, seed.entry.candidate, target, report)
             batch += [p for p in near if _fresh(p, seen)][:refine if k == 0 else max(1, refine // 2)]
         if not batch:
             return
@@ -329,6 +334,14 @@ def _refine(trial: _Trial, space: Space, picks: list[_Pick], refine: int, seen: 
         picks += batch
         tried = {id(p) for p in batch}
         seeds = [s for s in _seeds(trial, space, picks) if id(s) in tried]
+
+
+def _near(space: Space, c: Candidate, target: Target, report: Report) -> list[_Pick]:
+    """The points one step from `c` (`Space.neighbours`) as refinement picks, none TOO_HEAVY: safe first, then by
+    estimate."""
+    near = [p for p in (_pick(space, n, "refine", target, report) for n in space.neighbours(c))
+            if p is not None and not _heavy(p, target, TOO_HEAVY)]
+    return sorted(near, key=lambda p: (p.entry.risk is not None, p.cost.seconds, p.entry.candidate))
 
 
 def _seeds(trial: _Trial, space: Space, picks: Sequence[_Pick]) -> list[_Pick]:
@@ -410,7 +423,7 @@ def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target
                 continue
             taken.add(r.candidate)
             p = _pick(space, r.candidate, "model", target, report)
-            if p is not None and _fresh(p, seen):
+            if p is not None and not _heavy(p, target, TOO_HEAVY) and _fresh(p, seen):
                 out.append(p)
                 shapes.add(r.shape)
                 forms.add(space.form(r.candidate.graph, r.candidate.grid))

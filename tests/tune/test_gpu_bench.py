@@ -99,7 +99,7 @@ def test_refuses_in_one_line_without_a_gpu():
 
 def test_the_calibration_script_fits_saves_and_refuses(tmp_path):
     """`fit` (on the CPU) reads collected samples, prints the held-out table and saves a calibration that
-    loads; `collect` without a GPU refuses in one line."""
+    loads; samples of another kind of GPU than `--kind`, and `collect` without a GPU, are refused in one line."""
     import torch
 
     from prism.tune.calibration import load
@@ -119,6 +119,11 @@ def test_the_calibration_script_fits_saves_and_refuses(tmp_path):
     cal = load(tmp_path / "h100.json")
     assert cal.device == "Fake GPU" and cal.source["samples"] == len(samples)
     assert cal.values["launch"] == pytest.approx(5e-6, rel=0.3)
+    other = subprocess.run([sys.executable, str(root / "tune_calibrate.py"), "fit", "--kind", "h200",
+                            str(tmp_path / "s.json")], capture_output=True, text=True, timeout=300, env=env)
+    assert other.returncode == 2 and other.stdout == ""          # an H200 calibration from another GPU's times
+    assert other.stderr.strip().splitlines() == [f"tune_calibrate: {tmp_path / 's.json'}: measured on Fake GPU, "
+                                                 "not on an H200"]
     if torch.cuda.is_available():
         return
     done = subprocess.run([sys.executable, str(root / "tune_calibrate.py"), "collect"], capture_output=True,

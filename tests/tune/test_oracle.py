@@ -232,6 +232,10 @@ def test_regret_fit_on_earlier_runs_replays_a_later_run_they_never_saw():
         assert f"| {r.group} | {r.candidates} | {r.regret:.2f} |" in done.stdout
     bad = _regret("--kind", "h200", "--fit-on", *earlier, "--", *later)
     assert bad.returncode == 2 and "--fit-on goes with --constants fit" in bad.stderr
+    h100 = _regret("--kind", "h200", "--constants", "fit", "--fit-on", str(RESULTS / "tune_samples_h100_a.json"),
+                   "--", *later)
+    assert h100.returncode == 2 and h100.stderr.strip().splitlines() == [
+        f"tune_calibrate: {RESULTS / 'tune_samples_h100_a.json'}: measured on NVIDIA H100 80GB HBM3, not on an H200"]
 
 
 def test_steps_compare_measured_and_predicted_ratios_of_one_launch_field():
