@@ -18,8 +18,9 @@ CUDA code includes <cuda/std/cstdint>, which NVRTC lacks). `run` unpacks that, t
 import TVM's runtime only, as on the GPU machine: each library loaded, run on the workload's inputs, checked
 against its reference, and on a GPU timed as called and as a CUDA-graph replay (`prism.tune.profile`, on torch's
 stream: `tvm_ffi.use_torch_stream`). Written on a CPU (2026-11-26), where `run` is checked with libraries built for
-llvm. Its one GPU run (H200, 2026-11-27) loaded none of the CUDA libraries: TVM's CUDA runtime was never loaded
-(`load_cuda_runtime` now loads it, checked on a CPU with a stand-in libcuda); not yet measured on a GPU since.
+llvm. Its first GPU run (H200, 2026-11-27, session 9) loaded none of the CUDA libraries: TVM's CUDA runtime was
+never loaded (`load_cuda_runtime` loads it now). Its second (session 11, benchmarks/results/tvm_h200_2026-11-27.json)
+ran all 19 configs; the 9 with a norm returned NaN, the rest matched the reference (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x
 RTOL = 2e-2
 """Float16 accuracy, the bound Prism's own kernels meet: a row whose max |TVM - reference| / max(1, max |reference|)
 is above it is marked `tvm_exact: false`. It is TVM's result all the same, and kept: on the CPU (llvm, 2026-11-26)
-TVM's builds of RMSNorm d=4096, RMSNorm-linear and nTrans were 3.4-5.0% off (why is not yet looked into)."""
+TVM's builds of RMSNorm d=4096, RMSNorm-linear and nTrans were 3.4-5.0% off. The CUDA source of the sm_90 builds
+(in the libraries `prepare` writes) reduces the norm's sum of squares in float16, which fits that error. On an H200
+(2026-11-27) every config with a norm gave NaN, which it does not explain; the GPU table marks such rows `(wrong)`
+(prism.bench.gpu)."""
 
 
 def relax_module(name: str, cfg: dict[str, int], dtype: str = "float16") -> Any:
