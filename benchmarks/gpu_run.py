@@ -11,6 +11,8 @@
     # TVM's column: `python benchmarks/tvm_bench.py prepare --out tvm-build` on the CPU first; carry tvm-build (with
     # .whl too the call would pass its 64 MiB; the tvm step needs no wheel)
     python3 benchmarks/gpu_run.py run --search-dir gpu-searches --out $OUT --steps tvm
+    # anywhere, after: Prism's times against an earlier run on the same GPU kind (the goal "never slower")
+    python benchmarks/gpu_run.py compare NEW/gpu_bench.json --before benchmarks/results/gpu_bench_h200_*_c.json
 
 `run` installs the carried wheels (`--wheels`) where its steps import them, then does the steps `--steps` names,
 in its order (default: gpu_bench), each in a process of its own under its time limit (one that fails or
@@ -273,6 +275,30 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
     return 0 if all(status == "ok" for _, status, _ in summary) else 1
 
 
+def compare(runs: Sequence[str], before: Sequence[str]) -> int:
+    """Print `prism.bench.gpu.against` for gpu_bench runs and earlier ones; 2 with one line if a file is not a run or
+    the runs were measured on different devices."""
+    from prism.bench.gpu import against
+
+    docs = []
+    for path in [*runs, *before]:
+        try:
+            doc = json.loads(Path(path).read_text())
+            if not isinstance(doc.get("rows"), list):
+                raise ValueError("no rows")
+        except (OSError, ValueError, AttributeError) as e:
+            print(f"gpu_run: {path}: not a gpu_bench run ({e})", file=sys.stderr)
+            return 2
+        docs.append(doc)
+    devices = sorted({str(d.get("device")) for d in docs})
+    if len(devices) > 1:
+        print(f"gpu_run: the runs were measured on {' and '.join(devices)}: times of different GPUs do not compare",
+              file=sys.stderr)
+        return 2
+    print(against(docs[:len(runs)], docs[len(runs):]))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="step", required=True)
@@ -291,7 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help=f"comma-separated, run in this order: {', '.join(STEPS)} (default %(default)s)")
     r.add_argument("--workloads", default="", help="comma-separated workloads gpu_bench and oracle measure "
                    "(default: all)")
+    c = sub.add_parser("compare", help="anywhere: Prism's times in gpu_bench runs against earlier runs'")
+    c.add_argument("runs", nargs="+", help="gpu_bench.json files of this run")
+    c.add_argument("--before", nargs="+", required=True, help="gpu_bench.json files of earlier runs (same GPU kind)")
     args = ap.parse_args(argv)
+    if args.step == "compare":
+        return compare(args.runs, args.before)
     if args.step == "prepare":
         return prepare(args.search_dir, args.search_time_limit) or (download_wheels(args.wheels) if args.wheels else 0)
     return run(args.search_dir, args.out, args.budget, [s for s in args.steps.split(",") if s], args.wheels or None,

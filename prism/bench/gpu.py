@@ -29,8 +29,8 @@ from prism.bench.search import config_text, saved_or_searched
 from prism.errors import PrismError
 from prism.provenance import build_id
 
-__all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "copy_bandwidth", "format_table", "max_error",
-           "measure", "measure_gpu", "require_gpu", "search_result", "with_tvm"]
+__all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "against", "copy_bandwidth", "format_table",
+           "max_error", "measure", "measure_gpu", "require_gpu", "search_result", "with_tvm"]
 
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
 
@@ -108,6 +108,37 @@ def with_tvm(results: dict[str, Any], tvm: dict[str, Any]) -> dict[str, Any]:
         t = found.get(json.dumps([r["workload"], r["config"]], sort_keys=True), {})
         rows.append(r | {k: v for k, v in t.items() if k.startswith("tvm_")})
     return results | {"rows": rows}
+
+
+SLOWER = 1.05
+"""`against` counts a config as slower (or faster) than before when its time moved by more than this factor: runs of
+the same kernels on one machine differ by a few percent."""
+
+
+def against(runs: list[dict[str, Any]], before: list[dict[str, Any]]) -> str:
+    """A markdown table of Prism's CUDA-graph µs per config in `runs` (gpu_bench runs, rows joined) beside the same
+    config's in `before` (earlier runs on the same kind of GPU; the last row of a config wins), the ratio and both
+    picks, then how many moved by more than SLOWER either way: the goal "never slower than earlier choices" in one
+    command (benchmarks/gpu_run.py compare)."""
+    def key(r: dict[str, Any]) -> str:
+        return json.dumps([r["workload"], r["config"]], sort_keys=True)
+
+    earlier = {key(r): r for run in before for r in run.get("rows", []) if r.get("prism_graph_us")}
+    lines = ["| workload | config | before | now | before / now | chosen before | chosen now |", "|" + "---|" * 7]
+    slower, faster = [], []
+    for r in (r for run in runs for r in run.get("rows", [])):
+        old, now = earlier.get(key(r), {}), r.get("prism_graph_us")
+        ratio = _ratio(old.get("prism_graph_us"), now)
+        if ratio is not None and ratio < 1 / SLOWER:
+            slower.append(f"{r['workload']} {config_text(r['config'])}")
+        if ratio is not None and ratio > SLOWER:
+            faster.append(f"{r['workload']} {config_text(r['config'])}")
+        lines.append(f"| {r['workload']} | {config_text(r['config'])} | {num_text(old.get('prism_graph_us'))} | "
+                     f"{num_text(now)} | {num_text(ratio, '{:.2f}x')} | {old.get('chosen', 'n/a')} | "
+                     f"{r.get('chosen') or r.get('error', 'n/a')} |".replace("\n", " "))
+    lines.append(f"\nslower than before by over {SLOWER - 1:.0%}: {len(slower)} ({'; '.join(slower) or 'none'}); "
+                 f"faster: {len(faster)} ({'; '.join(faster) or 'none'})")
+    return "\n".join(lines)
 
 
 def format_table(results: dict[str, Any]) -> str:

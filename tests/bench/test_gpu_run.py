@@ -141,3 +141,22 @@ def test_after_gpu_bench_and_tvm_the_table_holds_tvms_columns(tmp_path, monkeypa
     script.main(["run", "--search-dir", str(tmp_path), "--out", str(out), "--steps", "gpu_bench,tvm"])
     printed = capsys.readouterr().out
     assert "TVM graph" in printed and "| 29.00 | 21.75 |" in printed
+
+
+def test_compare_puts_each_configs_time_beside_an_earlier_runs(tmp_path, capsys):
+    """`compare`: per config, Prism's CUDA-graph µs before and now, and the configs that moved by over 5% either way
+    (two stored H200 runs of session 9 against session 11's first call); a file that is not a run, or runs of
+    different GPUs, are one line and exit 2."""
+    results = ROOT / "benchmarks" / "results"
+    now, before = results / "gpu_bench_h200_2026-11-27_c.json", results / "gpu_bench_h200_2026-11-27_a.json"
+    assert _script().main(["compare", str(now), "--before", str(before)]) == 0
+    out = capsys.readouterr().out
+    assert "| rmsnorm | n=8,d=4096 | 17.45 | 21.13 | 0.83x | #25 grid(x=32, y=8) loop=4 warps=16 stages=1 |" in out
+    assert out.strip().splitlines()[-1].startswith(
+        "slower than before by over 5%: 3 (rmsnorm n=8,d=4096; rmsnorm_mlp n=8,d=1024; swiglu n=8,d=4096); faster: 3")
+    (tmp_path / "x.json").write_text("[]")
+    assert _script().main(["compare", str(tmp_path / "x.json"), "--before", str(before)]) == 2
+    h100 = results / "gpu_bench_h100_2026-11-26.json"
+    assert _script().main(["compare", str(now), "--before", str(h100)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "not a gpu_bench run" in err[0] and "do not compare" in err[1]
