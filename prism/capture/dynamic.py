@@ -9,8 +9,9 @@ new binding the cone is lowered again at those sizes (prism.capture.lower: milli
 (views, casts) included, so what runs is exactly what the static path would have built at those sizes. The
 program then goes through one `SizeBuckets` per program structure, shared by all the cones that have it
 (every layer's attention): tuned once per bucket of sizes, the bucket's choice reused inside it
-(prism.runtime.dynamic). The op returns the root's value in its own shape and strides, computed from the
-input sizes, so tracing (the fake) and running agree.
+(prism.runtime.dynamic); where a bucket's best is Prism's unfused program, the op runs the cone's own ATen ops
+instead. The op returns the root's value in its own shape and strides, computed from the input sizes, so tracing
+(the fake) and running agree.
 
 Lowered at two bindings (the example's sizes n, and 2n + 3, which keeps equal sizes equal: Dynamo gives a KV
 cache's keys and values two symbols), a cone must give programs that differ in sizes only: a constant
@@ -33,6 +34,7 @@ from prism.capture.lower import lower
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph
 from prism.runtime.dynamic import Recent, SizeBuckets
+from prism.tune.report import UNFUSED
 
 __all__ = ["Region", "symbolic"]
 
@@ -144,13 +146,28 @@ class Region:
         return self._sized[key]
 
     def run(self, xs: list[torch.Tensor]) -> torch.Tensor:
-        """The op's kernel: the root's value for the cone's input tensors `xs`."""
-        at = self.sized({s: _solve(e, int(xs[i].shape[d])) for s, (i, d, e) in self.where.items()})
+        """The op's kernel: the root's value for the cone's input tensors `xs`. Where the size bucket's best is
+        Prism's unfused program (no fused kernel beat it), the cone's own ATen ops compute it, as the backend leaves
+        such a cone of fixed sizes to torch (prism.capture.backend._fused)."""
+        binding = {s: _solve(e, int(xs[i].shape[d])) for s, (i, d, e) in self.where.items()}
+        at = self.sized(binding)
+        result = self._empty(at.shape, xs[0].device)
+        best = at.opt.report.best
+        if best is not None and best.candidate.graph == UNFUSED:
+            result.copy_(self._aten(xs, binding))
+            return result
         by_node = dict(zip(self.tensors, xs))
         (out,) = at.opt.run_op([s.apply(by_node[s.node]) for s in at.sources])
-        result = self._empty(at.shape, xs[0].device)
         result.copy_(out.reshape(at.shape))
         return result
+
+    def _aten(self, xs: list[torch.Tensor], binding: dict[Any, int]) -> torch.Tensor:
+        """The cone's copy (`self.graph`) run on `xs`, its size inputs at `binding`."""
+        tensors = iter(xs)
+        values = [p.meta.get("val") for p in self.inputs]
+        args = [next(tensors) if isinstance(v, torch.Tensor) else evaluate(_expr(v), binding)
+                if isinstance(v, (int, torch.SymInt)) else v for v in values]
+        return torch.fx.Interpreter(torch.fx.GraphModule(torch.nn.Module(), self.graph)).run(*args)
 
     def fake(self, xs: list[torch.Tensor]) -> torch.Tensor:
         """The op's fake: an empty tensor of the root's shape, in sizes of the inputs `xs` (symbolic or not)."""

@@ -41,6 +41,29 @@ def test_dynamic_batch_sizes_run_through_one_compiled_graph(options):
     assert len(record["replaced"]) == 2 and all("per size bucket" in r["chosen"] for r in record["replaced"])
 
 
+def test_a_bucket_whose_best_is_the_unfused_program_runs_the_cones_aten_ops(options, monkeypatch):
+    """A search limited to 2 block ops finds no fused kernel: each size bucket's best is Prism's unfused program,
+    so the Region runs the cone's own ATen ops instead (as the backend leaves such a cone of fixed sizes to
+    torch), at every size, and matches eager."""
+    monkeypatch.setattr(pc.OPTIONS, "search", {"time_limit": 60.0, "max_block_ops": 2})
+    ran = []
+    real = dynamic.Region._aten
+    monkeypatch.setattr(dynamic.Region, "_aten", lambda self, xs, b: ran.append(dict(b)) or real(self, xs, b))
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 16, bias=False)
+    torch._dynamo.reset()
+    dynamic._BUCKETS.clear()
+    start = len(pc.history)
+    f = torch.compile(lambda x: torch.nn.functional.silu(lin(x)), backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 9):
+            x = torch.randn(n, 32)
+            torch.testing.assert_close(f(x), torch.nn.functional.silu(lin(x)))
+    (record,) = pc.history[start:]
+    assert len(record["replaced"]) == 1 and "per size bucket" in record["replaced"][0]["chosen"]
+    assert sorted(v for b in ran for v in b.values()) == [3, 5, 9], ran
+
+
 def test_a_decode_loop_with_a_growing_kv_cache_compiles_twice_and_searches_each_region_once(options, searches,
                                                                                             tmp_path, monkeypatch):
     """64 steps, the KV cache one longer each step: Dynamo compiles the first step's sizes, then once more with the
