@@ -330,10 +330,8 @@ def _fused(opt: Any) -> None:
     runs: its Region runs the cone's ATen ops for a bucket whose best is the unfused program (prism.capture.dynamic).
     A cone superoptimized in the background has no best yet when it is replaced: its op runs what the tuner
     chooses, the unfused program included."""
-    from prism.tune.report import UNFUSED
-
-    best = opt.report.best
-    if best is not None and best.candidate.graph == UNFUSED:
+    if opt.report.unfused:
+        best = opt.report.best
         kind = "measured" if best.measured_us is not None else "estimated"
         us = best.measured_us if best.measured_us is not None else best.estimate_us
         raise PrismError(f"no fused kernel beat Prism's unfused program ({us:.2f} µs {kind}; "

@@ -21,6 +21,7 @@ next, so such a cone stays with torch, and says why.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass
@@ -34,7 +35,6 @@ from prism.capture.lower import lower
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph
 from prism.runtime.dynamic import Recent, SizeBuckets
-from prism.tune.report import UNFUSED
 
 __all__ = ["Region", "symbolic"]
 
@@ -152,8 +152,7 @@ class Region:
         binding = {s: _solve(e, int(xs[i].shape[d])) for s, (i, d, e) in self.where.items()}
         at = self.sized(binding)
         result = self._empty(at.shape, xs[0].device)
-        best = at.opt.report.best
-        if best is not None and best.candidate.graph == UNFUSED:
+        if at.opt.report.unfused:
             result.copy_(self._aten(xs, binding))
             return result
         by_node = dict(zip(self.tensors, xs))
@@ -167,7 +166,12 @@ class Region:
         values = [p.meta.get("val") for p in self.inputs]
         args = [next(tensors) if isinstance(v, torch.Tensor) else evaluate(_expr(v), binding)
                 if isinstance(v, (int, torch.SymInt)) else v for v in values]
-        return torch.fx.Interpreter(torch.fx.GraphModule(torch.nn.Module(), self.graph)).run(*args)
+        return torch.fx.Interpreter(self._module).run(*args)
+
+    @functools.cached_property
+    def _module(self) -> torch.fx.GraphModule:
+        """The cone's copy as a module, made at the first call that needs it (`_aten`)."""
+        return torch.fx.GraphModule(torch.nn.Module(), self.graph)
 
     def fake(self, xs: list[torch.Tensor]) -> torch.Tensor:
         """The op's fake: an empty tensor of the root's shape, in sizes of the inputs `xs` (symbolic or not)."""

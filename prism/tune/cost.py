@@ -59,7 +59,8 @@ pulls, and what an SM pulls is bounded by the bytes its blocks keep in flight, n
   h200 --constants fit --fit-on A B -- C D`), geomean regret 1.28 (5 of 19 within 1.10), with this form 1.11
   (11 of 19); the MoE pick went from one stage (185 µs) to two (114 µs). On the H100's picks it does worse
   (geomean 1.16 -> 1.20, fitted on all): there one stage was measured fastest for RMSNorm's short loops, and
-  two stages 1.8-2.9x slower at loop=2, which neither form predicts.
+  two stages much slower at loop=2 (RMSNorm d=1024's #32 grid(x=1, y=64) loop=2 warps=8: 8.3 µs at one stage,
+  15.2 at two, in tune_samples_h100_d.json), which neither form predicts.
 
 Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
 to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read

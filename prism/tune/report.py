@@ -161,6 +161,12 @@ class Report:
         return None if self.chosen is None else self.entries[self.chosen]
 
     @property
+    def unfused(self) -> bool:
+        """Whether the chosen candidate is the unfused program: no fused kernel beat one generated kernel per op
+        (the backend then leaves the ops to torch: prism.capture.backend, prism.capture.dynamic)."""
+        return self.best is not None and self.best.candidate.graph == UNFUSED
+
+    @property
     def method_text(self) -> str:
         if self.method == GPU_PROFILE:
             return f"GPU profiling (triton.testing.do_bench medians) on {self.target}"

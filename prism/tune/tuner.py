@@ -16,7 +16,7 @@ processes that later compile) and spends the costly steps (compilation, profilin
    In a climbed space the ranked points are the sample (every sGraph's share) and the neighbourhoods climbed
    from, so the draw favours the model's good regions more than a draw over the whole band would. It skips
    points the compiler would mostly spill (`HEAVY`), the slowest to compile; no pick of any kind holds
-   `TOO_HEAVY` times what a thread may (never among the fastest, 9-23 s to compile);
+   `TOO_HEAVY` times what a thread may (never near the fastest, and up to 23 s to compile);
 3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, and from the best of
    each other form within `REFINE_BAND` of it, for up to `REFINE_ROUNDS` rounds while they improve.
@@ -56,8 +56,8 @@ from prism.tune.space import Candidate, Space
 from prism.tune.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.tune.target import Target, get_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY", "RANK_LIMIT",
-           "RANK_SAMPLE", "REFINE_BAND", "REFINE_ROUNDS"]
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY",
+           "RANK_LIMIT", "RANK_SAMPLE", "REFINE_BAND", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
 """The random share is drawn from the ranked points estimated within this factor of the model's best (the
@@ -72,7 +72,8 @@ each held its batch, and a config's tuning, for that long; none was the fastest.
 TOO_HEAVY = 4.0
 """No pick at all (the model's, a refinement's) has a kernel whose live values per thread exceed this many times
 the registers a thread has. Of the 2013 candidates timed on the H100 and the H200 (benchmarks/results/
-tune_samples_*.json), the 25 so estimated measured 1.9-1019x the fastest of their config; on the H200 of session 11
+tune_samples_*.json), the 25 so estimated measured 1.9-1019x the fastest of their config (tests/tune/test_oracle.py
+computes it); on the H200 of session 11
 two of them (nTrans n=64 at 2 blocks, picked by the model as its one-per-launch-shape pass went down the ranking)
 compiled for 22.7 and 22.9 s, most of that config's 26 s of tuning."""
 EXTRA_ROUNDS = 2
