@@ -180,18 +180,27 @@ def _row_op(op: str, attrs: dict, args: list[Tensor], res: TType, custom: Custom
 
 
 def _matmul_block(a: TType, bt: TType) -> BlockGraph:
-    """Tiled matmul: pid_x walks N, pid_y walks M, pid_z the first batch dim; the loop walks K."""
+    """Tiled matmul: the loop walks K; the grid goes over the output dims (N, M, every batch dim) with the most
+    tiles, at most three, x over the most; a dim left without a grid dim is whole in every block.
+
+    By tiles, not by position: decode attention per KV head ([b, heads, 1, d] @ [b, heads, d, h]) has one M tile
+    and two batch dims, and a grid of (N, M, first batch dim) left every block all the heads of a batch entry:
+    tiles of 32 heads, a stack frame of 9.7 KB and 4 blocks for P @ V on an H200 (GQA k=32's unfused program,
+    benchmarks/results/gpu_bench_h200_2026-11-27_d.json)."""
     r = len(a.shape)
     m, k, n = a.shape[-2], a.shape[-1], bt.shape[-1]
     tm, tk, tn = (_divisor(s, MATMUL_TILE) for s in (m, k, n))
-    grid = (n // tn, m // tm) + ((a.shape[0],) if r >= 3 else ())
+    tiles = {d: 1 for d in range(r - 2)} | {r - 2: tm, r - 1: tn}          # output dim -> its tile
+    counts = {d: a.shape[d] // t if d != r - 1 else n // t for d, t in tiles.items()}
+    split = sorted((d for d in counts if counts[d] > 1), key=lambda d: (-counts[d], -d))[:3]
+    grid = tuple(counts[d] for d in split) or (1,)
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise CodegenError(f"matmul {a} @ {bt}: grid {grid} has more than {MAX_GRID_YZ} blocks along y or z")
-    z = {"z": 0} if r >= 3 else {}
+    out = {"xyz"[i]: d for i, d in enumerate(split)}
     b = BlockGraph(grid=grid, loop=k // tk)
-    ta = b.input(a, imap={"y": r - 2, **z}, fmap=r - 1)
-    tb = b.input(bt, imap={"x": r - 1, **z}, fmap=r - 2)
-    b.output(b.accum(b.matmul(ta, tb)), omap={"x": r - 1, "y": r - 2, **z})
+    ta = b.input(a, imap={g: d for g, d in out.items() if d != r - 1}, fmap=r - 1)
+    tb = b.input(bt, imap={g: d for g, d in out.items() if d != r - 2}, fmap=r - 2)
+    b.output(b.accum(b.matmul(ta, tb)), omap=out)
     return b
 
 

@@ -49,6 +49,24 @@ def test_matmuls(a, b):
     _same(g)
 
 
+@pytest.mark.parametrize("a, b, grid, tile", [
+    ((2, 32, 1, 128), (2, 32, 128, 4096), (64, 32, 2), (1, 1, 1, 64)),   # decode Q @ Kt per KV head
+    ((2, 32, 1, 4096), (2, 32, 4096, 128), (32, 2, 2), (1, 1, 1, 64)),  # P @ V
+    ((8, 16, 2048), (8, 2048, 1408), (22, 8), (1, 16, 64)),             # an MoE expert's batch of tokens
+    ((3, 5, 7, 16, 8), (3, 5, 7, 8, 128), (7, 5, 3), (1, 1, 1, 16, 128)),  # four dims of tiles: N's two stay whole
+])
+def test_a_matmul_grid_goes_over_the_dims_with_most_tiles(a, b, grid, tile):
+    """The grid covers the output dims with the most tiles, whichever they are, so no block holds a batch dim
+    whole while a grid dim goes over a single M tile (what GQA's unfused program did: 32 heads in a block)."""
+    g = prism.KernelGraph()
+    g.output(g.matmul(g.input(a, "float32"), g.input(b, "float32")))
+    (block,) = [n.attrs["block"] for n in to_custom(g)[0].nodes if n.op == "custom"]
+    assert block.grid == grid
+    (mm,) = [n for _, n in block.topo() if n.op == "matmul"]
+    assert mm.outputs[0].shape == tile
+    _same(g)
+
+
 def test_broadcasting_binary_ops():
     g = prism.KernelGraph()
     x, r, c = g.input((6, 1, 8), "float32"), g.input((1, 5, 8), "float32"), g.input((6, 5, 1), "float32")
