@@ -21,7 +21,8 @@ tuned (`--search-dir`, by the same Prism build) with each kernel's compiled warp
 model's pick over the fastest measured, with the shipped calibration, the data sheet's values or a fit on them
 (`--constants`), or fitted on the other configs only (`--left-out`), and optionally without a field of the model
 or a term (`--without dot_tile`, `--without warp_cost`: the model before it; a constant held at 0 is not
-fitted). `steps` shows, per launch field (warps, stages, loop), the measured and predicted ratios of candidates
+fitted), or with registers and spills as the model estimates them before compiling (`--before-compile`: the
+ranking the tuner chooses what to compile by). `steps` shows, per launch field (warps, stages, loop), the measured and predicted ratios of candidates
 that differ in that field only:
 
     PYTHONPATH=. python benchmarks/tune_calibrate.py regret samples.json [--kind h200] [--constants fit]
@@ -91,6 +92,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         replay.add_argument("--fit-on", nargs="+", default=[], metavar="SAMPLES",
                             help="with --constants fit: fit on these files instead (earlier runs), the replayed "
                             "ones held out: how a calibration does on a run it never saw")
+    r.add_argument("--before-compile", action="store_true", help="registers and spills estimated, not the "
+                   "compiler's (prism.tune.oracle.before_compile): the ranking the tuner compiles by")
     r.add_argument("--left-out", action="store_true", help="each config's pick by a fit on the other configs only "
                    "(from the data sheet): the model's form and fit on a config they never saw")
     args = p.parse_args(argv)
@@ -222,7 +225,7 @@ def fit(args: argparse.Namespace) -> int:
     from prism.errors import InputError
     from prism.tune.calibration import Calibration
     from prism.tune.fit import fit as fit_values, held_out, log_error, predict
-    from prism.tune.oracle import load
+    from prism.tune.oracle import read
     from prism.tune.profile import spearman
     from prism.tune.target import TARGETS
 
@@ -230,11 +233,11 @@ def fit(args: argparse.Namespace) -> int:
         print(f"tune_calibrate: unknown kind {args.kind!r}; known: {', '.join(TARGETS)}", file=sys.stderr)
         return 2
     try:
-        samples = load(args.samples, args.kind)
+        samples, named = read(args.samples, args.kind)
     except InputError as e:
         print(f"tune_calibrate: {e}", file=sys.stderr)
         return 2
-    devices = sorted({json.loads(Path(p).read_text())["device"] for p in args.samples})
+    devices = sorted(set(named))
     train, test = held_out(samples, seed=args.seed)
     sheet = TARGETS[args.kind]
     values = fit_values(train, sheet)
@@ -321,9 +324,11 @@ def regret(args: argparse.Namespace) -> int:
     """The oracle's replay (prism.tune.oracle.regrets) of the samples: per config the model's pick, the fastest
     measured and the regret, then their geomean, maximum and how many are within the goal of 1.10. With
     `--left-out`, each config's pick comes from a fit on the other configs (prism.tune.oracle.left_out)."""
-    from prism.tune.oracle import left_out, regrets
+    from prism.tune.oracle import before_compile, left_out, regrets
 
     samples, target = _replay(args)
+    if args.before_compile:
+        samples = before_compile(samples, target)
     found = left_out(samples, target) if args.left_out else regrets(samples, target)
     print(markdown_table(["config", "candidates", "regret", "Spearman", "picked", "fastest"],
                          [[r.group, str(r.candidates), f"{r.regret:.2f}", num_text(r.rho, "{:+.2f}"), r.picked, r.best]

@@ -102,8 +102,8 @@ from prism.ir.ops import OPS, TORCH_DTYPES, contracts
 from prism.tune.space import TRITON_STAGES, staged_copies
 from prism.tune.target import H100, Target
 
-__all__ = ["Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "relaunched",
-           "work_of"]
+__all__ = ["Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "overfull",
+           "relaunched", "work_of"]
 
 def _wide(dtype: str) -> str:
     return "float64" if dtype == "float64" else "float32"
@@ -145,8 +145,9 @@ class KernelWork:
         """This kernel at other warps and stages, registers re-estimated (the rest does not change)."""
         registers = int(_registers(self.live, warps))
         smem = self.smem + self.staged_smem * (staged_copies(stages) - staged_copies(self.stages))
-        return _with(self, warps=warps, stages=stages, smem=smem, registers=min(registers, target.max_regs_per_thread),
-                     spills=registers > target.max_regs_per_thread)
+        most = target.registers(warps)
+        return _with(self, warps=warps, stages=stages, smem=smem, registers=min(registers, most),
+                     spills=registers > most)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
@@ -384,11 +385,16 @@ def _registers(live: float, warps: int) -> float:
     return 32 + live / (32 * warps)
 
 
+def overfull(w: KernelWork, t: Target, times: float) -> bool:
+    """Whether `w`'s live values exceed `times` what its threads may hold at its warps (prism.tune.tuner's HEAVY and
+    TOO_HEAVY: the compiler spills most of such a kernel)."""
+    return w.live > times * t.registers(w.warps) * 32 * w.warps
+
+
 def _overflow(w: KernelWork, t: Target) -> float:
     """How far the estimated registers per thread exceed what a thread may hold at these warps (the per-thread
     limit, or the SM's register file over the block's threads), as a fraction of it; 0 when they fit."""
-    most = min(t.max_regs_per_thread, t.regs_per_sm // (32 * w.warps))
-    return max(0.0, _registers(w.live, w.warps) / most - 1)
+    return max(0.0, _registers(w.live, w.warps) / t.registers(w.warps) - 1)
 
 
 def _occupancy(w: KernelWork, t: Target) -> int:

@@ -25,7 +25,7 @@ from prism.tune.profile import spearman
 from prism.tune.space import Candidate
 from prism.tune.target import Target, kind_of
 
-__all__ = ["Regret", "Step", "left_out", "load", "regrets", "steps"]
+__all__ = ["Regret", "Step", "before_compile", "left_out", "load", "read", "regrets", "steps"]
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,18 @@ class Regret:
 
 
 def load(paths: Sequence[str | Path], kind: str | None = None) -> list[Sample]:
-    """The measured candidates in files written by `tune_calibrate.py collect` or `from-bench`, or an
-    InputError naming the file that is not one, or (given a GPU `kind`, "h100") that was measured on another
-    kind of GPU: a calibration or a replay for one GPU from another's times would be silently wrong. A config
+    """The measured candidates in files written by `tune_calibrate.py collect` or `from-bench` (`read`'s)."""
+    return read(paths, kind)[0]
+
+
+def read(paths: Sequence[str | Path], kind: str | None = None) -> tuple[list[Sample], list[str]]:
+    """The measured candidates in files written by `tune_calibrate.py collect` or `from-bench`, and the device
+    each file names; or an InputError naming the file that is not one, or (given a GPU `kind`, "h100") that was
+    measured on another kind of GPU: a calibration or a replay for one GPU from another's times would be silently wrong. A config
     measured in more than one file stays one group per file, named "<config> [<file stem>]": runs on other days
     measure other candidates, on other code, and a regret is the model's pick among what one run measured."""
     files: list[tuple[str, list[Sample]]] = []
+    devices: list[str] = []
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
@@ -57,9 +63,19 @@ def load(paths: Sequence[str | Path], kind: str | None = None) -> list[Sample]:
         device = str(data.get("device", ""))
         if kind is not None and (not device or kind_of(device) != kind):
             raise InputError(f"{path}: measured on {device or 'an unnamed device'}, not on an {kind.upper()}")
+        devices.append(device)
     seen = Counter(group for _, samples in files for group in {s.group for s in samples})
     return [s if seen[s.group] == 1 else replace(s, group=f"{s.group} [{stem}]")
-            for stem, samples in files for s in samples]
+            for stem, samples in files for s in samples], devices
+
+
+def before_compile(samples: Sequence[Sample], target: Target) -> list[Sample]:
+    """`samples` as the tuner ranks them before anything is compiled: the registers and spills of each candidate's
+    own kernels estimated from their live values at its warps (`KernelWork.with_launch`), not the compiler's; the
+    compiler's shared memory is kept. Which points the tuner compiles at all (its first batch, the refinement's
+    order) comes from this ranking, so its regret says how well the model picks where no compiler has been."""
+    return [replace(s, kernels=tuple(k.with_launch(k.warps, k.stages, target) if k.fused else k for k in s.kernels))
+            for s in samples]
 
 
 def regrets(samples: Sequence[Sample], target: Target) -> list[Regret]:

@@ -59,6 +59,12 @@ class Target:
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def registers(self, warps: int) -> int:
+        """The most 32-bit registers a thread of a block of `warps` warps may hold without spilling: the
+        per-thread limit, or the SM's register file over the block's threads if that is less (a block must fit
+        one SM: at 16 warps, 128 on an H100, not 255)."""
+        return min(self.max_regs_per_thread, self.regs_per_sm // (32 * warps))
+
     def with_(self, **changes: Any) -> Target:
         return replace(self, **changes)
 

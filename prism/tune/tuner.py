@@ -48,7 +48,7 @@ from prism.progress import Progress
 from prism.progress import report as report_progress
 from prism.search.parallel import running
 from prism.tune.compile import CompileResult, compile_many, default_workers, release, start_workers
-from prism.tune.cost import Cost, estimate
+from prism.tune.cost import Cost, estimate, overfull
 from prism.tune.rank import Ranked, climb
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
 from prism.tune.safety import overflow_risk
@@ -65,15 +65,15 @@ calibrated model's mean squared log error on held-out points is 0.58, BENCHMARKS
 either way, so a point at 4x can still win)."""
 HEAVY = 2.0
 """The random share skips a point with a kernel whose live values per thread (the model's register estimate)
-exceed this many times the registers a thread has: the compiler spills most of it, it compiles for long, and it
-is seldom fast. On an H100 host (2026-11-26, session 7: the compile seconds in
+exceed this many times the registers a thread may hold at its warps: the compiler spills most of it, it compiles
+for long, and it is seldom fast. On an H100 host (2026-11-26, session 7: the compile seconds in
 benchmarks/results/gpu_bench_h100_2026-11-26_s7*.json) every candidate that compiled for 9-19 s was a random draw:
 each held its batch, and a config's tuning, for that long; none was the fastest."""
 TOO_HEAVY = 4.0
 """No pick at all (the model's, a refinement's) has a kernel whose live values per thread exceed this many times
-the registers a thread has. Of the 2013 candidates timed on the H100 and the H200 (benchmarks/results/
-tune_samples_*.json), the 25 so estimated measured 1.9-1019x the fastest of their config (tests/tune/test_oracle.py
-computes it); on the H200 of session 11
+the registers a thread may hold at its warps (prism.tune.cost.overfull). Of the 2013 candidates timed on the H100
+and the H200 (benchmarks/results/tune_samples_*.json), the 29 so estimated measured 1.9-1019x the fastest of their
+config (tests/tune/test_oracle.py computes it); on the H200 of session 11
 two of them (nTrans n=64 at 2 blocks, picked by the model as its one-per-launch-shape pass went down the ranking)
 compiled for 22.7 and 22.9 s, most of that config's 26 s of tuning."""
 EXTRA_ROUNDS = 2
@@ -294,8 +294,9 @@ def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, see
 
 
 def _heavy(p: _Pick, target: Target, limit: float = HEAVY) -> bool:
-    """Whether a kernel of `p` holds more than `limit` times the registers a thread has (the model's estimate)."""
-    return any(k.work.live > limit * target.max_regs_per_thread * 32 * k.work.warps for k in p.cost.kernels)
+    """Whether a kernel of `p` holds more than `limit` times the registers a thread may have at its warps (the
+    model's estimate)."""
+    return any(overfull(k.work, target, limit) for k in p.cost.kernels)
 
 
 def _until_one_survives(trial: _Trial, space: Space, picks: list[_Pick], rest: list[Ranked], budget: int,

@@ -208,3 +208,27 @@ def test_a_one_stage_loop_adds_its_loads_and_compute_a_pipelined_one_overlaps_th
     dot = one.iter_dot / (target.tensor_flops / target.sms)                  # one block per SM
     assert 0 < dot < load
     assert seconds(one) - seconds(two) == pytest.approx(w.loop * dot, rel=1e-9)
+
+
+def test_a_block_of_16_warps_holds_at_most_128_registers_a_thread():
+    """A block must fit one SM's register file: at 16 warps (512 threads) a thread may hold 65536 / 512 = 128
+    registers, not the per-thread 255, so live values that need about 200 a thread spill there, and the tuner
+    counts them as heavy against 128 (prism.tune.tuner._heavy). With 255 the model picked 16-warp kernels that the
+    compiler spilled (the oracle's attention h=8192 on an H100: tests/tune/test_oracle.py)."""
+    from types import SimpleNamespace as NS
+
+    from prism.tune.tuner import _heavy
+
+    (w,) = kernels_of(_matmul(16, 4096, 4096, (1, 128), 8, {}, {"y": 1}, {"y": 1}))
+    assert (H100.registers(4), H100.registers(8), H100.registers(16)) == (255, 255, 128)
+    at16, at8 = (_with_live(w, (200 - 32) * 32 * warps).with_launch(warps, 3, H100) for warps in (16, 8))
+    assert at16.spills and at16.registers == 128       # about 200 registers a thread: over 128 at 16 warps
+    assert not at8.spills and at8.registers == 200      # the same a thread at 8 warps fits 255
+    heavy = NS(cost=NS(kernels=[NS(work=_with_live(w, 2.5 * 128 * 32 * 16).with_launch(16, 3, H100))]))
+    assert _heavy(heavy, H100) and not _heavy(NS(cost=NS(kernels=[NS(work=at16)])), H100)
+
+
+def _with_live(w, live):
+    from dataclasses import replace
+
+    return replace(w, live=float(live))
