@@ -15,7 +15,7 @@ from typing import Any
 from prism.codegen.errors import CodegenError
 from prism.codegen.spec import KernelSpec
 
-__all__ = ["AotKernel", "compile_aot", "default_target", "cubin_attributes"]
+__all__ = ["AotKernel", "compile_aot", "default_target", "cubin_attributes", "describe"]
 
 _REGCOUNT, _FRAME_SIZE = 0x2F, 0x11
 
@@ -78,12 +78,18 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
         lines = str(e).strip().splitlines() or [type(e).__name__]
         where = f" ({lines[0].rstrip(':')} of the kernel)" if len(lines) > 1 else ""  # Triton: "at L:C:", source, why
         raise CodegenError(f"{spec.name}: Triton could not compile it for {target}: {lines[-1]}{where}") from e
+    return describe(compiled, spec, f"{target.backend}:{target.arch}")
+
+
+def describe(compiled: Any, spec: KernelSpec, arch: str) -> AotKernel:
+    """What a kernel Triton compiled for `spec` (for `arch`, "cuda:90") needs: `compiled` is what `triton.compile`
+    returns, ahead of time or for a launch (the binary specialized for the launch's arguments:
+    prism.codegen.CompiledGraph.launched)."""
     cubin = compiled.asm.get("cubin", b"")
     attrs = cubin_attributes(cubin)
     regs, frame = attrs.get(_REGCOUNT), attrs.get(_FRAME_SIZE)
     return AotKernel(spec.name, int(compiled.metadata.shared), max(regs) if regs else None,
-                     max(frame) if frame else None, spec.num_warps, f"{target.backend}:{target.arch}",
-                     compiled.asm["ptx"], len(cubin))
+                     max(frame) if frame else None, spec.num_warps, arch, compiled.asm.get("ptx"), len(cubin))
 
 
 def cubin_attributes(cubin: bytes) -> dict[int, list[int]]:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.codegen.aot import AotKernel, compile_aot
+from prism.codegen.aot import AotKernel, compile_aot, describe
 from prism.codegen.launch import BoundGraph
 from prism.codegen.load import interpreting, load_module
 from prism.codegen.plan import BUFFER_DTYPES, Plan, plan_graph
@@ -82,6 +82,20 @@ class CompiledGraph:
         """Check, allocate every buffer, and launch each kernel through its generated launcher (Triton
         re-specializes the arguments). On a GPU with the default allocator the kernels Triton returns are
         then bound for this device (`self.bound`), so later calls with the same signature skip all that."""
+        return self._launch(tensors)[0]
+
+    def launched(self, tensors: Sequence[torch.Tensor]) -> list[AotKernel]:
+        """Run every kernel once on `tensors` (CUDA) through the generic path and describe the binaries Triton
+        built for that launch (shared memory, registers, stack frame: prism.codegen.aot.describe), one per kernel:
+        what `aot()` says of the kernels compiled ahead of time, for the binaries that calls like this one run.
+        One compile per kernel where `aot()` and a first call make two (a launch specializes its arguments, an
+        ahead-of-time compile does not): the tuner's compile workers on a GPU (prism.tune.compile)."""
+        _, kernels = self._launch(tensors)
+        major, minor = torch.cuda.get_device_capability(tensors[0].device)
+        return [describe(k, spec, f"cuda:{10 * major + minor}") for spec, k in zip(self.kernels, kernels)]
+
+    def _launch(self, tensors: Sequence[Any]) -> tuple[list[torch.Tensor], list[Any]]:
+        """run_generic's outputs, and the compiled kernels Triton's launchers returned (one per plan step)."""
         device = self._check(tensors)
         bufs: list[torch.Tensor | None] = [None] * len(self.plan.buffers)
         for j, t in zip(self.plan.inputs, tensors):
@@ -99,7 +113,7 @@ class CompiledGraph:
                 and all(t.data_ptr() % 16 == 0 for t in tensors):
             kept = {j: self.persistent(j, device) for j, b in enumerate(self.plan.buffers) if b.persistent}
             self.bound[device.index] = BoundGraph(self.plan, tensors, kernels, kept)
-        return [bufs[j] for j in self.plan.outputs]  # type: ignore[misc]
+        return [bufs[j] for j in self.plan.outputs], kernels  # type: ignore[misc]
 
     def persistent(self, j: int, device: torch.device) -> torch.Tensor:
         """Persistent buffer j on `device`, allocated zeroed by the first call there (or by `reserve`)."""

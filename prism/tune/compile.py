@@ -6,10 +6,13 @@ kernel its shared memory, registers, stack frame (spills) and warps, or the comp
 come from `prism.pool` (spawned: a forked child of a process holding Triton or egglog state can
 deadlock) with Triton's interpreter switched off, since interpreted kernels cannot be compiled.
 
-On a GPU (`warm`), a worker also runs the candidate once on the tuner's inputs, so that Triton's JIT
-compiles it there, in parallel, into its on-disk cache: the ahead-of-time compile does not specialize on
-arguments as a launch does (alignment, strides of 1), so without this the timing process compiled every
-timed candidate a second time, one after another (about a second each: most of a region's tuning).
+On a GPU (`warm`), a worker instead runs the candidate once on the tuner's inputs, so that Triton's JIT
+compiles it there, in parallel, into its on-disk cache, and reads the figures from the binaries that launch
+built (`CompiledGraph.launched`): the ahead-of-time compile does not specialize on arguments as a launch does
+(alignment, strides of 1), so without the run the timing process compiled every timed candidate a second time,
+one after another (about a second each: most of a region's tuning), and with both a worker compiled each
+candidate twice. Where that run fails (a launch error), the worker compiles ahead of time as without a GPU, so a
+candidate that does not compile is still dropped with the compiler's reason.
 A worker compiles into the cache the calling process reads at the time of the call (`cache_dir`), not the
 one it read when it started: torch.compile sets TRITON_CACHE_DIR in its process (Inductor's first Triton
 kernel), so workers kept from before that warmed a cache the timing process no longer read (an H100 run of
@@ -74,8 +77,9 @@ def cache_dir() -> str:
 def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
                 cache: str | None = None) -> CompileResult:
     """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error. `warm`: a
-    seed; the kernels also run once on CUDA, on `random_inputs(graph, warm)` (the tuner's inputs), which leaves
-    their launch-specialized binaries in Triton's cache for the process that times them. `cache`: the folder
+    seed; the kernels run once on CUDA instead, on `random_inputs(graph, warm)` (the tuner's inputs), which leaves
+    their launch-specialized binaries in Triton's cache for the process that times them, and the figures are
+    theirs (ahead of time only if that run fails). `cache`: the folder
     of Triton's cache to compile into (the caller's `cache_dir`), where it is not this process's already."""
     from prism.codegen import compile_graph
 
@@ -85,29 +89,29 @@ def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
     try:
         graph = KernelGraph.from_json(doc)
         compiled = compile_graph(graph)
-        kernels = compiled.aot(_target(arch))
+        kernels = (None if warm is None else _launched(graph, compiled, warm)) or compiled.aot(_target(arch))
     except Exception as e:  # a candidate that does not compile is dropped, with the reason
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return CompileResult(error=f"{type(e).__name__}: {first[:300]}", seconds=time.time() - start)
-    if warm is not None:
-        _warm(graph, compiled, warm)
     return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start)
 
 
-def _warm(graph: KernelGraph, compiled: Any, seed: int) -> None:
+def _launched(graph: KernelGraph, compiled: Any, seed: int) -> list[AotKernel] | None:
     """Run `compiled` once on CUDA on the inputs the tuner times it with (same shapes, hence the same strides and
-    specialization), so Triton's JIT stores the binary the timing process will ask for. A failure here is not
-    this function's to report: the timing process runs the candidate itself, meets it and drops the candidate
-    with its reason."""
+    specialization), so Triton's JIT stores the binaries the timing process will ask for; their figures, or None
+    where the run failed. A failure is not this function's to report: the caller compiles ahead of time, which
+    names a compile error, and the timing process runs the candidate itself, meets any other and drops the
+    candidate with its reason."""
     import torch
 
     from prism.tune.profile import random_inputs
 
     try:
-        compiled(*random_inputs(graph, seed, "cuda"))
+        kernels = compiled.launched(random_inputs(graph, seed, "cuda"))
         torch.cuda.synchronize()
-    except Exception:  # reported by the timing process (see above), which runs the same launch
-        pass
+    except Exception:  # reported as said above
+        return None
+    return kernels
 
 
 def _worker_init() -> None:

@@ -173,3 +173,25 @@ def test_a_candidate_warmed_in_a_compile_worker_is_not_compiled_again_where_it_i
     compile_graph(cold)(*random_inputs(cold, 7, "cuda"))
     torch.cuda.synchronize()
     assert entries() > before, "a candidate compiled ahead of time only is compiled again at its launch"
+
+
+def test_a_warmed_candidate_is_compiled_once_in_its_worker(searched, tmp_path, monkeypatch):
+    """On a GPU a compile worker reads a candidate's figures from the binaries its one launch built
+    (CompiledGraph.launched), with no ahead-of-time compile beside them: Triton's cache gains one binary per kernel,
+    not two, and the figures are those of the binaries the timing process runs."""
+    from prism.codegen import compile_graph
+    from prism.tune.compile import compile_many
+    from prism.tune.profile import random_inputs
+    from prism.tune.space import Space
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    w, cfg, result = searched("rmsnorm")
+    space = Space(result, w.build(cfg))
+    g = space.instantiate(space.sample(1, seed=3)[0])
+    (got,) = compile_many([g], workers=2, warm=7)
+    assert got.ok and len(got.kernels) == len(compile_graph(g).kernels)
+    assert len(list(tmp_path.rglob("*.cubin"))) == len(got.kernels)
+    here = compile_graph(g).launched(random_inputs(g, 7, "cuda"))
+    assert [(k.name, k.registers, k.frame, k.shared) for k in here] == \
+        [(k.name, k.registers, k.frame, k.shared) for k in got.kernels]
+    assert all(k.registers and k.arch.startswith("cuda:") for k in here)
