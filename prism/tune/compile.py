@@ -41,7 +41,8 @@ __all__ = ["CompileResult", "cache_dir", "compile_one", "compile_many", "compile
 
 @dataclass(frozen=True)
 class CompileResult:
-    """All kernels of one candidate compiled (`ok`), or the first error; wall seconds spent."""
+    """All kernels of one candidate compiled (`ok`), or the first error; wall seconds spent; what went wrong on the
+    way without dropping it (`problems`: the tuner's report notes them)."""
 
     kernels: tuple[AotKernel, ...] = ()
     error: str | None = None
@@ -89,19 +90,18 @@ def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
     try:
         graph = KernelGraph.from_json(doc)
         compiled = compile_graph(graph)
-        kernels = (None if warm is None else _launched(graph, compiled, warm)) or compiled.aot(_target(arch))
+        kernels, problems = _launched(graph, compiled, warm) if warm is not None else (None, ())
+        kernels = kernels or compiled.aot(_target(arch))
     except Exception as e:  # a candidate that does not compile is dropped, with the reason
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return CompileResult(error=f"{type(e).__name__}: {first[:300]}", seconds=time.time() - start)
-    return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start)
+        return CompileResult(error=_first_line(e), seconds=time.time() - start)
+    return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start, problems)
 
 
-def _launched(graph: KernelGraph, compiled: Any, seed: int) -> list[AotKernel] | None:
+def _launched(graph: KernelGraph, compiled: Any, seed: int) -> tuple[list[AotKernel] | None, tuple[str, ...]]:
     """Run `compiled` once on CUDA on the inputs the tuner times it with (same shapes, hence the same strides and
-    specialization), so Triton's JIT stores the binaries the timing process will ask for; their figures, or None
-    where the run failed. A failure is not this function's to report: the caller compiles ahead of time, which
-    names a compile error, and the timing process runs the candidate itself, meets any other and drops the
-    candidate with its reason."""
+    specialization), so Triton's JIT stores the binaries the timing process will ask for: their figures, or None
+    and why the run failed. The caller then compiles ahead of time, which names a compile error; the timing
+    process runs the candidate itself, meets any other error and drops the candidate with its reason."""
     import torch
 
     from prism.tune.profile import random_inputs
@@ -109,9 +109,14 @@ def _launched(graph: KernelGraph, compiled: Any, seed: int) -> list[AotKernel] |
     try:
         kernels = compiled.launched(random_inputs(graph, seed, "cuda"))
         torch.cuda.synchronize()
-    except Exception:  # reported as said above
-        return None
-    return kernels
+    except Exception as e:  # said in the result's problems (the tuner's notes), as above
+        return None, (f"its launch in the compile worker failed ({_first_line(e)}); compiled ahead of time",)
+    return kernels, ()
+
+
+def _first_line(e: Exception) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return f"{type(e).__name__}: {first[:300]}"
 
 
 def _worker_init() -> None:

@@ -486,6 +486,7 @@ class _Trial:
             results = compile_many(graphs, 1, self.target.arch)
         for p, r in zip(batch, results):
             _judge(p, r, self.target)
+            self.report.notes += [f"{p.entry.label}: {problem}" for problem in r.problems]
 
     def _profile(self, batch: list[_Pick]) -> None:
         from prism.interp import run

@@ -366,6 +366,33 @@ def test_the_compile_pool_reports_errors_instead_of_raising(searched):
     assert not res[1].ok and "elements" in res[1].error
 
 
+def test_a_failed_launch_in_a_compile_worker_falls_back_to_compiling_ahead_of_time(searched, monkeypatch):
+    """On a GPU a compile worker reads a candidate's figures from its one launch (prism.tune.compile._launched);
+    where that launch fails, the worker compiles ahead of time as without a GPU, and the tuner's report says so:
+    no candidate is lost, and a run that compiled everything twice again would show it."""
+    import prism.tune.compile as compile_module
+    import prism.tune.profile
+
+    class Broken:
+        def launched(self, tensors):
+            raise RuntimeError("no launch here\nsecond line")
+
+    w, cfg, result = searched("swiglu")
+    good = result.instantiate(0, w.build(cfg), grid=(1,) * result.graphs[0].n_grid)
+    monkeypatch.setattr(prism.tune.profile, "random_inputs", lambda graph, seed, device: [])  # no GPU needed
+    kernels, problems = compile_module._launched(good, Broken(), 7)
+    assert kernels is None and problems == (
+        "its launch in the compile worker failed (RuntimeError: no launch here); compiled ahead of time",)
+    monkeypatch.setattr(compile_module, "_launched", lambda graph, compiled, seed: (None, problems))
+    r = compile_module.compile_one(good.to_json(), warm=7)
+    assert r.ok and r.kernels[0].registers and r.problems == problems
+    monkeypatch.setattr(tuner, "compile_many", _fake_compile(lambda k, n: CompileResult(
+        tuple(AotKernel(f"k{j}", 1024, 64, 0, 4) for j in range(n)), problems=problems)))
+    report = tune(result, w.build(cfg), budget=2, seed=0, workers=1).report
+    fused = [e for e in report.entries if e.candidate.graph != UNFUSED]
+    assert fused and all(f"{e.label}: {problems[0]}" in report.notes for e in fused)
+
+
 def test_report_prints_a_table_and_round_trips(searched):
     w, cfg, result = searched("attention")
     r = tune(result, w.build(cfg), budget=4, compile=False).report
