@@ -80,8 +80,8 @@ def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
     """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error. `warm`: a
     seed; the kernels run once on CUDA instead, on `random_inputs(graph, warm)` (the tuner's inputs), which leaves
     their launch-specialized binaries in Triton's cache for the process that times them, and the figures are
-    theirs (ahead of time only if that run fails). `cache`: the folder
-    of Triton's cache to compile into (the caller's `cache_dir`), where it is not this process's already."""
+    theirs (ahead of time only if that run fails). `cache`: the folder of Triton's cache to compile into (the
+    caller's `cache_dir`), where it is not this process's already."""
     from prism.codegen import compile_graph
 
     if cache is not None and cache != cache_dir():
