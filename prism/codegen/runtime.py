@@ -90,6 +90,9 @@ class CompiledGraph:
         what `aot()` says of the kernels compiled ahead of time, for the binaries that calls like this one run.
         One compile per kernel where `aot()` and a first call make two (a launch specializes its arguments, an
         ahead-of-time compile does not): the tuner's compile workers on a GPU (prism.tune.compile)."""
+        if self.interpret:
+            raise InputError("launched: kernels run in Triton's interpreter (TRITON_INTERPRET=1) build no binaries; "
+                             "compile ahead of time with aot() instead")
         _, kernels = self._launch(tensors)
         major, minor = torch.cuda.get_device_capability(tensors[0].device)
         return [describe(k, spec, f"cuda:{10 * major + minor}") for spec, k in zip(self.kernels, kernels)]

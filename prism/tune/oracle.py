@@ -49,9 +49,10 @@ def load(paths: Sequence[str | Path], kind: str | None = None) -> list[Sample]:
 def read(paths: Sequence[str | Path], kind: str | None = None) -> tuple[list[Sample], list[str]]:
     """The measured candidates in files written by `tune_calibrate.py collect` or `from-bench`, and the device
     each file names; or an InputError naming the file that is not one, or (given a GPU `kind`, "h100") that was
-    measured on another kind of GPU: a calibration or a replay for one GPU from another's times would be silently wrong. A config
-    measured in more than one file stays one group per file, named "<config> [<file stem>]": runs on other days
-    measure other candidates, on other code, and a regret is the model's pick among what one run measured."""
+    measured on another kind of GPU: a calibration or a replay for one GPU from another's times would be silently
+    wrong. A config measured in more than one file stays one group per file, named "<config> [<file stem>]": runs
+    on other days measure other candidates, on other code, and a regret is the model's pick among what one run
+    measured."""
     files: list[tuple[str, list[Sample]]] = []
     devices: list[str] = []
     for path in paths:

@@ -7,6 +7,7 @@ from prism import codegen
 from prism.codegen import CodegenError
 from prism.codegen.spec import KernelSpec
 from prism.codegen.load import load_module
+from tests.child import interpreted
 from tests.codegen.cases import AOT_CASES
 
 SHARED_LIMIT = 227 * 1024   # bytes of shared memory a block may use on sm_90
@@ -43,3 +44,25 @@ def test_compile_rejects_what_the_interpreter_accepts():
                       ("float16",), ("float32",), (False,))
     with pytest.raises(CodegenError, match="small_dot.*could not compile"):
         codegen.compile_aot(module.small_dot, spec)
+
+
+def test_launched_figures_need_cuda_tensors(tmp_path):
+    """CompiledGraph.launched (a compile worker's figures on a GPU) runs the kernels, so it takes CUDA tensors: on CPU
+    tensors it says so in one InputError, on a machine with a GPU or without; under Triton's interpreter, which builds
+    no binaries, too."""
+    import torch
+
+    from prism.errors import InputError
+
+    g = AOT_CASES[next(iter(AOT_CASES))]()
+    cg = codegen.compile_graph(g)
+    with pytest.raises(InputError, match="CUDA tensors"):
+        cg.launched([torch.zeros(t.shape, dtype=getattr(torch, t.dtype)) for t in g.inputs])
+    code = ("import torch; from prism import codegen, errors; from tests.codegen.cases import AOT_CASES\n"
+            "g = AOT_CASES[next(iter(AOT_CASES))]()\n"
+            "xs = [torch.zeros(t.shape, dtype=getattr(torch, t.dtype)) for t in g.inputs]\n"
+            "try:\n"
+            "    codegen.compile_graph(g).launched(xs)\n"
+            "except errors.InputError as e:\n"
+            "    print(e)\n")
+    assert "interpreter" in interpreted(code, tmp_path)[-1]
