@@ -22,8 +22,8 @@ model's pick over the fastest measured, with the shipped calibration, the data s
 (`--constants`), or fitted on the other configs only (`--left-out`), and optionally without a field of the model
 or a term (`--without dot_tile`, `--without warp_cost`: the model before it; a constant held at 0 is not
 fitted), or with registers and spills as the model estimates them before compiling (`--before-compile`: the
-ranking the tuner chooses what to compile by). `steps` shows, per launch field (warps, stages, loop), the measured and predicted ratios of candidates
-that differ in that field only:
+ranking the tuner chooses what to compile by). `steps` shows, per launch field (warps, stages, loop), the measured
+and predicted ratios of candidates that differ in that field only:
 
     PYTHONPATH=. python benchmarks/tune_calibrate.py regret samples.json [--kind h200] [--constants fit]
     PYTHONPATH=. python benchmarks/tune_calibrate.py steps samples.json [--kind h200]

@@ -190,9 +190,8 @@ def _matmul_block(a: TType, bt: TType) -> BlockGraph:
     r = len(a.shape)
     m, k, n = a.shape[-2], a.shape[-1], bt.shape[-1]
     tm, tk, tn = (_divisor(s, MATMUL_TILE) for s in (m, k, n))
-    tiles = {d: 1 for d in range(r - 2)} | {r - 2: tm, r - 1: tn}          # output dim -> its tile
-    counts = {d: a.shape[d] // t if d != r - 1 else n // t for d, t in tiles.items()}
-    split = sorted((d for d in counts if counts[d] > 1), key=lambda d: (-counts[d], -d))[:3]
+    counts = [s // t for s, t in zip((*a.shape[:-1], n), (1,) * (r - 2) + (tm, tn))]   # tiles per output dim
+    split = sorted((d for d in range(r) if counts[d] > 1), key=lambda d: (-counts[d], -d))[:3]
     grid = tuple(counts[d] for d in split) or (1,)
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise CodegenError(f"matmul {a} @ {bt}: grid {grid} has more than {MAX_GRID_YZ} blocks along y or z")
