@@ -15,17 +15,26 @@ Two shapes:
       called (Prism's regions run their programs as torch ops there). Then Prism's launches per layer and each
       region's choice (prism.capture.history). Each step first sets the cache's length back to the prompt's
       (one small fill per layer, timed alike for all).
+  --kernels [FILE] (with --llama2048, on a CUDA GPU): eager's, Inductor's and Prism's kernels side by side, from
+      torch.profiler over KERNEL_STEPS steps: calls and device µs per step, and for Prism's kernels, whose bytes
+      the compile record gives (prism.bench.kernels.prism_bytes), GB/s and % of the device-to-device copy
+      bandwidth measured in the same run: one table after the others, and the rows as JSON in FILE (default
+      benchmarks/results/decode_kernels_<gpu>_<date>.json).
 
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20
     python benchmarks/hf_decode.py --model llama --layers 2 --repeat 20 --background   # cones optimized on a thread
     python benchmarks/hf_decode.py --llama2048 --layers 2 --repeat 30 --budget 8   # on a CUDA GPU: the table
+    python benchmarks/hf_decode.py --llama2048 --layers 2 --repeat 30 --budget 8 --kernels   # and its kernels
+    python benchmarks/hf_decode.py --llama2048 --batches 1,8,32,64 --prefill 512,2048   # decode and prefill rows
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import re
 import runpy
+import shlex
 import statistics
 import sys
 import time
@@ -40,10 +49,13 @@ if str(ROOT) not in sys.path:  # a checkout that is not installed
     sys.path.insert(0, str(ROOT))
 
 import prism.capture  # noqa: E402  (registers the backend)
+from prism.bench.kernels import KernelRow, format_table, kernel_rows, prism_bytes, write_json  # noqa: E402
 
 BACKENDS = (("eager", None, None), ("inductor", "inductor", None), ("prism", "prism", None))
 GPU_BACKENDS = BACKENDS[:2] + (("inductor reduce-overhead", "inductor", "reduce-overhead"),) + BACKENDS[2:] + (
     ("prism reduce-overhead", "prism", "reduce-overhead"),)
+KERNEL_STEPS = 20
+"""Steps torch.profiler records for --kernels."""
 
 
 def median_us(step: Callable[[], Any], repeat: int, cuda: bool) -> float:
@@ -86,17 +98,19 @@ def small(hf: Any, name: str, layers: int, backend: str | None, repeat: int, dev
 
 
 def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str | None,
-              repeat: int, device: str = "cuda", kernels: bool = False) -> dict[str, Any]:
+              repeat: int, device: str = "cuda", kernels: bool = False, prefill: int = 0) -> dict[str, Any]:
     """The Llama-shaped float16 step: first-compile seconds, µs as called and (on a GPU) in a CUDA graph, for
-    Prism each region's choice and launches, and with `kernels` (on a GPU) torch.profiler's table of the step's
-    kernels by device time (20 steps)."""
+    Prism each region's choice and launches, and with `kernels` (on a GPU) the step's kernels by device time
+    over KERNEL_STEPS steps (prism.bench.kernels; Prism's with their bytes where the compile record gives them).
+    With `prefill` tokens, the step is a prefill of that many tokens instead (no cache: its logits' last row)."""
     import transformers as tf
 
     torch._dynamo.reset()
     torch.manual_seed(0)
     cuda = device == "cuda"
     config = tf.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=layers,
-                            num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=kv + 64)
+                            num_attention_heads=16, num_key_value_heads=4,
+                            max_position_embeddings=max(kv, prefill) + 64)
     m = tf.LlamaForCausalLM(config).to(device, torch.float16).eval()
     cache = tf.StaticCache(config=config, max_cache_len=kv + 1)
     prompt = torch.randint(0, 32000, (batch, kv), generator=torch.Generator().manual_seed(1)).to(device)
@@ -106,8 +120,11 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
         nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits.argmax(-1)
         position = torch.tensor([kv], device=device)
         forward = m.forward if backend is None else torch.compile(m.forward, backend=backend, mode=mode)
+        tokens = torch.randint(0, 32000, (batch, prefill), generator=torch.Generator().manual_seed(2)).to(device)
 
         def step() -> Any:  # the cache back at the prompt's length: every step writes the same slot
+            if prefill:
+                return forward(input_ids=tokens, use_cache=False, logits_to_keep=1)
             for layer in cache.layers:
                 layer.cumulative_length.fill_(kv)
             return forward(input_ids=nxt, past_key_values=cache, cache_position=position, use_cache=True)
@@ -128,8 +145,8 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
         if cuda and kernels:
             from prism.tune.profile import kernel_profile
 
-            table = kernel_profile(step, [], 20).key_averages().table(sort_by="cuda_time_total", row_limit=20)
-            row["kernels"] = table
+            nbytes = prism_bytes(prism.capture.history[-1]["replaced"]) if backend == "prism" else None
+            row["kernels"] = kernel_rows(kernel_profile(step, [], KERNEL_STEPS).key_averages(), KERNEL_STEPS, nbytes)
     return row
 
 
@@ -156,6 +173,29 @@ def _graph_us(step: Callable[[], Any], repeat: int) -> float:
     return median_us(graph.replay, repeat, True)
 
 
+def default_kernels_path(device: str) -> Path:
+    """benchmarks/results/decode_kernels_<device, as a file name>_<date>.json."""
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    return ROOT / "benchmarks" / "results" / f"decode_kernels_{slug}_{time.strftime('%Y-%m-%d')}.json"
+
+
+def write_kernels(path: str | Path, device: str, layers: int, tables: dict[int, dict[str, list[KernelRow]]]) -> None:
+    """Print every batch's and backend's kernels as one table, under the copy bandwidth they are measured against,
+    and write them to `path` as JSON (prism.bench.kernels.write_json)."""
+    from prism.bench.gpu import copy_bandwidth
+    from prism.tune.profile import bench
+
+    copy_bps = copy_bandwidth(bench)
+    print(f"Kernels by device time over {KERNEL_STEPS} steps, {device}; device-to-device copy "
+          f"{copy_bps / 1e9:.0f} GB/s; GB/s only where a kernel's bytes are known (Prism's: its regions' DRAM floor)")
+    print(format_table({f"{label}, batch {batch}": rows for batch, backends in tables.items()
+                        for label, rows in backends.items()}, copy_bps))
+    write_json(path, {"device": device, "copy_bytes_per_s": copy_bps, "layers": layers, "steps": KERNEL_STEPS,
+                      "command": shlex.join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                      "batches": [{"batch": b, "backends": backends} for b, backends in tables.items()]})
+    print(f"kernels written to {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("llama", "qwen2", "phi3", "gpt2"), default="llama")
@@ -163,40 +203,55 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--batches", default="1,8", help="--llama2048's batch sizes, comma-separated (default %(default)s)")
+    ap.add_argument("--prefill", default="", help="--llama2048 on a GPU: also a prefill of each of these token "
+                    "counts at batch 1, comma-separated (e.g. 512,2048)")
     ap.add_argument("--budget", type=int, default=prism.capture.OPTIONS.budget,
                     help="candidates Prism tunes per region (default %(default)s, the backend's)")
-    ap.add_argument("--kernels", default="", help="--llama2048 on a GPU: write each backend's kernels by device "
-                    "time (torch.profiler, 20 steps) to this file")
+    ap.add_argument("--kernels", nargs="?", const="", metavar="FILE",
+                    help="--llama2048 on a GPU: eager's, Inductor's and Prism's kernels by device time, one table, "
+                    "and as JSON in FILE (default benchmarks/results/decode_kernels_<gpu>_<date>.json)")
     ap.add_argument("--background", action="store_true",
                     help="the prism row with options={'background': True}: cones superoptimized on a thread")
     args = ap.parse_args()
+    if args.kernels is not None and not args.llama2048:
+        ap.error("--kernels goes with --llama2048")
     prism.capture.OPTIONS.budget = args.budget
     cuda = torch.cuda.is_available()
     if args.llama2048:
+        kernels = args.kernels is not None and cuda
+        if args.kernels is not None and not cuda:
+            print("--kernels: per-kernel device times need a CUDA GPU; none here, so no kernel table")
         where = torch.cuda.get_device_name() if cuda else "CPU (no CUDA graphs; Prism's choices by its cost model)"
         print(f"Llama-shaped float16 decode step, {args.layers} layers, KV cache 1024, {where}: µs, median of "
               f"{args.repeat}")
-        print("| batch | backend | first compile s | called µs | CUDA graph µs | Prism launches / layer |")
+        print("| step | backend | first compile s | called µs | CUDA graph µs | Prism launches / layer |")
         print("|---|---|---|---|---|---|")
         regions = []
-        for batch in [int(b) for b in args.batches.split(",")]:
+        tables: dict[int, dict[str, list[KernelRow]]] = {}
+        prefills = [int(n) for n in args.prefill.split(",") if n]
+        if prefills and not cuda:
+            print("--prefill: skipped on a CPU (a float16 prefill of hundreds of tokens takes minutes per call here)")
+        rows = [(f"decode, batch {b}", b, 0) for b in map(int, args.batches.split(","))]
+        rows += [(f"prefill {n}", 1, n) for n in (prefills if cuda else [])]
+        for what, batch, prefill in rows:
             for label, backend, mode in GPU_BACKENDS if cuda else (BACKENDS[0], BACKENDS[2]):
                 r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat, "cuda" if cuda else "cpu",
-                              bool(args.kernels))
+                              kernels and mode is None and not prefill, prefill)
                 if "kernels" in r:
-                    with open(args.kernels, "a") as f:
-                        f.write(f"## batch {batch}, {label}\n{r['kernels']}\n\n")
+                    tables.setdefault(batch, {})[label] = r["kernels"]
                 graph = f"{r['graph_us']:.0f}" if "graph_us" in r else r.get(
                     "graph_failure", "(a replay as called)" if cuda else "")
                 launches = "" if r["launches"] is None else f"{r['launches']:.0f}"
-                print(f"| {batch} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} | {launches} |",
+                print(f"| {what} | {label} | {r['compile_s']:.1f} | {r['called_us']:.0f} | {graph} | {launches} |",
                       flush=True)
-                regions += [(batch, *region) for region in r["regions"] if mode is None]
-        print("| batch | Prism region (its roots) | chosen | launches | µs (measured, else estimated) |\n"
+                regions += [(what, *region) for region in r["regions"] if mode is None]
+        print("| step | Prism region (its roots) | chosen | launches | µs (measured, else estimated) |\n"
               "|---|---|---|---|---|")
-        for batch, root, chosen, launches, us, measured in regions:
+        for what, root, chosen, launches, us, measured in regions:
             time_text = "" if us is None else f"{us:.1f}" + ("" if measured else " est.")
-            print(f"| {batch} | {root} | {chosen} | {launches} | {time_text} |")
+            print(f"| {what} | {root} | {chosen} | {launches} | {time_text} |")
+        if kernels:
+            write_kernels(args.kernels or default_kernels_path(where), where, args.layers, tables)
         return
     hf = argparse.Namespace(**runpy.run_path(str(EXAMPLE)))
     device = "cuda" if cuda else "cpu"

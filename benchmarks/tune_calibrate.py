@@ -175,6 +175,7 @@ def from_bench(args: argparse.Namespace) -> int:
     that run tuned (another build, or a candidate that instantiates into other kernels than it compiled)."""
     from prism import workloads
     from prism.codegen.aot import AotKernel
+    from prism.codegen.split import SPLIT_K
     from prism.errors import PrismError
     from prism.runtime.pipeline import check_search_result
     from prism.search import SearchResult
@@ -186,6 +187,7 @@ def from_bench(args: argparse.Namespace) -> int:
     run = json.loads(Path(args.bench).read_text())
     sheet = TARGETS[kind_of(run["device"])]   # data-sheet constants: samples are raw
     samples: list[dict[str, Any]] = []
+    recombined = 0
     try:
         tuned = [row for row in run["rows"] if "report" in row]   # a row that failed holds its error only
         for row in tuned:
@@ -201,9 +203,12 @@ def from_bench(args: argparse.Namespace) -> int:
                 c = e["candidate"]
                 if c["graph"] < 0 or e["measured_us"] is None:  # the unfused program; a dropped candidate
                     continue
-                candidate = Candidate(c["graph"], tuple(c["grid"]), c["loop"], c["warps"], c["stages"])
+                candidate = Candidate.from_json(c)
                 aot = [AotKernel(**k) for k in e["kernels"]]
                 cost = estimate(space.instantiate(candidate), sheet, aot=aot)
+                if run.get("split_k") != SPLIT_K and any(k.work.atomic for k in cost.kernels):
+                    recombined += 1   # timed as atomic adds, a memset and a cast: this build sums in one launch
+                    continue
                 if not cost.compiled or any(k.num_warps != candidate.warps for k in aot[:1]):
                     raise PrismError(f"{group} {candidate}: its kernels here are not the ones the run compiled")
                 samples.append(Sample(group, str(candidate), tuple(k.work for k in cost.kernels),
@@ -216,6 +221,10 @@ def from_bench(args: argparse.Namespace) -> int:
     skipped = len(run["rows"]) - len(tuned)
     print(f"{len(samples)} timed candidates of {len(tuned)} config(s) written to {args.out}"
           + (f" ({skipped} config(s) without a tuning report skipped)" if skipped else ""))
+    if recombined:
+        print(f"{recombined} split-K candidate(s) skipped: the run timed their sums as atomic adds into a zeroed "
+              "buffer, which this build combines in their launch (prism.codegen.split); stored samples keep them as "
+              "timed")
     return 0
 
 

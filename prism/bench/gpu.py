@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import prism.workloads as wl
+from prism.codegen.split import SPLIT_K
 from prism.bench.search import config_text, saved_or_searched
 from prism.errors import PrismError
 from prism.provenance import build_id
@@ -311,7 +312,7 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
     else:
         results = {"device": device, "torch": torch.__version__, "copy_gbps": copy_bandwidth(bench) / 1e9,
                    "options": asdict(opts), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "build": build_id(),
-                   "rows": []}
+                   "split_k": SPLIT_K, "rows": []}
     done = {json.dumps([r["workload"], r["config"]]) for r in results["rows"]}
 
     def add(row: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from prism.capture.lower import lower
+from prism.capture.lower import input_strides, lower
 from prism.capture.partition import Cone
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph
@@ -65,7 +65,7 @@ class Ahead:
         (`Cone.cut`: RoPE's products before attention); a region that does not lower, cone by cone. Nothing
         where none of that lowers: the replacement lowers it again and says why."""
         try:
-            graph = lower(cone.live(), cone.inputs(), cone.roots)[0]
+            graph, sources, _ = lower(cone.live(), cone.inputs(), cone.roots)
         except Exception as e:
             if cone.parts:
                 for part in cone.parts:
@@ -75,34 +75,36 @@ class Ahead:
                 if cut and cone.root not in cut and rest.matmuls:
                     self.start(rest)
             return
-        self.submit(graph)
+        self.submit(graph, input_strides(sources))
 
-    def submit(self, graph: KernelGraph) -> None:
-        """Start what goes ahead for `graph` (module docstring), unless it started for the same program."""
+    def submit(self, graph: KernelGraph, strides: tuple[tuple[int, ...], ...] | None = None) -> None:
+        """Start what goes ahead for `graph` (module docstring), whose inputs come with `strides`, unless it started
+        for the same program and strides."""
         gpu = self.device.type == "cuda"
         if gpu and not self.options.get("cache"):
             return
-        key = graph.structural_hash()      # shapes and dtypes included
+        key = (graph.structural_hash(), strides)      # shapes and dtypes included
         if key not in self.futures:
-            self.futures[key] = self.pool.submit(self._searched if gpu else self._chosen, graph)
+            self.futures[key] = (self.pool.submit(self._searched, graph) if gpu
+                                 else self.pool.submit(self._chosen, graph, strides))
 
-    def optimized(self, graph: KernelGraph) -> Any:
-        """superoptimize(graph, device, **options): from the result started for its program if there is one
-        (raising what that raised)."""
+    def optimized(self, graph: KernelGraph, strides: tuple[tuple[int, ...], ...] | None = None) -> Any:
+        """superoptimize(graph, device, **options) for inputs passed with `strides`: from the result started for
+        its program if there is one (raising what that raised)."""
         from prism.runtime import OptimizedGraph, superoptimize
 
-        started = self.futures.get(graph.structural_hash())
+        started = self.futures.get((graph.structural_hash(), strides))
         if started is not None and self.device.type != "cuda":
             chosen, report, result = started.result()
             return OptimizedGraph(graph, chosen, report, self.device, result)
         if started is not None:
             started.result()   # its search is in the result cache, or superoptimize says why not
-        return superoptimize(graph, device=self.device, **self.options)
+        return superoptimize(graph, device=self.device, strides=strides, **self.options)
 
-    def _chosen(self, graph: KernelGraph) -> Any:
+    def _chosen(self, graph: KernelGraph, strides: tuple[tuple[int, ...], ...] | None) -> Any:
         from prism.runtime.pipeline import chosen
 
-        return chosen(graph, device=self.device, **self.options)
+        return chosen(graph, device=self.device, strides=strides, **self.options)
 
     def _searched(self, graph: KernelGraph) -> None:
         from prism.runtime.pipeline import cached_searches

@@ -17,7 +17,8 @@ ready (prism.capture.background: the first compile does not wait for searches). 
 symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with symbolic sizes
 becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph that needs gradients is
 left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch, and so does a cone whose best is
-Prism's unfused program (`_fused`: no fused kernel beat it). Every decision is logged (logger
+Prism's unfused program (`_fused`: no fused kernel beat it), or, on a GPU, one that torch runs at least as fast
+(prism.capture.against: the cone's own ops timed as the rest runs them). Every decision is logged (logger
 "prism.compile") and kept in `history`: what each cone became (its chosen kernels, their launches and µs: "measured"
 on a GPU, else the cost model's estimate), or why it stayed with torch.
 """
@@ -34,10 +35,11 @@ from typing import Any, Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from prism.capture import against
 from prism.capture.ahead import Ahead
 from prism.capture.background import Pending, submit
 from prism.capture.layout import STEPS
-from prism.capture.lower import lower, op_name
+from prism.capture.lower import input_strides, lower, op_name
 from prism.capture.partition import Cone, cones, hoisted, regions
 from prism.errors import InputError, PrismError, UnsupportedOp
 from prism.ir.ops import TORCH_DTYPES
@@ -283,14 +285,17 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
     """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the nodes standing for the
     roots' values, what the record says, the background job if it is superoptimized in the background)."""
     graph, sources, _ = lower(nodes, inputs, cone.roots)
+    strides = input_strides(sources)   # the layout its inputs come in: what it is tuned for
     if opts.background:
-        opt = pending = submit(graph, device, _options(device, opts), _said)
-        done = {"program": str(graph), "op": str(pending.op), "launches": None, "us": None, "measured": False,
-                "cached": None, "search": None, "dropped": []}
+        opt = pending = submit(graph, device, _options(device, opts) | {"strides": strides}, _said)
+        done = {"program": str(graph), "strides": strides, "op": str(pending.op), "launches": None, "us": None,
+                "measured": False, "cached": None, "search": None, "dropped": []}
     else:
-        opt, pending = ahead.optimized(graph), None
+        opt, pending = ahead.optimized(graph, strides), None
         _fused(opt)
-        done = {"program": str(graph), "op": str(opt.op)} | _said(opt)
+        said = _said(opt)
+        judged = against.verdict(said["us"], _torch_us(nodes, inputs, cone.roots, device, opts.rest))
+        done = {"program": str(graph), "strides": strides, "op": str(opt.op)} | said | judged
     args = []
     for s in sources:
         value = s.node
@@ -320,6 +325,17 @@ def _result(call: Callable[..., Any], outs: Any, k: int, val: Any, held: Any) ->
         out = call(torch.ops.aten.copy.default, like, out)
         out.meta["val"] = val
     return out
+
+
+def _torch_us(nodes: list[Any], inputs: list[Any], roots: list[Any], device: torch.device, rest: str) -> float | None:
+    """Torch's time for the cone (prism.capture.against.torch_us), or None where it could not be timed: a failure
+    there leaves the comparison out (logged), never the model broken."""
+    try:
+        return against.torch_us(nodes, inputs, roots, device, rest)
+    except Exception as e:
+        log.warning("prism: torch's time for the cone ending at %s not measured (%s: %s)", roots[-1].name,
+                    type(e).__name__, e)
+        return None
 
 
 def _fused(opt: Any) -> None:

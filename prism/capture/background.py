@@ -139,8 +139,9 @@ class Pending:
 
 def submit(graph: KernelGraph, device: torch.device, options: dict[str, Any],
            describe: Callable[[Any], dict[str, Any]]) -> Pending:
-    """The job for `graph` on `device`, queued now unless one with the same program exists."""
-    key = (graph.structural_hash(), str(device))
+    """The job for `graph` on `device`, queued now unless one with the same program (and input strides, the
+    layout it is tuned for) exists."""
+    key = (graph.structural_hash(), str(device), options.get("strides"))
     with _LOCK:
         if key not in _JOBS:
             _JOBS[key] = Pending(graph, device, options, describe)

@@ -36,7 +36,7 @@ from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph
 from prism.runtime.dynamic import Recent, SizeBuckets
 
-__all__ = ["Region", "symbolic"]
+__all__ = ["Region", "standalone", "symbolic"]
 
 _BUCKETS: dict[tuple[str, str], SizeBuckets] = {}
 """One SizeBuckets per (program structure, device): every cone of that structure shares its tunings."""
@@ -86,7 +86,7 @@ class Region:
 
     def __init__(self, nodes: Sequence[Any], inputs: Sequence[Any], root: Any, device: torch.device,
                  options: dict[str, Any]) -> None:
-        self.graph, env = _standalone(nodes, inputs, root)
+        self.graph, env = standalone(nodes, inputs, [root])
         self.inputs, self.nodes, self.root = [env[n] for n in inputs], [env[n] for n in nodes], env[root]
         self.tensors = [p for p in self.inputs if isinstance(p.meta.get("val"), torch.Tensor)]
         val = self.root.meta["val"]
@@ -222,10 +222,10 @@ def _stride_order(val: torch.Tensor) -> list[int]:
     return sorted(range(val.dim()), key=lambda d: -strides[d])
 
 
-def _standalone(nodes: Sequence[Any], inputs: Sequence[Any], root: Any) -> tuple[Any, dict[Any, Any]]:
-    """A copy of the cone as an FX graph of its own (placeholders for its inputs), and each original node's
-    copy: the backend erases the original nodes once the region replaces them, and each new size lowers the
-    copy again."""
+def standalone(nodes: Sequence[Any], inputs: Sequence[Any], roots: Sequence[Any]) -> tuple[Any, dict[Any, Any]]:
+    """A copy of the cone as an FX graph of its own (placeholders for its inputs; its one root's value, or a tuple
+    of its roots'), and each original node's copy: the backend erases the original nodes once the region replaces
+    them, and each new size lowers the copy again; torch's time for a cone runs it (prism.capture.against)."""
     g = torch.fx.Graph()
     env: dict[Any, Any] = {}
     for n in inputs:
@@ -233,5 +233,5 @@ def _standalone(nodes: Sequence[Any], inputs: Sequence[Any], root: Any) -> tuple
         env[n].meta = dict(n.meta)
     for n in nodes:
         env[n] = g.node_copy(n, env.__getitem__)
-    g.output(env[root])
+    g.output(env[roots[0]] if len(roots) == 1 else tuple(env[r] for r in roots))
     return g, env

@@ -76,6 +76,15 @@ class Source:
             value = STEPS[kind](call, value, arg)
         return value
 
+    def strides(self) -> tuple[int, ...] | None:
+        """The strides of the input as the kernels are passed it (a `Linear`'s weight through its transpose is
+        K-contiguous): the steps run on a tensor of the node's value's sizes and strides on the meta device. None
+        where the node's value is not a tensor of known sizes."""
+        val = self.node.meta.get("val") if hasattr(self.node, "meta") else None
+        if not isinstance(val, torch.Tensor) or not all(isinstance(n, int) for n in (*val.shape, *val.stride())):
+            return None
+        return tuple(self.apply(torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")).stride())
+
 
 @dataclass(frozen=True)
 class Pending:

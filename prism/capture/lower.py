@@ -32,7 +32,7 @@ from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
 
-__all__ = ["ATEN", "SAME_NAMED", "SOFTMAXES", "Lowering", "Source", "lower", "op_name"]
+__all__ = ["ATEN", "SAME_NAMED", "SOFTMAXES", "Lowering", "Source", "input_strides", "lower", "op_name"]
 
 @dataclass(frozen=True)
 class _Deferred:
@@ -656,6 +656,13 @@ IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"
 
 
 # ---- lowering a graph ----------------------------------------------------------------------------
+
+def input_strides(sources: Sequence[Source]) -> tuple[tuple[int, ...], ...] | None:
+    """The strides a lowered program's inputs are passed with (`lower`'s sources, `Source.strides`): what its
+    tuning reads them in (prism.tune.options.TuneOptions.strides). None where one is not known."""
+    strides = tuple(s.strides() for s in sources)
+    return None if any(s is None for s in strides) else strides  # type: ignore[return-value]
+
 
 def lower(nodes: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], names: dict[Any, str] | None = None,
           size: Size = static_size) -> tuple[KernelGraph, list[Source], list[tuple[int, ...]]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.spec import KernelSpec
@@ -58,8 +58,13 @@ class AotKernel:
                 f"{self.shared} B shared memory, {self.num_warps} warps")
 
 
-def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
-    """Compile the `@triton.jit` function `fn` generated for `spec` for `target` (default sm_90)."""
+def compile_aot(fn: Any, spec: KernelSpec, target: Any = None, strides: Mapping[str, int] | None = None) -> AotKernel:
+    """Compile the `@triton.jit` function `fn` generated for `spec` for `target` (default sm_90).
+
+    `strides` (a stride parameter's name -> its value at launch) compiles the binary a launch with those strides
+    gets: Triton specializes each integer argument that is 1 into a constant and marks pointers (16-byte aligned,
+    as torch allocates) and integers divisible by 16, which is what lets it prove a tile's lanes contiguous and
+    issue 16-byte loads. Without it every stride is a plain i32 (no load of a tile is known to be contiguous)."""
     import triton
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
@@ -68,7 +73,7 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
         raise CodegenError(f"{spec.name}: ahead-of-time compilation needs a JIT-compiled kernel; this process "
                            "runs Triton's interpreter (TRITON_INTERPRET=1), so compile in another process")
     target = default_target() if target is None else target
-    src = ASTSource(fn, dict(spec.signature), dict(spec.constexprs))
+    src = ASTSource(fn, *_specialized(fn, spec, strides or {}))
     try:
         options = {"num_warps": spec.num_warps}
         if spec.num_stages is not None:
@@ -79,6 +84,24 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None) -> AotKernel:
         where = f" ({lines[0].rstrip(':')} of the kernel)" if len(lines) > 1 else ""  # Triton: "at L:C:", source, why
         raise CodegenError(f"{spec.name}: Triton could not compile it for {target}: {lines[-1]}{where}") from e
     return describe(compiled, spec, f"{target.backend}:{target.arch}")
+
+
+def _specialized(fn: Any, spec: KernelSpec, strides: Mapping[str, int]) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, attrs) of `spec` as Triton specializes a launch with `strides` (compile_aot)."""
+    signature, constexprs, attrs = dict(spec.signature), dict(spec.constexprs), {}
+    if not strides:
+        return signature, constexprs, attrs
+    unknown = set(strides) - set(signature)
+    if unknown:
+        raise CodegenError(f"{spec.name}: no parameter(s) {', '.join(sorted(unknown))} to specialize")
+    aligned = {n for n, t in signature.items() if t.startswith("*")}
+    for name, value in strides.items():
+        if value == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        elif value % 16 == 0:
+            aligned.add(name)
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    return signature, constexprs, attrs
 
 
 def describe(compiled: Any, spec: KernelSpec, arch: str) -> AotKernel:

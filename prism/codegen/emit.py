@@ -31,8 +31,9 @@ from typing import Mapping, Sequence
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, Padded, TileDim
 from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
-from prism.codegen.spec import (RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param, Size, base_name,
-                                unique)
+from prism.codegen.split import rows, slots, splits
+from prism.codegen.spec import (COUNTER_DTYPE, RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param,
+                                Size, base_name, unique)
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import INSIDE, MAX, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
 from prism.ir.ops import OPS, Shape, contracts, rescaling
@@ -87,6 +88,13 @@ class Emitter:
         self.bases = [base_name(lbl, f"in{k}", used) for k, lbl in enumerate(labels)]
         self.labels = labels
         self.outs = [base_name(f"out{k}", f"out{k}", used) for k in range(len(block.savers))]
+        self.splits = splits(block)
+        """The summed outputs by the grid dims they sum over (split-K), combined in this launch (`combine`)."""
+        self.parts = {k: base_name(f"part{k}", f"part{k}", used) for k in range(len(block.savers)) if block.summed(k)}
+        """Per summed output, its partials: one tile per block along its split, in float32."""
+        self.counts = {dims: base_name(f"count{j}", f"count{j}", used) for j, dims in enumerate(self.splits)}
+        """Per split, its row counters: int32, one per output tile (`combine`)."""
+        self.combined: dict[tuple[str, ...], list[str]] = {dims: [] for dims in self.splits}
         self.layout = Layout(block, self.bases, sizes)
         self.runtime_loop = next((t for t in self.layout.classes if t.runtime and t.looped), None)
         """The tile dim of runtime size the loop walks: the trip count is then an argument, LOOP."""
@@ -97,7 +105,7 @@ class Emitter:
         self.schedule = block.schedule()
         self.looped = self.schedule.looped
         self.uses = block.consumers()
-        self.idents = {f"{n}_ptr" for n in self.bases + self.outs} | {"pid_x", "pid_y", "pid_z"} | RESERVED
+        self.idents = {f"{n}_ptr" for n in self.buffers} | {"pid_x", "pid_y", "pid_z"} | RESERVED
         self.vals: dict[int, _Val] = {}
         self.cache: dict[tuple, str] = {}
         self.load_modifier = ""
@@ -110,6 +118,12 @@ class Emitter:
         self.strides: dict[str, list[str]] = {}
 
     # -- names -----------------------------------------------------------------------------------
+
+    @property
+    def buffers(self) -> list[str]:
+        """The base names of every tensor the kernel takes, in parameter order: inputs, outputs, split-K partials
+        (by output), row counters (by split)."""
+        return self.bases + self.outs + list(self.parts.values()) + list(self.counts.values())
 
     def fresh(self, want: str) -> str:
         return unique(want, self.idents)
@@ -263,15 +277,16 @@ class Emitter:
 
     def wanted(self, consumer: int, operand: int) -> str:
         node = self.b.nodes[consumer]
-        return node.outputs[0].dtype if contracts(node.op) else self.compute
+        return node.outputs[0].dtype if contracts(node.op) and not self.b.launch.gemv else self.compute
 
     def address(self, base: str, dims: tuple[TileDim, ...], maps: Mapping[str, int], fmap: int | None,
-                lines: list[str]) -> tuple[str, str | None, list[str]]:
+                lines: list[str], strides: list[str] | None = None) -> tuple[str, str | None, list[str]]:
         """Pointers to this block's tile of tensor `base` (a loader's input or a saver's output), written to
         `lines`: the tile dims `maps` gives grid dims start at the block's offset, the loop walks dim `fmap`.
-        Returns the pointers' name, the mask's (None: no padded lanes) and the strides'."""
+        Returns the pointers' name, the mask's (None: no padded lanes) and the strides' (`strides`: those of
+        `dims`, where `base` has more dims than the tile: a split-K partials buffer's leading one)."""
         by_grid = {d: g for g, d in maps.items() if self.b.grid_size(g) > 1}
-        strides = self.stride_names(base, len(dims))
+        strides = strides or self.stride_names(base, len(dims))
         offs = []
         for d, t in enumerate(dims):
             name = self.fresh(f"offs_{base}{'_' if base[-1].isdigit() else ''}{d}")
@@ -302,9 +317,17 @@ class Emitter:
         conv = "" if dtype == self.in_dtypes[index] else f".to({TL_DTYPES[dtype]})"
         args = f", mask={mask}, other=0.0" if mask else ""
         args += f", cache_modifier=\"{self.load_modifier}\"" if self.load_modifier else ""
+        if self.b.launch.gemv and not self.load_modifier:   # ptxas takes no eviction hint beside .cg
+            args += f", eviction_policy=\"{self.eviction(i, imap)}\""
         self.define(i, base, f"tl.load({ptrs}{args}){conv}", dtype, clean=True)
         if fmap is not None and self.looped:
             self.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
+
+    def eviction(self, i: int, imap: Mapping[str, int]) -> str:
+        """Which lines L2 gives up first in a GEMV launch: a tile read by this block alone and anew every
+        iteration (a weight streamed once) goes first, one other blocks read too (the activation) stays."""
+        shared = any(size > 1 and g not in imap for g, size in zip(self.b.grid_dims, self.b.grid))
+        return "evict_first" if self.schedule[i] == INSIDE and not shared else "evict_last"
 
     def accumulate(self, i: int, src: int, kind: Accumulator, running: int | None = None) -> None:
         if not self.looped:  # one iteration: the value is the tile itself
@@ -331,18 +354,43 @@ class Emitter:
         self.rescales[i] = alpha
 
     def store(self, i: int, src: int, index: int, omap: Mapping[str, int]) -> None:
-        base = self.outs[index]
-        ptrs, mask, _ = self.address(base, self.layout.dims[i], omap, None, self.s.store)
-        value = f"{self.operand(src, self.compute)}.to({base}_ptr.dtype.element_ty)"
+        base, dims = self.outs[index], self.layout.dims[i]
+        ptrs, mask, _ = self.address(base, dims, omap, None, self.s.store)
         margs = f", mask={mask}" if mask else ""
-        line = f"tl.atomic_add({ptrs}, {value}{margs}, sem=\"relaxed\")" if self.summed(index) else \
-            f"tl.store({ptrs}, {value}{margs})"
         once = self.b.once(index)
-        if once:   # the blocks along these dims hold the same tile: the first one writes it (and adds it in once)
-            first = " & ".join(f"({self.pid(g)} == 0)" for g in once)
+        first = " & ".join(f"({self.pid(g)} == 0)" for g in once)
+        if self.summed(index):   # this block's partial tile, in its slot; the last block of the tile sums them
+            part = self.parts[index]
+            split = self.b.summed(index)
+            slot, *strides = self.stride_names(part, len(dims) + 1)
+            pptrs, _, _ = self.address(part, dims, omap, None, self.s.store, strides)
+            value = f"{self.operand(src, self.compute)}.to({part}_ptr.dtype.element_ty)"
+            line = f"tl.store({pptrs} + ({self.linear(split)}) * {slot}, {value}{margs})"
+            self.combine(split, ptrs, pptrs, slot, mask, base, dims, first)
+        else:
+            line = f"tl.store({ptrs}, {self.operand(src, self.compute)}.to({base}_ptr.dtype.element_ty){margs})"
+        if once:   # the blocks along these dims hold the same tile: the first one writes it (and sums it in once)
             self.s.store += [f"if {first}:", *indent([line])]
         else:
             self.s.store.append(line)
+
+    def linear(self, dims: Sequence[str]) -> str:
+        """This block's index along grid dims `dims` (row-major): its slot in a split, or its row."""
+        sizes = [self.b.grid_size(g) for g in dims]
+        return " + ".join(f"{self.pid(g)}{''.join(f' * {n}' for n in sizes[k + 1:])}" for k, g in enumerate(dims)) or "0"
+
+    def combine(self, split: tuple[str, ...], ptrs: str, pptrs: str, slot: str, mask: str | None, base: str,
+                dims: tuple[TileDim, ...], first: str) -> None:
+        """The lines by which the last block of an output tile sums the split's partials of it into the output,
+        in slot order (prism.codegen.split says why this is the sum, the same every run)."""
+        acc = self.fresh(f"sum_{base}")
+        lanes = f", mask={mask}, other=0.0" if mask else ""
+        lines = [f"{acc} = tl.zeros({tuple(t.block for t in dims)}, dtype={TL_DTYPES[self.compute]})",
+                 f"for j in range(0, {slots(self.b, split)}):  # in slot order",
+                 f"    {acc} += tl.load({pptrs} + j * {slot}{lanes}, cache_modifier=\".cg\")",
+                 f"tl.store({ptrs}, {acc}.to({base}_ptr.dtype.element_ty){', mask=' + mask if mask else ''})"]
+        self.combined[split] += [f"if {first}:", *indent(lines)] if first else lines
+
 
     # -- ops ---------------------------------------------------------------------------------------
 
@@ -352,6 +400,9 @@ class Emitter:
         dims, rank = self.layout.dims[i], len(node.outputs[0].shape)
         dtype = node.outputs[0].dtype
         k_padded = self.layout.dims[a][rank - 1].masked
+        if self.b.launch.gemv:
+            product = self.gemv(a, b, rank, k_padded)
+            return f"{acc} + {product}" if acc else product
         av, bv = self.operand(a, dtype, clean=k_padded), self.operand(b, dtype, clean=k_padded)
         extra = f", {acc}" if acc else ""
         if dtype in ("float32", "float64"):
@@ -365,6 +416,20 @@ class Emitter:
         # tl.dot takes 2-D or 3-D blocks: fold the batch dims into one (none at all if they are all 1)
         ar, br = (self.fold(s, name, lead) for s, name in ((a, av), (b, bv)))
         return f"tl.reshape({template.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
+
+    def gemv(self, a: int, b: int, rank: int, k_padded: bool) -> str:
+        """a @ b as a multiply and a sum over K in the compute dtype (a GEMV launch, prism.ir.Launch): the product
+        [..., M, K, N] is summed over K. With one row (M's block 1) it is a [K, N] tile, a's row turned into a
+        column, so each thread's partial sums run along the weight's contiguous K when its layout is [N, K]."""
+        product = math.prod(self.layout.shape(a)) * self.layout.shape(b)[-1]
+        if product > MAX_NUMEL:
+            raise CodegenError(f"{self.name}: a GEMV's product {self.b.label((a, 0))} @ {self.b.label((b, 0))} holds "
+                               f"{product} elements, more than Triton's {MAX_NUMEL}")
+        av, bv = self.operand(a, self.compute, clean=k_padded), self.operand(b, self.compute, clean=k_padded)
+        if rank == 2 and self.layout.dims[a][0].block == 1:
+            return f"tl.sum(tl.trans({av}) * {bv}, axis=0)[None, :]"
+        lead = ":, " * (rank - 2)
+        return f"tl.sum({av}[{lead}:, :, None] * {bv}[{lead}None, :, :], axis={rank - 1})"
 
     def fold(self, i: int, name: str, lead: int) -> str:
         """`name` (node i's value) reshaped to [lead, rows, cols], or [rows, cols] if lead is 1."""
@@ -408,9 +473,9 @@ class Emitter:
                 and self.uses[(src, 0)] == [i] and self.plain_dot(src))
 
     def plain_dot(self, i: int) -> bool:
-        """A matmul that tl.dot takes as it is: 2-D, or 3-D with a batch of more than one."""
+        """A matmul that tl.dot takes as it is: 2-D, or 3-D with a batch of more than one (a GEMV's takes any)."""
         dims = self.layout.dims[i]
-        return len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
+        return self.b.launch.gemv or len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
 
     def summed(self, k: int) -> bool:
         return bool(self.b.summed(k))
@@ -468,7 +533,25 @@ class Emitter:
         else:
             out += [phase("one pass (loop range 1)")] + s.pre + s.post
         out += [phase("write back")] + s.store
+        for split in self.splits:
+            out += self.combine_lines(split)
         return out
+
+    def combine_lines(self, split: tuple[str, ...]) -> list[str]:
+        """Split-K in this launch (prism.codegen.split): each block has stored its partial tiles; the last block
+        of each output tile (a row: the blocks along the split's dims) sums them, stores the output tiles and
+        zeroes the row's counter."""
+        rows = [g for g, n in zip(self.b.grid_dims, self.b.grid) if n > 1 and g not in split]
+        per_row = slots(self.b, split)
+        counter, done = self.counts[split], self.fresh("done")
+        at = f"{counter}_ptr + ({self.linear(rows)}) * {self.stride_names(counter, 1)[0]}"
+        return [phase(f"split-K over {', '.join(f'pid_{g}' for g in split)}: the last of each tile's {per_row} "
+                      "blocks sums their partials"),
+                "tl.debug_barrier()  # every thread of this block has stored its partials",
+                f"{done} = tl.atomic_add({at}, 1, sem=\"acq_rel\", scope=\"gpu\")  # blocks of this tile done "
+                "before this one",
+                f"if {done} == {per_row - 1}:  # the last: every partial of this tile is stored",
+                *indent(self.combined[split]), f"    tl.store({at}, 0)  # zero again for the next launch"]
 
     def constexprs(self, body: list[str]) -> dict[str, int]:
         """LOOP, then BLOCK_/TILE_/EXTENT_ of every tile dim the body mentions, in tile-dim order (not those
@@ -525,15 +608,24 @@ class Emitter:
         for k, base in enumerate(self.outs):
             node = b.nodes[b.savers[k]]
             sums, once = [f"pid_{g}" for g in b.summed(k)], [f"pid_{g}" for g in b.once(k)]
-            summed = (f", summed over {', '.join(sums)} (atomic adds)" if sums else "") + \
+            summed = (f", summed over {', '.join(sums)} (its partials, {self.parts[k]})" if sums else "") + \
                 (f", written once over {', '.join(once)} (the same tile in each)" if once else "")
             outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.out_dtypes[k]]],
                               f"output {k}: {self.out_dtypes[k]}{list(node.outputs[0].shape)}, "
                               f"tiles {list(b.nodes[node.inputs[0][0]].outputs[0].shape)}"
                               f"{_maps(node.attrs['omap'])}{summed}"))
+        for k, base in self.parts.items():
+            outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.compute]],
+                              f"output {k}'s partials: {self.compute}[{slots(b, b.summed(k))}, ...], a tile per "
+                              "block of its split"))
+        for split, base in self.counts.items():
+            outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[COUNTER_DTYPE]],
+                              f"{rows(b, split)} row counter(s) of the split over {', '.join(split)}, int32, zero "
+                              "between launches"))
         labels = self.labels + [f"output {k}" for k in range(len(self.outs))]
-        for base, label in zip(self.bases + self.outs, labels):
-            names = self.strides[base]
+        labels += [f"output {k}'s partials" for k in self.parts] + [f"row counters {n}" for n in self.counts.values()]
+        for base, label in zip(self.buffers, labels):
+            names = self.stride_names(base, 1) if base in self.counts.values() else self.strides[base]
             strides.append(Param("stride", names, ["i32"] * len(names), f"strides of {label}, in elements"))
         sized = []
         for n, size in runtime:
@@ -573,17 +665,18 @@ class Emitter:
         src = [f"# {line}" for line in format_block(self.b).splitlines()]
         src += [f"@triton.jit(do_not_specialize={fixed!r})" if fixed else "@triton.jit", f"def {self.name}("]
         src += indent(lines) + ["):"] + indent(body)
-        args = self.bases + self.outs
-        summed = [o for k, o in enumerate(self.outs) if self.summed(k)]
-        note = f": {', '.join(summed)} must be zeroed first (summed across blocks)" if summed else ""
+        note = f": {', '.join(self.counts.values())} must be zero (each launch leaves them so)" if self.counts else ""
         grid_sizes = self.grid_sizes() if runtime else ()
-        src += ["", ""] + launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in args], constexprs,
-                                   self.num_warps, self.num_stages, note, runtime, grid_sizes)
+        src += ["", ""] + launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in self.buffers],
+                                   constexprs, self.num_warps, self.num_stages, note, runtime, grid_sizes)
         out_sizes = tuple(tuple(t.size for t in self.layout.dims[i]) for i in self.b.savers)
         bounds = tuple((self.size_of(t), t.block) for t in self.layout.classes
                        if t.runtime and not t.grid and not t.looped)
         return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
-                          tuple(self.in_dtypes), tuple(self.out_dtypes), tuple(o in summed for o in self.outs),
+                          tuple(self.in_dtypes), tuple(self.out_dtypes) + (self.compute,) * len(self.parts)
+                          + (COUNTER_DTYPE,) * len(self.counts),
+                          tuple(self.summed(k) for k in range(len(self.outs)))
+                          + (False,) * (len(self.parts) + len(self.counts)),
                           self.num_warps, self.num_stages, tuple(runtime), grid_sizes, out_sizes, bounds)
 
 

@@ -15,11 +15,10 @@ signature takes the generic path, which re-specializes.
 
 Buffers: outputs are allocated per call (they are the caller's); tensors passed between kernels live
 at fixed offsets in one workspace, also allocated per call (one allocation, freed in stream order when
-the call returns), with the buffers that must start at zero (sums across blocks by atomic adds) first,
-so one memset clears them all. Nothing else is kept between calls, so a call is safe to capture in a
-CUDA graph, by hand or by torch.compile's CUDA graphs, whose memory pools must own every live allocation.
-The one exception, a tail kernel's row counters (prism.codegen.tail), is allocated by the first (generic)
-call, before any capture, and every launch leaves it zeroed as it found it.
+the call returns). Nothing else is kept between calls, so a call is safe to capture in a CUDA graph, by
+hand or by torch.compile's CUDA graphs, whose memory pools must own every live allocation. The one
+exception, the row counters of a tail kernel or a split-K combine (prism.codegen.tail, split), is allocated
+by the first (generic) call, before any capture, and every launch leaves it zeroed as it found it.
 """
 
 from __future__ import annotations
@@ -77,21 +76,16 @@ class BoundGraph:
         self.kept = dict(kept or {})   # persistent buffers (a tail kernel's row counters): the same every call
         if set(self.kept) != {j for j, b in enumerate(plan.buffers) if b.persistent}:
             raise RuntimeError("BoundGraph: every persistent buffer of the plan must be given, and only those")
-        inter = sorted((j for j in range(len(plan.buffers)) if j not in inputs and j not in outputs
-                        and j not in self.kept),
-                       key=lambda j: not plan.buffers[j].zero)  # zeroed ones first: one memset clears them
+        inter = [j for j in range(len(plan.buffers)) if j not in inputs and j not in outputs and j not in self.kept]
         self.offsets: list[tuple[int, int]] = []
-        size = self.zero_bytes = 0
+        size = 0
         for j in inter:
             b = plan.buffers[j]
             self.offsets.append((j, size))
             size += -(-math.prod(b.shape) * BUFFER_DTYPES[b.dtype].itemsize // ALIGN) * ALIGN
-            if b.zero:
-                self.zero_bytes = size
         self.workspace_bytes = size
-        self.workspace_slot = len(plan.buffers)  # the workspace's own address, for the memset
-        self.outputs = [(j, plan.buffers[j].shape, BUFFER_DTYPES[plan.buffers[j].dtype], plan.buffers[j].zero)
-                        for j in outputs]
+        self.workspace_slot = len(plan.buffers)  # the workspace's own address
+        self.outputs = [(j, plan.buffers[j].shape, BUFFER_DTYPES[plan.buffers[j].dtype]) for j in outputs]
         self.inputs = tuple(plan.inputs)
         self.results = tuple(plan.outputs)
         self.n_buffers = len(plan.buffers)
@@ -110,7 +104,7 @@ class BoundGraph:
             self.launches.append(_Launch(kernel.run, kernel.function, kernel.packed_metadata, grid,  # type: ignore
                                          slots, tuple(trailing)))
         module = native.load()
-        steps = native_steps(self.launches, kernels, self.workspace_slot, self.zero_bytes) if module else None
+        steps = native_steps(self.launches, kernels) if module else None
         self.native = module.make(steps) if module and steps is not None else None  # type: ignore[union-attr]
 
     def addresses(self, tensors: Sequence[Any]) -> list[Any] | None:
@@ -148,14 +142,12 @@ class BoundGraph:
             for j, off in self.offsets:
                 addresses[j] = base + off
         made: dict[int, torch.Tensor] = {}
-        for j, shape, dtype, zeroed in self.outputs:
-            t = made[j] = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=self.device)
+        for j, shape, dtype in self.outputs:
+            t = made[j] = torch.empty(shape, dtype=dtype, device=self.device)
             addresses[j] = t.data_ptr()
         if self.native is not None:
             native.load().run(self.native, stream, tuple(addresses))  # type: ignore[union-attr]
         else:
-            if self.zero_bytes:
-                workspace[: self.zero_bytes].zero_()
             for k in self.launches:
                 k.run(*k.grid, stream, k.function, k.metadata, None, None, None,
                       *[addresses[j] for j in k.slots], *k.trailing)
@@ -165,11 +157,10 @@ class BoundGraph:
         return [made[j] if j in made else given[j] for j in self.results]
 
 
-def native_steps(launches: Sequence[_Launch], kernels: Sequence[Any], workspace_slot: int,
-                 zero_bytes: int) -> tuple | None:
+def native_steps(launches: Sequence[_Launch], kernels: Sequence[Any]) -> tuple | None:
     """The steps of the C launcher's plan for these launches (see launcher.c), or None for a kernel it
     cannot launch: one that needs scratch memory, clusters, or a cooperative or PDL launch."""
-    steps: list[tuple] = [("memset", workspace_slot, zero_bytes)] if zero_bytes else []
+    steps: list[tuple] = []
     for launch, kernel in zip(launches, kernels):
         md = getattr(kernel, "metadata", None)
         if (md is None or not hasattr(kernel, "src") or getattr(md, "global_scratch_size", 0)

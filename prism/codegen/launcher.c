@@ -1,7 +1,6 @@
 /* prism._launcher: launch every kernel of a bound graph in one call from Python.
  *
  * make(steps) -> capsule, once per bound graph. A step is a tuple:
- *   ("memset", slot, nbytes)                     zero nbytes at the address of buffer `slot`
  *   ("kernel", function, gx, gy, gz, threads, shared, params)
  * where params lists the kernel's runtime parameters in order, each ("ptr", slot), ("i32", value) or
  * ("i64", value); two null scratch pointers follow them, as Triton's own launchers pass.
@@ -20,11 +19,9 @@
 
 typedef CUresult (*cu_launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
-typedef CUresult (*cu_memset_fn)(CUdeviceptr, unsigned char, size_t, CUstream);
 typedef CUresult (*cu_error_fn)(CUresult, const char **);
 
 static cu_launch_fn cu_launch = NULL;
-static cu_memset_fn cu_memset = NULL;
 static cu_error_fn cu_error = NULL;
 
 static int load_driver(void) {
@@ -35,12 +32,11 @@ static int load_driver(void) {
     PyErr_SetString(PyExc_RuntimeError, "prism launcher: cannot open libcuda");
     return 0;
   }
-  cu_memset = (cu_memset_fn)dlsym(lib, "cuMemsetD8Async");
   cu_error = (cu_error_fn)dlsym(lib, "cuGetErrorString");
   cu_launch = (cu_launch_fn)dlsym(lib, "cuLaunchKernel");
-  if (!cu_launch || !cu_memset || !cu_error) {
+  if (!cu_launch || !cu_error) {
     cu_launch = NULL;
-    PyErr_SetString(PyExc_RuntimeError, "prism launcher: libcuda lacks cuLaunchKernel or cuMemsetD8Async");
+    PyErr_SetString(PyExc_RuntimeError, "prism launcher: libcuda lacks cuLaunchKernel or cuGetErrorString");
     return 0;
   }
   return 1;
@@ -63,9 +59,6 @@ typedef struct {
 } Param;
 
 typedef struct {
-  int memset;           /* 1: a memset step, 0: a kernel */
-  Py_ssize_t slot;      /* memset: the buffer to zero */
-  size_t nbytes;
   CUfunction function;
   unsigned grid[3], threads, shared;
   Py_ssize_t nparams;   /* runtime parameters, scratch pointers excluded */
@@ -111,15 +104,7 @@ static int parse_param(PyObject *item, Param *p) {
 }
 
 static int parse_step(PyObject *item, Step *s) {
-  const char *kind = PyUnicode_AsUTF8(PyTuple_GetItem(item, 0));
-  if (!kind) return 0;
-  if (strcmp(kind, "memset") == 0) {
-    Py_ssize_t nbytes;
-    s->memset = 1;
-    if (!PyArg_ParseTuple(item, "snn", &kind, &s->slot, &nbytes)) return 0;
-    s->nbytes = (size_t)nbytes;
-    return 1;
-  }
+  const char *kind;
   unsigned long long function;
   PyObject *params;
   if (!PyArg_ParseTuple(item, "sKIIIIIO!", &kind, &function, &s->grid[0], &s->grid[1], &s->grid[2],
@@ -174,14 +159,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
   Py_ssize_t naddr = PyTuple_GET_SIZE(addresses);
   for (Py_ssize_t i = 0; i < plan->nsteps; i++) {
     Step *s = &plan->steps[i];
-    if (s->memset) {
-      if (s->slot >= naddr) return PyErr_Format(PyExc_IndexError, "prism launcher: no address %zd", s->slot);
-      uint64_t at = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(addresses, s->slot));
-      if (PyErr_Occurred()) return NULL;
-      if (!check(cu_memset((CUdeviceptr)at, 0, s->nbytes, (CUstream)(uintptr_t)stream), "cuMemsetD8Async"))
-        return NULL;
-      continue;
-    }
     for (Py_ssize_t j = 0; j < s->nparams; j++) {
       Param *p = &s->params[j];
       if (p->kind != PARAM_PTR) continue;

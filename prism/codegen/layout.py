@@ -144,7 +144,8 @@ class _Classes:
 def _classes(block: BlockGraph) -> tuple[dict[int, tuple[int, ...]], dict[tuple[int, int], tuple[int, int]],
                                          set[tuple[int, int]]]:
     """The tile-dim classes of `block`: each node's tile shape (a saver's: the tile it saves), each slot's class
-    root, and the classes a Triton dot contracts or produces (padded to MIN_DOT at least)."""
+    root, and the classes a Triton dot contracts or produces (padded to MIN_DOT at least; none in a GEMV launch,
+    whose products are a multiply and a sum: prism.ir.Launch)."""
     uf = _Classes()
     dot_dims: set[tuple[int, int]] = set()
     shape = {i: n.outputs[0].shape for i, n in block.topo()}
@@ -173,7 +174,7 @@ def _classes(block: BlockGraph) -> tuple[dict[int, tuple[int, ...]], dict[tuple[
                     if shape[s][d] == shape[i][d]:               # broadcast dims stay apart
                         uf.union((i, d), (s, d))
     root_of = uf.roots()
-    return shape, root_of, {root_of[s] for s in dot_dims}
+    return shape, root_of, set() if block.launch.gemv else {root_of[s] for s in dot_dims}
 
 
 def _block_size(size: int, dot: bool) -> int:

@@ -3,8 +3,8 @@
 Buffers: graph inputs and outputs keep their declared dtypes; tensors passed between kernels are
 stored in float32 (float64 for float64 graphs), so e.g. attention's partial numerator and denominator
 lose nothing between its two kernels. An output summed across blocks (an unmapped grid dim of size > 1,
-as in split-K) is written with atomic adds into a zeroed float32 buffer; if its tensor is stored in a
-narrower dtype, a copy kernel casts the float32 sums afterwards.
+as in split-K) is combined in its kernel's launch (prism.codegen.split): the kernel also writes a float32
+buffer of partial tiles and keeps a persistent buffer of row counters.
 
 Runtime sizes: a plan made with `sizes` (input dims of dynamic size, by name) passes those names along, from
 each kernel's inputs to the outputs whose dims have that extent (`Buffer.dynamic`), and its kernels take them
@@ -22,14 +22,15 @@ import torch
 
 from prism.codegen.emit import emit_kernel
 from prism.codegen.errors import CodegenError
-from prism.codegen.lower import elementwise_block, to_custom
-from prism.codegen.spec import KernelSpec
-from prism.codegen.tail import COUNTER_DTYPE, emit_tail
+from prism.codegen.lower import to_custom
+from prism.codegen.spec import COUNTER_DTYPE, KernelSpec
+from prism.codegen.split import rows, slots, splits
+from prism.codegen.tail import emit_tail
 from prism.errors import InputError
 from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph
-from prism.ir.ops import TORCH_DTYPES, TType
+from prism.ir.ops import TORCH_DTYPES
 
 __all__ = ["BUFFER_DTYPES", "Buffer", "Step", "Plan", "plan_graph", "HEADER"]
 
@@ -40,14 +41,12 @@ BUFFER_DTYPES = {**TORCH_DTYPES, COUNTER_DTYPE: torch.int32}
 
 @dataclass(frozen=True)
 class Buffer:
-    """A tensor the plan reads or writes: `zero` buffers are zero-filled before the first kernel runs;
-    `persistent` ones (a tail kernel's row counters, prism.codegen.tail) are allocated zeroed once and kept,
-    and every call leaves them zeroed. `dynamic[d]` names the dynamic size dim d has (None, or no entries: fixed).
+    """A tensor the plan reads or writes: `persistent` ones (the row counters of a tail kernel or a split-K
+    combine, prism.codegen.tail and split) are allocated zeroed once and kept, and every call leaves them zeroed. `dynamic[d]` names the dynamic size dim d has (None, or no entries: fixed).
     """
 
     shape: tuple[int, ...]
     dtype: str
-    zero: bool = False
     persistent: bool = False
     dynamic: tuple[str | None, ...] = ()
 
@@ -152,8 +151,8 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None,
     steps: list[Step] = []
     last: _Planned | None = None   # the custom op of the last step, if nothing came after it
 
-    def add(t: TType, dtype: str, zero: bool, dynamic: tuple[str | None, ...] = ()) -> int:
-        buffers.append(Buffer(t.shape, dtype, zero, dynamic=dynamic if any(dynamic) else ()))
+    def add(shape: tuple[int, ...], dtype: str, dynamic: tuple[str | None, ...] = ()) -> int:
+        buffers.append(Buffer(shape, dtype, dynamic=dynamic if any(dynamic) else ()))
         return len(buffers) - 1
 
     def read(ids: tuple[int, ...]) -> dict[tuple[int, int], str]:
@@ -170,38 +169,31 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None,
         in_ids = tuple(where[r] for r in node.inputs)
         labels = [lowered.label(r) for r in node.inputs]
         stores = [t.dtype if (i, k) in outputs else _wide(t.dtype) for k, t in enumerate(node.outputs)]
-        summed = [bool(block.summed(k)) for k in range(len(stores))]
-        out_dtypes = [_wide(store) if add_up else store for store, add_up in zip(stores, summed)]
         tail = block.launch.tail
         if tail and (last is None or read(last.inputs) or read(in_ids)):
             raise CodegenError("a block graph launched as a tail (Launch(tail=True)) must come right after the "
                                "fused kernel that writes its inputs, with no kernel between them" if last is None
                                else "a tail kernel (prism.codegen.tail) cannot take sizes at launch")
         spec = None if tail else emit_kernel(block, name(tags.get(i)), labels, [buffers[j].dtype for j in in_ids],
-                                             out_dtypes, num_warps, read(in_ids))
-        out_ids, casts = [], []
+                                             stores, num_warps, read(in_ids))
+        out_ids = []
         for k, t in enumerate(node.outputs):
-            dynamic = spec.out_sizes[k] if spec else ()
-            final = add(t, stores[k], summed[k] and stores[k] == out_dtypes[k], dynamic)
-            where[(i, k)] = final
-            if out_dtypes[k] != stores[k]:
-                work = add(t, out_dtypes[k], True, dynamic)
-                casts.append((lowered.label((i, k)), t, work, final))
-                out_ids.append(work)
-            else:
-                out_ids.append(final)
-        op = _Planned(block, in_ids, tuple(out_ids), labels, [buffers[j].dtype for j in in_ids], out_dtypes)
+            where[(i, k)] = add(t.shape, stores[k], spec.out_sizes[k] if spec else ())
+            out_ids.append(where[(i, k)])
+        op = _Planned(block, in_ids, tuple(out_ids), labels, [buffers[j].dtype for j in in_ids], stores)
         if spec is None:
             steps[-1] = _tail_step(last, op, steps[-1].kernel.name, buffers, num_warps)  # type: ignore[arg-type]
             last = None
             continue
-        steps.append(Step(spec, in_ids, op.outputs))
-        last = op if not casts else None
-        for label, t, work, final in casts:
-            copy = elementwise_block(None, {}, [t], t)
-            cast = emit_kernel(copy, name("cast"), [f"sums of {label}"], [buffers[work].dtype], [buffers[final].dtype],
-                               num_warps, read((work,)))
-            steps.append(Step(cast, (work,), (final,)))
+        # split-K (prism.codegen.split): each summed output's partials, then each split's row counters
+        parts = tuple(add((slots(block, block.summed(k)),) + t.shape, _wide(stores[k]),
+                          (None, *spec.out_sizes[k]) if spec.out_sizes[k] else ())
+                      for k, t in enumerate(node.outputs) if block.summed(k))
+        for split in splits(block):
+            buffers.append(Buffer((rows(block, split),), COUNTER_DTYPE, persistent=True))
+            parts += (len(buffers) - 1,)
+        steps.append(Step(spec, in_ids, op.outputs + parts))
+        last = op   # a tail after a split-K kernel is refused by prism.codegen.tail, with the reason
     # the kernel graph without its block graphs (each kernel below starts with its own)
     doc = "\n".join(f"# {line}" for line in str(graph).splitlines() if not line.startswith("    "))
     head = f'"""Triton kernels generated by Prism for the kernel graph below."""\n{doc}\n\n{HEADER}'

@@ -107,7 +107,7 @@ class CompiledGraph:
             if b.persistent:
                 bufs[j] = self.persistent(j, device)
             elif bufs[j] is None:
-                bufs[j] = self.allocate(b.shape, BUFFER_DTYPES[b.dtype], device, b.zero)
+                bufs[j] = self.allocate(b.shape, BUFFER_DTYPES[b.dtype], device, False)
         module = self.module
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             kernels = [getattr(module, step.kernel.launcher)(*(bufs[j] for j in step.inputs + step.outputs))
@@ -153,9 +153,22 @@ class CompiledGraph:
         kernels = ", ".join(f"{k.name} grid={k.grid}" for k in self.kernels)
         return f"<CompiledGraph: {len(self.kernels)} kernel(s): {kernels}>"
 
-    def aot(self, target: Any = None) -> list[AotKernel]:
-        """Compile every kernel ahead of time (default target sm_90); works without a GPU."""
-        return [compile_aot(getattr(self.module, k.name), k, target) for k in self.kernels]
+    def aot(self, target: Any = None, strides: Sequence[Sequence[int]] | None = None) -> list[AotKernel]:
+        """Compile every kernel ahead of time (default target sm_90); works without a GPU. `strides`: those the
+        graph's inputs will be passed with: each kernel is then compiled as a launch specializes it (its inputs'
+        strides, every other buffer contiguous; prism.codegen.aot.compile_aot); None: no stride known."""
+        return [compile_aot(getattr(self.module, step.kernel.name), step.kernel, target,
+                            self._launch_strides(step, strides) if strides is not None else None)
+                for step in self.plan.steps]
+
+    def _launch_strides(self, step: Any, strides: Sequence[Sequence[int]]) -> dict[str, int]:
+        """A step's stride parameters (the kernel's first i32 parameters, in its buffers' order) by name, at the
+        values a launch passes: the graph inputs' `strides`, every other buffer's contiguous strides."""
+        given = dict(zip(self.plan.inputs, strides))
+        values = [s for j in step.inputs + step.outputs
+                  for s in given.get(j) or torch.empty(self.plan.buffers[j].shape, device="meta").stride()]
+        names = [n for n, t in step.kernel.signature.items() if t == "i32"]
+        return dict(zip(names, values))
 
 
 def check_inputs(graph: KernelGraph, tensors: Sequence[Any], who: str,

@@ -8,13 +8,15 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES",
+__all__ = ["COUNTER_DTYPE", "KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES",
            "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
 SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64", "int32": "*i32"}
 SHORT_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+COUNTER_DTYPE = "int32"
+"""The dtype of the row counters by which the last block of a row is known (prism.codegen.tail, split-K)."""
 RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"} | {n for n in dir(builtins) if n.islower()}
 """Names a tensor's base name may not take (the generated code uses them, e.g. `range`)."""
 
@@ -44,7 +46,8 @@ class KernelSpec:
     """A generated kernel: its source (kernel + launcher) and everything needed to launch or AOT-compile it.
 
     `inputs`/`outputs` are the storage dtypes of the buffers it reads and writes (in launcher order);
-    `summed[k]` says output k is summed across blocks with atomic adds, so its buffer must be zeroed.
+    `summed[k]` says output k is summed across blocks (split-K): the kernel also writes its partials and the
+    row counters, which follow the outputs (prism.codegen.split).
     A kernel with runtime sizes (prism.codegen.layout) takes `runtime` i32 arguments after its strides, each
     computed at launch (`Size`), and its grid dims in `grid_sizes` have the blocks a Size gives (None: those of
     `grid`, which holds the sizes it was generated at); `out_sizes[k][d]` names the dynamic size dim d of

@@ -36,13 +36,11 @@ from typing import Sequence
 
 from prism.codegen.emit import Emitter, indent, launcher, phase
 from prism.codegen.errors import CodegenError
-from prism.codegen.spec import KernelSpec, Param
+from prism.codegen.spec import COUNTER_DTYPE, KernelSpec, Param
 from prism.ir.block import BlockGraph
 from prism.ir.printer import format_block
 
 __all__ = ["COUNTER_DTYPE", "emit_tail", "rows"]
-
-COUNTER_DTYPE = "int32"
 
 
 def rows(a: BlockGraph, b: BlockGraph, passed: Sequence[tuple[int, int]]) -> list[tuple[str, str]]:

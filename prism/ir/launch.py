@@ -26,6 +26,12 @@ class Launch:
     (a split-KV combine's second kernel costs ~2-3 µs of launch in a CUDA graph); the same computation, as
     the blocks run the same µGraph. Warps and stages are then the kernel before's.
 
+    `gemv`: each matmul is a multiply and a sum over K in registers instead of a tensor-core dot. A product
+    with a few rows (decode: one token per sequence) is weight streaming: padded to the dot's 16 rows it
+    computes 16x the work and the tensor cores buy nothing, while the multiply-and-sum reads the weight in
+    its stored layout with wide loads. The same computation (a sum over K in another order), so the proof
+    holds unchanged.
+
     It lives on the block graph so that a tuned choice travels with the graph (JSON, the result cache,
     ahead-of-time compilation) and counts in its structural hash, while the verified computation (maps,
     sizes, ops) stays exactly the same.
@@ -34,6 +40,7 @@ class Launch:
     num_warps: int | None = None
     num_stages: int | None = None
     tail: bool = False
+    gemv: bool = False
 
     def __post_init__(self) -> None:
         w, s = self.num_warps, self.num_stages
@@ -41,20 +48,22 @@ class Launch:
             raise MappingError(f"Launch: num_warps must be a power of two from 1 to {MAX_WARPS}, got {w!r}")
         if s is not None and (not _positive_int(s) or s > MAX_STAGES):
             raise MappingError(f"Launch: num_stages must be an int from 1 to {MAX_STAGES}, got {s!r}")
-        if not isinstance(self.tail, bool):
-            raise MappingError(f"Launch: tail must be True or False, got {self.tail!r}")
+        for name in ("tail", "gemv"):
+            if not isinstance(getattr(self, name), bool):
+                raise MappingError(f"Launch: {name} must be True or False, got {getattr(self, name)!r}")
 
     @property
     def default(self) -> bool:
-        return self.num_warps is None and self.num_stages is None and not self.tail
+        return self.num_warps is None and self.num_stages is None and not self.tail and not self.gemv
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages))
                                if v is not None}
-        return out | ({"tail": True} if self.tail else {})
+        return out | {k: True for k in ("tail", "gemv") if getattr(self, k)}
 
     def __str__(self) -> str:
-        return " ".join([f"{k}={v}" for k, v in self.to_json().items() if k != "tail"] + ["tail"] * self.tail)
+        flags = [k for k in ("tail", "gemv") if getattr(self, k)]
+        return " ".join([f"{k}={v}" for k, v in self.to_json().items() if k not in flags] + flags)
 
 
 def _positive_int(v: Any) -> bool:

@@ -269,9 +269,9 @@ def _block_from(data: Doc, prefix: str) -> Any:
     loop = _field(data, "loop", int, where)
     launch = data.get("launch", {})
     if not isinstance(launch, dict):
-        raise SerializationError(f"{where}: launch must be an object {{'num_warps', 'num_stages', 'tail'}}, got "
-                                 f"{launch!r}")
-    _exact_fields(launch, (), f"{where} launch", ("num_warps", "num_stages", "tail"))
+        raise SerializationError(f"{where}: launch must be an object {{'num_warps', 'num_stages', 'tail', 'gemv'}}, "
+                                 f"got {launch!r}")
+    _exact_fields(launch, (), f"{where} launch", ("num_warps", "num_stages", "tail", "gemv"))
     b = _guard(where, lambda: _CLASSES[BLOCK_FORMAT](grid=tuple(grid), loop=loop, launch=Launch(**launch)))
     _replay(b, _field(data, "nodes", list, where), BLOCK_FORMAT, f"{prefix}block graph ")
     return b

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -163,6 +163,10 @@ def _prepared(graph: KernelGraph, device: Any, cache: Any, search_options: Any, 
         searching = replace(searching, backend=backend, ray_address=ray_address)
     job = _Job(TuneOptions.of(tune_options, "superoptimize", **changes), searching, cache, workers, backend,
                ray_address, log, progress)
+    strides = job.tune.strides
+    if strides is not None and [len(s) for s in strides] != [len(t.shape) for t in graph.inputs]:
+        raise InputError(f"superoptimize: strides must give one stride per dim of each of the program's "
+                         f"{len(graph.inputs)} input(s) (ranks {[len(t.shape) for t in graph.inputs]}), got {strides}")
     return resolve_device(device), job
 
 
@@ -195,6 +199,9 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
     if len(graph.outputs) > 1:
         raise InputError(f"superoptimize: dynamic sizes need a program with one output (this one has "
                          f"{len(graph.outputs)}); optimize each output on its own")
+    if job.tune.strides is not None:
+        raise InputError("superoptimize: strides with dynamic sizes: an input's strides change with its sizes; "
+                         "give one or the other")
     found = [None if search_result is None else check_search_result(_load_result(search_result), graph)]
 
     def optimize(program: KernelGraph) -> OptimizedGraph:
@@ -232,7 +239,7 @@ def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[Kerne
         for k in group:
             if job.log:
                 job.log(f"output {k} of {len(graph.outputs)}")
-            chosen, report, _ = _optimize(cones[k][0], dev, parts[k], job)
+            chosen, report, _ = _optimize(cones[k][0], dev, parts[k], _reading(job, cones[k][1]))
             report.search["source"] = parts[k].stats.get("source", "searched")
             picks.append(([k], chosen, report))
         if len(group) > 1:
@@ -244,7 +251,8 @@ def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[Kerne
             members.append(ks)
     joined.output(*(outs[k] for k in range(len(graph.outputs))))
     target = tuning_target(dev.type == "cuda", dev, job.tune.target)
-    report = Report.joined(reports, baseline_us=estimate(graph, target).seconds * 1e6, outputs=members)
+    report = Report.joined(reports, baseline_us=estimate(graph, target, strides=job.tune.strides).seconds * 1e6,
+                           outputs=members)
     report.notes = _events(store, run) + report.notes
     return joined, report
 
@@ -262,7 +270,7 @@ def _joint(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], picks: 
         return picks
     if job.log:
         job.log(f"{names} in one kernel")
-    chosen, report, _ = _optimize(sub, dev, result, job)
+    chosen, report, _ = _optimize(sub, dev, result, _reading(job, graph.outputs_cone(list(group))[1]))
     report.search["source"] = result.stats.get("source", "searched")
     own, one = sum(_us(r) for _, _, r in picks), _us(report)
     said = f"{names} in one kernel: {one:.2f} us, against {own:.2f} us for their own kernels together"
@@ -271,6 +279,12 @@ def _joint(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], picks: 
         return [(list(group), chosen, report)]
     picks[0][2].notes.append(said + ": each has a kernel of its own")
     return picks
+
+
+def _reading(job: _Job, used: Sequence[int]) -> _Job:
+    """`job` for a part of the program that reads its inputs `used` (their strides, where given, in that order)."""
+    strides = job.tune.strides
+    return job if strides is None else replace(job, tune=replace(job.tune, strides=tuple(strides[j] for j in used)))
 
 
 def _part_searches(cones: list[tuple[KernelGraph, Any]], options: SearchOptions, log: Callable[[str], None] | None,
@@ -315,7 +329,7 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _J
     if store is not None:
         key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
                                 [t.dtype for t in graph.inputs], target_key(dev, job.tune.target), build_id(),
-                                job.search.key() if given is None else _identity(given))
+                                job.search.key() if given is None else _identity(given), job.tune.strides)
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
         except Exception as e:  # an unreadable cache never stops the optimizer

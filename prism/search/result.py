@@ -42,17 +42,17 @@ class SymbolicGraph:
     @cached_property
     def form(self) -> str:
         """How its kernels combine the blocks' sums, in a few words (a tuning report's forms): the mapping's form
-        (prism.symbolic.mapping.Mapping.form), where a one-kernel form that sums blocks with atomic adds (split K)
-        is "fused+atomic sums": its costs come from other terms than a kernel whose blocks each own their tiles.
+        (prism.symbolic.mapping.Mapping.form), where a one-kernel form that sums blocks (split K: prism.codegen.split)
+        is "fused+split sums": its costs come from other terms than a kernel whose blocks each own their tiles.
         Made once: the tuner asks for it for every ranked point."""
         form = self.mapping.form
         if form == "fused" and self.summing:
-            return "fused+atomic sums"
+            return "fused+split sums"
         return form
 
     @cached_property
     def summing(self) -> tuple[int, ...]:
-        """The grid dims (indexes) along which a one-kernel form's blocks sum some output with atomic adds (split
+        """The grid dims (indexes) along which a one-kernel form's blocks sum some output (split
         K); empty for other forms. At a grid where each of them has one block, the form sums nothing."""
         if self.mapping.form != "fused":
             return ()

@@ -76,12 +76,13 @@ def cache_dir() -> str:
 
 
 def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
-                cache: str | None = None) -> CompileResult:
+                cache: str | None = None, strides: Sequence[Sequence[int]] | None = None) -> CompileResult:
     """Compile the kernel graph `doc` (its JSON) for sm_`arch`; never raises for a compiler error. `warm`: a
     seed; the kernels run once on CUDA instead, on `random_inputs(graph, warm)` (the tuner's inputs), which leaves
     their launch-specialized binaries in Triton's cache for the process that times them, and the figures are
     theirs (ahead of time only if that run fails). `cache`: the folder of Triton's cache to compile into (the
-    caller's `cache_dir`), where it is not this process's already."""
+    caller's `cache_dir`), where it is not this process's already. `strides`: those the graph's inputs are passed
+    with (None: contiguous), which a launch specializes on and an ahead-of-time compile then mirrors."""
     from prism.codegen import compile_graph
 
     if cache is not None and cache != cache_dir():
@@ -90,14 +91,15 @@ def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
     try:
         graph = KernelGraph.from_json(doc)
         compiled = compile_graph(graph)
-        kernels, problems = _launched(graph, compiled, warm) if warm is not None else (None, ())
-        kernels = kernels or compiled.aot(_target(arch))
+        kernels, problems = _launched(graph, compiled, warm, strides) if warm is not None else (None, ())
+        kernels = kernels or compiled.aot(_target(arch), strides)
     except Exception as e:  # a candidate that does not compile is dropped, with the reason
         return CompileResult(error=_first_line(e), seconds=time.time() - start)
     return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start, problems)
 
 
-def _launched(graph: KernelGraph, compiled: Any, seed: int) -> tuple[list[AotKernel] | None, tuple[str, ...]]:
+def _launched(graph: KernelGraph, compiled: Any, seed: int,
+              strides: Sequence[Sequence[int]] | None) -> tuple[list[AotKernel] | None, tuple[str, ...]]:
     """Run `compiled` once on CUDA on the inputs the tuner times it with (same shapes, hence the same strides and
     specialization), so Triton's JIT stores the binaries the timing process will ask for: their figures, or None
     and why the run failed. The caller then compiles ahead of time, which names a compile error; the timing
@@ -107,7 +109,7 @@ def _launched(graph: KernelGraph, compiled: Any, seed: int) -> tuple[list[AotKer
     from prism.tune.profile import random_inputs
 
     try:
-        kernels = compiled.launched(random_inputs(graph, seed, "cuda"))
+        kernels = compiled.launched(random_inputs(graph, seed, "cuda", strides))
         torch.cuda.synchronize()
     except Exception as e:  # said in the result's problems (the tuner's notes), as above
         return None, (f"its launch in the compile worker failed ({_first_line(e)}); compiled ahead of time",)
@@ -123,11 +125,12 @@ def _worker_init() -> None:
     os.environ["TRITON_INTERPRET"] = "0"
 
 
-def compile_task(doc: dict[str, Any], arch: int = 90, warm: int | None = None) -> CompileResult:
+def compile_task(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
+                 strides: Sequence[Sequence[int]] | None = None) -> CompileResult:
     """compile_one in a worker that did not start with _worker_init (a Ray task): the interpreter off; Triton's
     cache that of the machine it runs on."""
     _worker_init()
-    return compile_one(doc, arch, warm)
+    return compile_one(doc, arch, warm, None, strides)
 
 
 def _interpreting() -> bool:
@@ -142,8 +145,10 @@ def _interpreting() -> bool:
 
 def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch: int = 90,
                  done: Callable[[int], None] | None = None, cluster: Any = None,
-                 workers_pool: ProcessPoolExecutor | None = None, warm: int | None = None) -> list[CompileResult]:
-    """Compile every graph; results in order, `done(k)` after k have finished; `warm`: compile_one's. With `cluster` (a
+                 workers_pool: ProcessPoolExecutor | None = None, warm: int | None = None,
+                 strides: Sequence[Sequence[int]] | None = None) -> list[CompileResult]:
+    """Compile every graph; results in order, `done(k)` after k have finished; `warm`, `strides`: compile_one's
+    (the graphs are one program's candidates). With `cluster` (a
     prism.search.cluster.RayWorkers) as Ray tasks; else on `workers_pool` (from `start_workers`, left running
     for the caller's next batch); else in this process when one worker suffices and this process compiles
     (not interpreting), or when no worker process can be started; else in a pool of `workers` processes
@@ -151,9 +156,9 @@ def compile_many(graphs: Sequence[KernelGraph], workers: int | None = None, arch
     done = done or (lambda k: None)
     if cluster is not None:
         finished = itertools.count(1)
-        return cluster.map(compile_task, [(g.to_json(), arch, warm) for g in graphs],
+        return cluster.map(compile_task, [(g.to_json(), arch, warm, strides) for g in graphs],
                            lambda i, r: done(next(finished)))
-    tasks = [(g.to_json(), arch, warm, cache_dir()) for g in graphs]
+    tasks = [(g.to_json(), arch, warm, cache_dir(), strides) for g in graphs]
     finished = itertools.count(1)
     if workers_pool is not None:
         return pool.run(workers_pool, compile_one, tasks, lambda _: done(next(finished)))

@@ -1,9 +1,10 @@
 """The analytical cost model: seconds a concrete µGraph should take on a target GPU, without running it.
 
 Every op of the graph becomes kernels exactly as code generation launches them (`to_custom`: the fused
-kernel, one kernel per kernel-level op, a cast after a cross-block sum into a narrower dtype), plus a
-memset per zero-filled buffer. For one kernel with G = ∏grid blocks, loop range L, r blocks resident
-per SM (limited by warps, shared memory and registers), on a target with S SMs:
+kernel, one kernel per kernel-level op; a sum across blocks is combined in its kernel's launch,
+prism.codegen.split). A stored sample measured before that combine (the oracle's older runs) keeps its
+memset and cast kernel, and is charged for them. For one kernel with G = ∏grid blocks, loop range L, r
+blocks resident per SM (limited by warps, shared memory and registers), on a target with S SMs:
 
     concurrent   C = min(G, S·r)            waves  W = ceil(G / (S·r))       sharing  k = ceil(C / S)
     shares       pipe = sm_bandwidth / k    dram = dram_bandwidth / C    l2 = l2_bandwidth / C
@@ -19,7 +20,7 @@ per SM (limited by warps, shared memory and registers), on a target with S SMs:
                          + post_vec / vc + store_bytes / min(pipe, dram) (+ latency if it stores)
     spilling     t_blk · (spill_penalty + spill_slope · x)   x: estimated registers per thread over the most
                                                             a thread may hold, as a fraction of that (≥ 0)
-    kernel       T = launch + W · t_blk          memset: launch + bytes / dram_bandwidth
+    kernel       T = launch + W · t_blk          a stored memset: launch + bytes / dram_bandwidth
     tail         T = latency + W · t_blk         a kernel run by the last block of each row of the kernel
                                                  before it (prism.codegen.tail): no launch, one atomic
                                                  round trip; G = its blocks, one per row
@@ -63,12 +64,15 @@ pulls, and what an SM pulls is bounded by the bytes its blocks keep in flight, n
   15.2 at two, in tune_samples_h100_d.json), which neither form predicts.
 
 Bytes are DRAM bytes: each loader's real tile (padding lanes are masked, so never read), rounded up
-to 32-byte sectors per contiguous run, counted *per block* (a tile replicated across blocks is read
-by each of them) and per iteration for loop-split loaders. Of a tile that R blocks read, 1/R is
+to 32-byte sectors per contiguous run in the layout the input is passed in (a `Linear`'s weight read as
+[in, out] has its runs along K: `strides`, else row-major), counted *per block* (a tile replicated across
+blocks is read by each of them) and per iteration for loop-split loaders. Of a tile that R blocks read, 1/R is
 charged at DRAM speed (`pre_bytes`, `iter_bytes`) and the rest at L2 speed (`pre_l2`, `iter_l2`) when
 the tensor fits in L2, since the first reader brought it there; `dram_bytes` counts every read. Stores
-count real bytes once per block; an output summed across blocks (split-K) is an fp32 atomic add
-(read-modify-write: twice the bytes) into a memset buffer. FLOPs use the padded tiles code generation
+count real bytes once per block; an output summed across S blocks (split-K) stores an fp32 partial per
+block, and its last block reads the S partials and stores the tile (per block: two fp32 tiles and 1/S of
+the tile). A GEMV launch (prism.ir.Launch) computes its products as vector FLOPs on unpadded rows and
+holds them in registers. FLOPs use the padded tiles code generation
 computes on (Triton's dot padded to 16, a tile padded to a power of two), so padding waste costs compute;
 an op counts its `OpDef.flops` per element (several for exp, sqrt, silu, gelu, div, rms_norm:
 prism.ir.ops). Which loads and ops repeat every iteration is the block graph's schedule (prism.ir.kinds),
@@ -95,15 +99,16 @@ from typing import Any, Mapping, Sequence
 
 from prism.codegen.emit import default_warps
 from prism.codegen.layout import Padded
-from prism.codegen.lower import elementwise_block, to_custom
+from prism.codegen.lower import to_custom
+from prism.codegen.split import slots
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import INSIDE, LOADER, Schedule, kind_of
 from prism.ir.ops import OPS, TORCH_DTYPES, contracts
 from prism.tune.space import TRITON_STAGES, staged_copies
 from prism.tune.target import H100, Target
 
-__all__ = ["Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "overfull",
-           "relaunched", "work_of"]
+__all__ = ["Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "order_of",
+           "overfull", "relaunched", "work_of"]
 
 def _wide(dtype: str) -> str:
     return "float64" if dtype == "float64" else "float32"
@@ -118,7 +123,7 @@ class KernelWork:
     loop: int
     pre_bytes: float          # DRAM bytes loaded once per block (a replicated tile: this block's share of it)
     iter_bytes: float         # ... per loop iteration per block
-    store_bytes: int          # DRAM bytes stored per block (atomic adds counted twice)
+    store_bytes: int          # DRAM bytes stored per block (split-K: a partial stored and one read back)
     iter_dot: int             # padded tensor-core FLOPs per iteration per block
     post_dot: int             # ... once per block (outside the loop)
     iter_vec: int             # padded vector FLOPs per iteration per block
@@ -129,8 +134,8 @@ class KernelWork:
     spills: bool
     real_elements: int        # real elements of every tile, and padded: the padding waste
     padded_elements: int
-    atomic: bool = False
-    memset: int = 0           # bytes of zero-filled buffers this kernel adds into (a memset each)
+    atomic: bool = False      # it sums blocks (split-K)
+    memset: int = 0           # bytes of zero-filled buffers it adds into (stored samples of atomic adds only)
     read_bytes: int = 0       # bytes every block loads, all counted (replication included)
     pre_l2: float = 0.0       # bytes of replicated tiles re-read from L2, once per block
     iter_l2: float = 0.0      # ... per loop iteration per block
@@ -219,11 +224,19 @@ class Cost:
 
 # ---- what each kernel does --------------------------------------------------------------------
 
-def _run_bytes(tile: Sequence[int], full: Sequence[int], itemsize: int, sector: int) -> int:
-    """DRAM bytes to read (or write) one tile of a row-major tensor: contiguous runs, sector-rounded."""
+def order_of(strides: Sequence[int]) -> tuple[int, ...]:
+    """A tensor's dims from the one its elements are contiguous along outwards (smallest stride first; a tie,
+    such as a dim of size 1, goes to the later dim, as in a row-major tensor)."""
+    return tuple(sorted(range(len(strides)), key=lambda d: (strides[d], -d)))
+
+
+def _run_bytes(tile: Sequence[int], full: Sequence[int], itemsize: int, sector: int,
+               order: Sequence[int] | None = None) -> int:
+    """DRAM bytes to read (or write) one tile of a tensor laid out in `order` (`order_of`; None: row-major):
+    contiguous runs, sector-rounded."""
     run, rows = 1, 1
     whole = True
-    for d in reversed(range(len(tile))):
+    for d in reversed(range(len(tile))) if order is None else order:
         if whole:
             run *= tile[d]
             whole = tile[d] == full[d]
@@ -245,6 +258,7 @@ class _Work:
     out_dtypes: Sequence[str]
     summed: Sequence[bool]
     target: Target
+    in_orders: Sequence[tuple[int, ...] | None] = ()   # each input's dims, contiguous first (None: row-major)
     bytes: Counter = field(default_factory=Counter)  # "pre", "iter" (DRAM), "pre_l2", "iter_l2", "reads", "store"
     flops: Counter = field(default_factory=Counter)  # ("dot" or "vec", inside the loop?)
     stages: int = TRITON_STAGES
@@ -266,7 +280,7 @@ class _Work:
         dtype = self.in_dtypes[index]
         copies = math.prod(g for p, g in zip(self.block.grid_dims, self.block.grid) if p not in imap)
         size = TORCH_DTYPES[dtype].itemsize
-        b = _run_bytes(tile, full, size, self.target.sector)
+        b = _run_bytes(tile, full, size, self.target.sector, self.in_orders[index] if self.in_orders else None)
         in_loop = self.schedule[i] == INSIDE
         self.bytes["reads"] += b * (self.block.loop if in_loop else 1)
         where = "iter" if in_loop else "pre"
@@ -280,22 +294,32 @@ class _Work:
         self.live += self.numel(i) * size / 4
 
     def write(self, i: int, src: int, index: int) -> None:
-        """Saver i writes node src's tile of its output (`index`); a sum across blocks is an atomic
-        read-modify-write. Blocks count per block on average: of those along grid dims the output is written
-        once along, one in each row writes."""
+        """Saver i writes node src's tile of its output (`index`). A sum across S blocks (prism.codegen.split)
+        stores a float32 partial, and the last block of the tile reads the S partials and writes the tile: per
+        block, a partial written and one read, and 1/S of the tile. Blocks count per block on average: of those
+        along grid dims the output is written once along, one in each row writes."""
         tile, full = self.block.nodes[src].outputs[0].shape, self.block.nodes[i].outputs[0].shape
         b = _run_bytes(tile, full, TORCH_DTYPES[self.out_dtypes[index]].itemsize, self.target.sector)
+        if self.summed[index]:
+            wide = _run_bytes(tile, full, TORCH_DTYPES[_wide(self.out_dtypes[index])].itemsize, self.target.sector)
+            b = 2 * wide + b / slots(self.block, self.block.summed(index))
         writers = math.prod(self.block.grid_size(g) for g in self.block.once(index))
-        self.bytes["store"] += (2 * b if self.summed[index] else b) / writers
+        self.bytes["store"] += b / writers
 
     def hold(self, i: int) -> None:
         """Node i's padded tile stays live across the loop."""
         self.live += self.numel(i)
 
     def compute(self, i: int, node: Any) -> None:
-        """A table op: tensor-core FLOPs and staged operands for a matmul, vector FLOPs for the rest."""
+        """A table op: tensor-core FLOPs and staged operands for a matmul (in a GEMV launch, vector FLOPs and its
+        product held in registers), vector FLOPs for the rest."""
         in_loop = self.schedule[i] == INSIDE
-        if contracts(node.op):
+        if contracts(node.op) and self.block.launch.gemv:   # a multiply and a sum: [..., M, K, N] in registers
+            (a, _), (b, _) = node.inputs
+            product = self.numel(a) * self.layout.shape(b)[-1]
+            self.flops["vec", in_loop] += 2 * product
+            self.live += product
+        elif contracts(node.op):
             (a, _), (b, _) = node.inputs
             self.flops["dot", in_loop] += 2 * self.numel(i) * self.layout.shape(a)[-1]
             self.dot_tile = min(self.dot_tile or self.numel(i), self.numel(i))
@@ -313,11 +337,13 @@ class _Work:
 
 
 def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: Sequence[str],
-            summed: Sequence[bool], target: Target = H100) -> KernelWork:
-    """The per-block work of `block` launched as code generation launches it."""
+            summed: Sequence[bool], target: Target = H100,
+            in_orders: Sequence[tuple[int, ...] | None] = ()) -> KernelWork:
+    """The per-block work of `block` launched as code generation launches it; `in_orders`: each input's layout
+    (`order_of` its strides; None or none given: row-major)."""
     layout = Padded(block)
     stages = block.launch.num_stages or TRITON_STAGES
-    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, stages=stages)
+    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, in_orders, stages=stages)
     for i, node in block.topo():
         kind_of(node).cost(w, i, node)
     live = w.live + max(w.numel(i) for i in range(len(block.nodes)))
@@ -330,11 +356,16 @@ def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: 
     return work.with_launch(warps, stages, target)      # registers and spills, estimated at these warps
 
 
-def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
-    """Every kernel code generation launches for `graph`, in launch order (the order of `plan_graph`)."""
-    lowered, tags = to_custom(graph)
+def kernels_of(graph: KernelGraph, target: Target = H100, strides: Sequence[Sequence[int]] | None = None,
+               lowered: tuple[KernelGraph, dict[int, str]] | None = None) -> list[KernelWork]:
+    """Every kernel code generation launches for `graph`, in launch order (the order of `plan_graph`). `strides`:
+    those the graph's inputs are passed with (None: row-major); what kernels pass between them is row-major.
+    `lowered`: `to_custom(graph)`, where the caller costs one graph at several launches (its own block graphs
+    are the graph's, launches and all)."""
+    lowered, tags = lowered or to_custom(graph)
     outputs = set(lowered.outputs)
     dtype_of: dict = {r: lowered.type_of(r).dtype for r in lowered.input_refs}
+    order: dict = dict(zip(lowered.input_refs, map(order_of, strides))) if strides else {}
     out: list[KernelWork] = []
 
     def name(tag: str | None) -> str:
@@ -345,24 +376,12 @@ def kernels_of(graph: KernelGraph, target: Target = H100) -> list[KernelWork]:
             continue
         block: BlockGraph = node.attrs["block"]
         in_dtypes = [dtype_of[r] for r in node.inputs]
-        out_dtypes, summed, casts, memset = [], [], [], 0
-        for k, t in enumerate(node.outputs):
-            store = t.dtype if (i, k) in outputs else _wide(t.dtype)
-            s = bool(block.summed(k))
-            dtype_of[(i, k)] = store
-            summed.append(s)
-            if s:
-                memset += math.prod(t.shape) * TORCH_DTYPES[_wide(store)].itemsize
-                out_dtypes.append(_wide(store))
-                if store != _wide(store):
-                    casts.append((t, _wide(store), store))
-            else:
-                out_dtypes.append(store)
-        w = work_of(block, name(tags.get(i)), in_dtypes, out_dtypes, summed, target)
-        out.append(_with(w, memset=memset, fused=i not in tags, tail=block.launch.tail))
-        for t, wide, store in casts:
-            copy = elementwise_block(None, {}, [t], t)
-            out.append(work_of(copy, name("cast"), [wide], [store], [False], target))
+        out_dtypes = [t.dtype if (i, k) in outputs else _wide(t.dtype) for k, t in enumerate(node.outputs)]
+        dtype_of.update({(i, k): dtype for k, dtype in enumerate(out_dtypes)})
+        summed = [bool(block.summed(k)) for k in range(len(out_dtypes))]
+        w = work_of(block, name(tags.get(i)), in_dtypes, out_dtypes, summed, target,
+                    [order.get(r) for r in node.inputs])
+        out.append(_with(w, fused=i not in tags, tail=block.launch.tail))
     return out
 
 
@@ -456,10 +475,12 @@ def kernel_seconds(w: KernelWork, t: Target = H100) -> KernelCost:
     return KernelCost(w, seconds, r, waves, cap)
 
 
-def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | None = None) -> Cost:
+def estimate(graph: KernelGraph, target: Target = H100, aot: Sequence[Any] | None = None,
+             strides: Sequence[Sequence[int]] | None = None) -> Cost:
     """The model's seconds for `graph` on `target`. `aot`: the `CompiledGraph.aot()` results of this
-    graph (one per kernel, in launch order) to use the compiler's warps, shared memory and registers."""
-    works = kernels_of(graph, target)
+    graph (one per kernel, in launch order) to use the compiler's warps, shared memory and registers.
+    `strides`: those its inputs are passed with (None: row-major)."""
+    works = kernels_of(graph, target, strides)
     notes = []
     compiled = False
     if aot is not None:

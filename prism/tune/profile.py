@@ -60,15 +60,21 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return sxy / math.sqrt(sxx * syy)
 
 
-def random_inputs(graph: KernelGraph, seed: int = 0, device: Any = "cpu") -> list[torch.Tensor]:
+def random_inputs(graph: KernelGraph, seed: int = 0, device: Any = "cpu",
+                  strides: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
     """One tensor per input, uniform in ±[0.5, 1.5)/sqrt(last dim): never zero, and small enough that
-    products over the last dim and exponentials of them stay well inside float16."""
+    products over the last dim and exponentials of them stay well inside float16. `strides`: each input's, as
+    the caller passes them (a `Linear`'s weight read transposed; None: contiguous): a kernel is compiled and
+    timed for the layout it will read."""
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for t in graph.inputs:
+    for k, t in enumerate(graph.inputs):
         v = torch.rand(t.shape, generator=gen) * 2 - 1
         v = (v + torch.where(v < 0, -0.5, 0.5)) / math.sqrt(t.shape[-1])
-        out.append(v.to(device=device, dtype=TORCH_DTYPES[t.dtype]))
+        v = v.to(device=device, dtype=TORCH_DTYPES[t.dtype])
+        if strides is not None and tuple(strides[k]) != v.stride():
+            v = torch.empty_strided(t.shape, strides[k], dtype=v.dtype, device=v.device).copy_(v)
+        out.append(v)
     return out
 
 

@@ -18,9 +18,10 @@ they are the best of their neighbourhoods.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
+from prism.codegen.lower import to_custom
 from prism.errors import MappingError
 from prism.search.result import SymbolicGraph
 from prism.tune.cost import cost_of, kernels_of, relaunched
@@ -126,7 +127,7 @@ def rank(space: Space, tilings: Sequence[Tiling], target: Target, workers: int =
     for g in {g for g, _, _ in tilings} - docs.keys():
         docs[g] = space.result.graphs[g].to_json()
     tasks = [({g: docs[g] for g, _, _ in chunk}, inputs, target,
-              [(g, grid, loop, space.graphs[g].launches(grid, loop)) for g, grid, loop in chunk])
+              [(g, grid, loop, space.graphs[g].launches(grid, loop)) for g, grid, loop in chunk], space.strides)
              for chunk in chunks]
     done = (mapper or _serial)(rank_chunk, tasks)
     rows: list[Ranked] = []
@@ -142,10 +143,11 @@ def rank(space: Space, tilings: Sequence[Tiling], target: Target, workers: int =
 
 
 def rank_chunk(graphs: dict[int, dict], inputs: tuple, target: Target,
-               tilings: Sequence[tuple[int, tuple[int, ...], int, Sequence[tuple[int, int]]]]) -> list[Any]:
+               tilings: Sequence[tuple[int, tuple[int, ...], int, Sequence[tuple[int, int, bool]]]],
+               strides: Sequence[Sequence[int]] | None = None) -> list[Any]:
     """Per tiling (graph, grid, loop, launches): a list of Ranked, one per launch, or the reason it did not
-    instantiate. `inputs`: the program's (shapes, dtype, names). Runs in a worker:
-    everything comes as JSON or plain values."""
+    instantiate. `inputs`: the program's (shapes, dtype, names); `strides`: those its inputs are passed with.
+    Runs in a worker: everything comes as JSON or plain values."""
     sgraphs = {g: SymbolicGraph.from_json(doc) for g, doc in graphs.items()}
     out: list[Any] = []
     for g, grid, loop, launches in tilings:
@@ -155,12 +157,18 @@ def rank_chunk(graphs: dict[int, dict], inputs: tuple, target: Target,
         except MappingError as e:
             out.append(f"{base} is in the space but did not instantiate: {e}")
             continue
-        works, risk = kernels_of(kg, target), overflow_risk(kg)
-        shape = tuple((tuple(sorted(x for x in w.grid if x > 1)), w.loop) for w in works)
+        lowered = to_custom(kg)
+        works, risk = {False: kernels_of(kg, target, strides, lowered)}, overflow_risk(kg)
+        shape = tuple((tuple(sorted(x for x in w.grid if x > 1)), w.loop) for w in works[False])
         rows = []
-        for w, s in launches:
-            cost = cost_of(relaunched(works, w, s, target), target)
-            rows.append(Ranked(Candidate(g, tuple(grid), loop, w, s), cost.seconds,
+        for w, s, gemv in launches:
+            if gemv not in works:   # a GEMV's kernels do other work (no dot): the same µGraph, launched so
+                for _, node in kg.topo():
+                    if node.op == "custom":
+                        node.attrs["block"].launch = replace(node.attrs["block"].launch, gemv=gemv)
+                works[gemv] = kernels_of(kg, target, strides, lowered)
+            cost = cost_of(relaunched(works[gemv], w, s, target), target)
+            rows.append(Ranked(Candidate(g, tuple(grid), loop, w, s, gemv), cost.seconds,
                                sum(k.work.smem for k in cost.kernels), risk, shape))
         out.append(rows)
     return out

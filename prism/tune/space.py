@@ -66,8 +66,8 @@ from prism.symbolic.sgraph import LOADER, RUNNING_MAX
 from prism.symbolic.structure import tail_rows
 from prism.tune.target import H100, Target
 
-__all__ = ["MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate", "Footprint", "GraphSpace", "Space",
-           "Variable", "instantiate", "staged_copies"]
+__all__ = ["GEMV_PER_THREAD", "GEMV_ROWS", "MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate",
+           "Footprint", "GraphSpace", "Space", "Variable", "instantiate", "staged_copies"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block, in elements."""
@@ -77,6 +77,13 @@ STAGE_VALUES = (1, 2, 3, 4)
 """Software-pipelining stages the space offers for a loop of more than one iteration."""
 TRITON_STAGES = 3
 """Triton's default `num_stages` on NVIDIA GPUs (what a kernel without a launch choice gets)."""
+GEMV_ROWS = 16
+"""The most rows (M) of every matmul at which a tiling also offers a GEMV launch (prism.ir.Launch): decode at
+batch 1 to 16, where Triton's dot pads M to 16 and the weight's bytes, not its FLOPs, set the time."""
+GEMV_PER_THREAD = 128
+"""The most elements of a GEMV's product [..., M, K, N] per thread a launch may hold (float32 values in registers:
+half of the 255 a thread has). The product lives in registers, and past this LLVM runs out of memory compiling it
+(attention's [2, 2, 128, 1024] at one warp: 16384 a thread)."""
 
 
 def staged_copies(stages: int) -> int:
@@ -88,22 +95,24 @@ def staged_copies(stages: int) -> int:
 @dataclass(frozen=True, order=True)
 class Candidate:
     """One point of the space: sGraph `graph` (its index in the search result) at `grid` and `loop`, its
-    kernels compiled with `warps` per block and `stages` (0: code generation's and Triton's defaults)."""
+    kernels compiled with `warps` per block and `stages` (0: code generation's and Triton's defaults), their
+    products as tensor-core dots or, with `gemv`, as multiplies and sums (prism.ir.Launch)."""
 
     graph: int
     grid: tuple[int, ...]
     loop: int
     warps: int = 0
     stages: int = 0
+    gemv: bool = False
 
     def __str__(self) -> str:
         grid = ", ".join(f"{p}={g}" for p, g in zip(GRID_DIMS, self.grid))
         launch = "".join(f" {k}={v}" for k, v in (("warps", self.warps), ("stages", self.stages)) if v)
-        return f"#{self.graph} grid({grid}) loop={self.loop}{launch}"
+        return f"#{self.graph} grid({grid}) loop={self.loop}{launch}{' gemv' * self.gemv}"
 
     @property
     def launch(self) -> Launch:
-        return Launch(self.warps or None, self.stages or None)
+        return Launch(self.warps or None, self.stages or None, gemv=self.gemv)
 
     @property
     def sizes(self) -> Candidate:
@@ -112,21 +121,21 @@ class Candidate:
 
     def to_json(self) -> dict:
         return {"graph": self.graph, "grid": list(self.grid), "loop": self.loop, "warps": self.warps,
-                "stages": self.stages}
+                "stages": self.stages} | ({"gemv": True} if self.gemv else {})
 
     @classmethod
     def from_json(cls, data: dict) -> Candidate:
         return cls(int(data["graph"]), tuple(int(g) for g in data["grid"]), int(data["loop"]),
-                   int(data.get("warps", 0)), int(data.get("stages", 0)))
+                   int(data.get("warps", 0)), int(data.get("stages", 0)), bool(data.get("gemv", False)))
 
     @classmethod
     def parse(cls, text: str) -> Candidate:
         """The candidate `str` wrote (a stored sample's label, prism.tune.oracle), or a ValueError."""
-        m = re.fullmatch(r"#(\d+) grid\(([^)]*)\) loop=(\d+)(?: warps=(\d+))?(?: stages=(\d+))?", text)
+        m = re.fullmatch(r"#(\d+) grid\(([^)]*)\) loop=(\d+)(?: warps=(\d+))?(?: stages=(\d+))?( gemv)?", text)
         if not m:
             raise ValueError(f"not a candidate: {text!r}")
         grid = tuple(int(part.split("=")[1]) for part in m[2].split(", "))
-        return cls(int(m[1]), grid, int(m[3]), int(m[4] or 0), int(m[5] or 0))
+        return cls(int(m[1]), grid, int(m[3]), int(m[4] or 0), int(m[5] or 0), bool(m[6]))
 
 
 @dataclass(frozen=True)
@@ -234,11 +243,15 @@ class GraphSpace:
         self._tile_dims = sorted(set(self._dims))
         self._dot_operands = [(self._dims[o], g.ops[o].op == LOADER and self.fmap[o] is not None)
                               for op in g.ops if contracts(op.op) for o in op.inputs]
+        # a GEMV launch's products (prism.ir.Launch): per matmul, the dims of a [..., M, K] and N of b
+        self._products = [(self._dims[op.inputs[0]], self._dims[op.inputs[1]][-1]) for op in g.ops
+                          if contracts(op.op)]
+        self._gemv: dict[tuple[tuple[int, ...], int], int] = {}   # a GEMV's largest tile by tiling (0: not one)
         self._tail_tiles = self._tail(st, m, slot) if m.tail else []
         self._tilings: list[tuple[tuple[int, ...], int]] | None = None
         self._valid: set[tuple[tuple[int, ...], int]] | None = None
         self._later: dict[tuple[int, ...], dict[str, int]] = {}   # the later kernels' sizes by the first's grid
-        self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._launches: dict[tuple[tuple[int, ...], int], tuple[tuple[int, int, bool], ...]] = {}
         self._counts: dict[tuple[tuple[int, ...], int], int] = {}   # len(launches) by tiling
         self._footprints: dict[tuple[tuple[int, ...], int], tuple[int, int, int]] = {}
 
@@ -306,10 +319,21 @@ class GraphSpace:
         return np.concatenate([np.ones((n, 1), np.int64), np.full((n, 1), MIN_DOT, np.int64), pow2,
                                np.maximum(pow2, MIN_DOT)], axis=1)
 
-    def padded(self, k: int, grid: Sequence[int], loop: int) -> tuple[int, ...]:
-        """Tensor k's tile as code generation pads it (power of two; at least 16 on dims of Triton's dot)."""
-        sizes = self._padded_sizes(np.array([[*grid, loop]], dtype=np.int64))[0].tolist()
+    def padded(self, k: int, grid: Sequence[int], loop: int, gemv: bool = False) -> tuple[int, ...]:
+        """Tensor k's tile as code generation pads it (power of two; at least 16 on dims of Triton's dot, unless
+        a GEMV launch computes its products)."""
+        sizes = self._padded_sizes(np.array([[*grid, loop]], dtype=np.int64))
+        sizes = (self._plain(sizes) if gemv else sizes)[0].tolist()
         return tuple(sizes[i] for i in self._dims[k])
+
+    def _plain(self, padded: np.ndarray) -> np.ndarray:
+        """`_padded_sizes` as a GEMV launch pads: nothing to Triton's dot (a unit dim of a dot stays 1, a dot's
+        class its power of two)."""
+        n = len(self._classes)
+        plain = padded.copy()
+        plain[:, 1] = 1
+        plain[:, 2 + n:] = plain[:, 2:2 + n]
+        return plain
 
     def footprint(self, grid: Sequence[int], loop: int, stages: int = TRITON_STAGES) -> Footprint:
         numel, fixed, staged = self._tiles(tuple(grid), loop)
@@ -348,12 +372,37 @@ class GraphSpace:
                 fixed += np.where(looped, 0, nbytes)
             else:
                 fixed += nbytes
-        for key, row in zip(tilings, zip(numel.tolist(), fixed.tolist(), staged.tolist())):
+        gemv = self._gemv_tiles(padded)
+        for key, row, g in zip(tilings, zip(numel.tolist(), fixed.tolist(), staged.tolist()), gemv.tolist()):
             self._footprints[key] = row
+            self._gemv[key] = g
         # `_offer`'s counts at once: a space's points are counted over every tiling (`Space._all`)
         warps, stages = self._offered(numel, fixed, staged)
         n_stages = np.where(looped, sum(stages[v] for v in STAGE_VALUES), stages[TRITON_STAGES])
-        self._counts.update(zip(tilings, (sum(warps.values()) * n_stages).tolist()))
+        n_gemv = sum(self._gemv_warps(gemv).values()) * np.where(looped, len(STAGE_VALUES), 1)
+        self._counts.update(zip(tilings, (sum(warps.values()) * n_stages + n_gemv).tolist()))
+
+    def _gemv_tiles(self, padded: np.ndarray) -> np.ndarray:
+        """Per tiling (rows of `_padded_sizes`), the largest product [..., M, K, N] of its GEMV launch, or 0 where
+        it offers none: offered where every matmul has at most GEMV_ROWS rows (a product with more is a
+        tensor-core dot's work). Its other tiles are the dot's without the padding to MIN_DOT, within Triton's
+        largest block as those are."""
+        if not self._products:
+            return np.zeros(len(padded), dtype=np.int64)
+        plain = self._plain(padded)
+        product = np.zeros(len(padded), dtype=np.int64)
+        rows = np.zeros(len(padded), dtype=np.int64)
+        for a, n_dim in self._products:
+            product = np.maximum(product, plain[:, list(a)].prod(axis=1) * plain[:, n_dim])
+            rows = np.maximum(rows, plain[:, a[-2]])
+        return np.where(rows <= GEMV_ROWS, product, 0)
+
+    @staticmethod
+    def _gemv_warps(product: Any) -> dict[int, Any]:
+        """Which warps a GEMV launch whose largest product has `product` elements (a number, or an array over
+        tilings; 0: no GEMV) may take: every thread has an element, and none holds over GEMV_PER_THREAD."""
+        return {w: (product > 0) & ((32 * w <= product) | (w == 1)) & (product <= GEMV_PER_THREAD * 32 * w)
+                for w in WARPS}
 
     def _offered(self, numel: Any, fixed: Any, staged: Any) -> tuple[dict[int, Any], dict[int, Any]]:
         """Which warps and which stages a tiling's footprint allows (numbers, or arrays over many tilings): the one
@@ -362,10 +411,9 @@ class GraphSpace:
         return ({w: (32 * w <= numel) | (w == 1) for w in WARPS},
                 {s: fixed + staged * staged_copies(s) <= smem for s in {*STAGE_VALUES, TRITON_STAGES}})
 
-    def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int]]:
-        """The valid (warps, stages) of a valid (grid, loop) (computed once per tiling)."""
-        warps, stages = self._offer(tuple(grid), loop)
-        return [(w, s) for w in warps for s in stages]
+    def launches(self, grid: Sequence[int], loop: int) -> list[tuple[int, int, bool]]:
+        """The valid (warps, stages, gemv) of a valid (grid, loop) (computed once per tiling)."""
+        return list(self._offer(tuple(grid), loop))
 
     def n_launches(self, grid: Sequence[int], loop: int) -> int:
         """len(launches(grid, loop)), without listing them (counted with the tiling's footprint)."""
@@ -374,17 +422,23 @@ class GraphSpace:
             self._measure([key])
         return self._counts[key]
 
-    def _offer(self, grid: tuple[int, ...], loop: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The warps and the stages a valid tiling offers (each launch is one of each; computed once)."""
+    def _offer(self, grid: tuple[int, ...], loop: int) -> tuple[tuple[int, int, bool], ...]:
+        """The launches a valid tiling offers: each warps and stages its footprint allows with Triton's dot, then
+        with products as multiplies and sums where it offers a GEMV (no dot: no shared memory staged; computed
+        once)."""
         key = (grid, loop)
         if key not in self._launches:
             warps, stages = self._offered(*self._tiles(grid, loop))   # what `footprint` reads, not one per stage
-            self._launches[key] = (tuple(w for w in WARPS if warps[w]),
-                                   tuple(s for s in (STAGE_VALUES if loop > 1 else (TRITON_STAGES,)) if stages[s]))
+            depths = STAGE_VALUES if loop > 1 else (TRITON_STAGES,)
+            out = [(w, s, False) for w in WARPS if warps[w] for s in depths if stages[s]]
+            g_warps = self._gemv_warps(self._gemv[key])
+            out += [(w, s, True) for w in WARPS if g_warps[w] for s in depths]
+            self._launches[key] = tuple(out)
         return self._launches[key]
 
-    def violations(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> list[str]:
-        """Every constraint (grid, loop, warps, stages) breaks, in words; [] when the point is valid. Warps
+    def violations(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0,
+                   gemv: bool = False) -> list[str]:
+        """Every constraint (grid, loop, warps, stages, gemv) breaks, in words; [] when the point is valid. Warps
         and stages 0 ask about the tiling alone: valid when some launch of it is (shared memory is checked at
         the fewest stages offered)."""
         grid = tuple(grid)
@@ -411,8 +465,14 @@ class GraphSpace:
             return out
         out += self.broken(grid, loop)
         fp = self.footprint(grid, loop, stages or min(STAGE_VALUES))
-        if warps > 1 and 32 * warps > fp.max_numel:
-            out.append(f"{warps} warps for tiles of at most {fp.max_numel} elements: some threads would have no lane")
+        most = self._gemv[(grid, loop)] if gemv else fp.max_numel
+        if gemv and not most:
+            out.append(f"a GEMV launch needs every matmul at most {GEMV_ROWS} rows")
+        elif warps > 1 and 32 * warps > most:
+            out.append(f"{warps} warps for tiles of at most {most} elements: some threads would have no lane")
+        elif gemv and most > GEMV_PER_THREAD * 32 * (warps or max(WARPS)):
+            out.append(f"a GEMV's product of {most} elements at {warps or max(WARPS)} warps: over {GEMV_PER_THREAD} "
+                       "a thread")
         t = self.target
         if fp.blocks > t.max_blocks:
             out.append(f"{fp.blocks} blocks > the cap of {t.max_blocks}")
@@ -420,12 +480,12 @@ class GraphSpace:
             out.append(f"grid {grid}: y and z are limited to {t.max_grid_yz}")
         if fp.max_numel > MAX_NUMEL:
             out.append(f"a tile of {fp.max_numel} elements > Triton's {MAX_NUMEL}")
-        if fp.smem > t.smem_per_block:
+        if fp.smem > t.smem_per_block and not gemv:   # a GEMV stages no dot operands
             out.append(f"~{fp.smem} B of shared memory > {t.smem_per_block} B per block")
         return out
 
-    def valid(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0) -> bool:
-        return not self.violations(grid, loop, warps, stages)
+    def valid(self, grid: Sequence[int], loop: int, warps: int = 0, stages: int = 0, gemv: bool = False) -> bool:
+        return not self.violations(grid, loop, warps, stages, gemv)
 
     # -- all points -----------------------------------------------------------------------------
 
@@ -486,21 +546,23 @@ class GraphSpace:
 
     def points(self) -> list[Candidate]:
         """Every valid candidate of this sGraph: each valid (grid, loop) at each of its launches."""
-        return [Candidate(self.index, grid, loop, w, s) for grid, loop in self.tilings()
-                for w, s in self.launches(grid, loop)]
+        return [Candidate(self.index, grid, loop, *launch) for grid, loop in self.tilings()
+                for launch in self.launches(grid, loop)]
 
     def neighbours(self, c: Candidate) -> list[Candidate]:
         """The valid points one step from `c`: one parallel size to the next or previous of its values,
-        warps halved or doubled, stages one less or more (a default launch counts as 4 warps, 3 stages)."""
+        warps halved or doubled, stages one less or more (a default launch counts as 4 warps, 3 stages), the
+        products the other way (dot or GEMV)."""
         warps, stages = c.warps or 4, c.stages or TRITON_STAGES
         sizes = [*c.grid, c.loop]
-        moves: list[tuple[list[int], int, int]] = [(way[0], warps, stages) for way in self._ways(sizes)]
-        moves += [(sizes, w, stages) for w in (warps // 2, warps * 2) if w in WARPS]
-        moves += [(sizes, warps, s) for s in (stages - 1, stages + 1) if s in STAGE_VALUES]
+        moves = [(way[0], warps, stages, c.gemv) for way in self._ways(sizes)]
+        moves += [(sizes, w, stages, c.gemv) for w in (warps // 2, warps * 2) if w in WARPS]
+        moves += [(sizes, warps, s, c.gemv) for s in (stages - 1, stages + 1) if s in STAGE_VALUES]
+        moves += [(sizes, warps, stages, not c.gemv)]
         out: list[Candidate] = []
-        for moved, w, s in moves:
-            n = Candidate(c.graph, tuple(moved[:-1]), moved[-1], w, s if moved[-1] > 1 else TRITON_STAGES)
-            if n != c and n not in out and self.valid(n.grid, n.loop, n.warps, n.stages):
+        for moved, w, s, gemv in moves:
+            n = Candidate(c.graph, tuple(moved[:-1]), moved[-1], w, s if moved[-1] > 1 else TRITON_STAGES, gemv)
+            if n != c and n not in out and self.valid(n.grid, n.loop, n.warps, n.stages, n.gemv):
                 out.append(n)
         return out
 
@@ -535,10 +597,13 @@ class Space:
     """All (graph, grid, loop, warps, stages) points of a search result's sGraphs for one program config."""
 
     def __init__(self, result, program: KernelGraph | Sequence[Sequence[int]], target: Target = H100,
-                 dtype: str | None = None) -> None:
+                 dtype: str | None = None, strides: Sequence[Sequence[int]] | None = None) -> None:
         inputs = program.inputs if isinstance(program, KernelGraph) else result.program.inputs
         shapes = [t.shape for t in program.inputs] if isinstance(program, KernelGraph) else [tuple(s) for s in program]
         self.result, self.program, self.target = result, program, target
+        self.strides = strides
+        """The strides the program's inputs are passed with (None: row-major): the layout the cost model reads
+        them in (prism.tune.options.TuneOptions.strides)."""
         self.shapes, self.dtype = shapes, dtype or inputs[0].dtype
         self.names = [t.name for t in inputs]
         """The program's input names, which instantiated candidates take (the searched program's, given shapes)."""
@@ -579,13 +644,12 @@ class Space:
         """The i-th point in `points()` order, found without listing the points (a space can have millions)."""
         t = bisect.bisect_right(self._ends, i) if self._all() else 0
         gs, grid, loop = self._tilings[t]
-        w, s = gs.launches(grid, loop)[i - (self._ends[t - 1] if t else 0)]
-        return Candidate(gs.index, grid, loop, w, s)
+        return Candidate(gs.index, grid, loop, *gs.launches(grid, loop)[i - (self._ends[t - 1] if t else 0)])
 
     def points(self) -> list[Candidate]:
         """Every valid candidate, graph by graph."""
-        return [Candidate(gs.index, grid, loop, w, s) for gs, grid, loop in self.tilings()
-                for w, s in gs.launches(grid, loop)]
+        return [Candidate(gs.index, grid, loop, *launch) for gs, grid, loop in self.tilings()
+                for launch in gs.launches(grid, loop)]
 
     def __len__(self) -> int:
         self._all()
@@ -620,7 +684,7 @@ class Space:
         return sorted(itertools.islice(self.shuffled(seed), k))
 
     def violations(self, c: Candidate) -> list[str]:
-        return self.graphs[c.graph].violations(c.grid, c.loop, c.warps, c.stages)
+        return self.graphs[c.graph].violations(c.grid, c.loop, c.warps, c.stages, c.gemv)
 
     def neighbours(self, c: Candidate) -> list[Candidate]:
         return self.graphs[c.graph].neighbours(c)

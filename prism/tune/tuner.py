@@ -150,17 +150,18 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
     parallel = bool(started or cluster or shared)       # some workers take the space's and the ranking's tasks
     clock.lap("workers")
     try:
-        space = Space(result, program, target)
+        space = Space(result, program, target, strides=opts.strides)
         space.tilings(functools.partial(mapper, phase="space") if parallel else None)
         clock.lap("space")
         ranked = _rank(space, opts, target, report, log, mapper, n if parallel else 1)
         clock.lap("rank")
+        budget, explore, refine = _swept(len(space), gpu, opts, refine, report)
         seen: set[str] = set()
-        picks = _select(space, ranked, budget, opts.explore, seed, seen, target, report)
+        picks = _select(space, ranked, budget, explore, seed, seen, target, report)
         base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)),
-                     estimate(program, target), program)
+                     estimate(program, target, strides=opts.strides), program)
         picks.append(base)
-        trial = _Trial(program, target, gpu, device, compile, workers, report, clock, seed, log, progress,
+        trial = _Trial(space, target, gpu, device, compile, workers, report, clock, seed, log, progress,
                        cluster, mapper.started)
         trial.run(picks)
         if compile:
@@ -273,6 +274,16 @@ def _forms(space: Space, ranked: list[Ranked]) -> dict[str, dict[str, Any]]:
                    "safe": r.risk is None} for form, r in sorted(best.items(), key=lambda fr: fr[1].order)}
 
 
+def _swept(points: int, gpu: bool, opts: TuneOptions, refine: int, report: Report) -> tuple[int, float, int]:
+    """(budget, explore, refine) for a space of `points`: on a GPU, a space of at most `opts.sweep` points is
+    swept (each point compiled and timed, but those the model puts over TOO_HEAVY registers: `_take`), and the
+    report says so; else the options' own."""
+    if not gpu or points > opts.sweep:
+        return opts.budget, opts.explore, refine
+    report.notes.append(f"a space of {points} points (at most sweep={opts.sweep}): every point compiled and timed")
+    return points, 0.0, 0
+
+
 def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, seed: int, seen: set[str],
             target: Target, report: Report) -> list[_Pick]:
     """Phase 2: the model's best distinct kernels, plus a seeded uniform draw over the ranked points within
@@ -382,7 +393,7 @@ def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Repor
     except MappingError as e:
         report.notes.append(f"{c} is in the space but did not instantiate: {e}")
         return None
-    return _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target), g)
+    return _Pick(Entry(c, origin, risk=overflow_risk(g)), estimate(g, target, strides=space.strides), g)
 
 
 def _fresh(p: _Pick, seen: set[str]) -> bool:
@@ -436,10 +447,11 @@ class _Trial:
     """Phase 3, batch by batch: compile ahead of time (the compiler's figures go into the estimate), then on
     a GPU run each survivor once against the reference and time it."""
 
-    def __init__(self, program: KernelGraph, target: Target, gpu: bool, device: Any, compile: bool,
+    def __init__(self, space: Space, target: Target, gpu: bool, device: Any, compile: bool,
                  workers: int | None, report: Report, clock: _Clock, seed: int, log: Callable[[str], None],
                  progress: Progress | None, cluster: Any, started: ProcessPoolExecutor | None) -> None:
-        self.program, self.target, self.gpu, self.device, self.compile = program, target, gpu, device, compile
+        self.program, self.strides = space.program, space.strides
+        self.target, self.gpu, self.device, self.compile = target, gpu, device, compile
         self.workers, self.report, self.clock, self.seed = workers, report, clock, seed
         self.log, self.progress, self.cluster, self.started = log, progress, cluster, started
         self.bench: tuple[list, Any, list] | None = None   # inputs, reference output, rotated copies
@@ -478,14 +490,14 @@ class _Trial:
         graphs = [p.graph for p in batch]
         try:
             results = compile_many(graphs, self.workers, self.target.arch, done, self.cluster, self.started,
-                                   self.seed if self.gpu else None)
+                                   self.seed if self.gpu else None, self.strides)
         except Exception as e:  # a broken worker pool (e.g. an unguarded __main__ under spawn) or a lost Ray task
             self.started = None   # pool.run killed it
             self.report.notes.append(f"parallel compilation failed ({type(e).__name__}: {e}); compiled in this "
                                      "process")
-            results = compile_many(graphs, 1, self.target.arch)
+            results = compile_many(graphs, 1, self.target.arch, strides=self.strides)
         for p, r in zip(batch, results):
-            _judge(p, r, self.target)
+            _judge(p, r, self.target, self.strides)
             self.report.notes += [f"{p.entry.label}: {problem}" for problem in r.problems]
 
     def _profile(self, batch: list[_Pick]) -> None:
@@ -493,7 +505,7 @@ class _Trial:
         from prism.tune.profile import input_copies, random_inputs
 
         if self.bench is None:
-            inputs = random_inputs(self.program, self.seed, self.device)
+            inputs = random_inputs(self.program, self.seed, self.device, self.strides)
             want = run(self.program, [t.float().cpu() for t in inputs])[0]
             self.bench = (inputs, want, input_copies(inputs))
         report_progress(self.progress, "profile", 0, len(batch))
@@ -505,7 +517,7 @@ class _Trial:
             report_progress(self.progress, "profile", k, len(batch))
 
 
-def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
+def _judge(p: _Pick, r: CompileResult, target: Target, strides: Sequence[Sequence[int]] | None) -> None:
     e = p.entry
     e.kernels = [k.to_json() for k in r.kernels]
     e.seconds["compile"] = r.seconds
@@ -519,7 +531,7 @@ def _judge(p: _Pick, r: CompileResult, target: Target) -> None:
     # A kernel that spills a little can still be the fastest: dropping such candidates once left a decoder
     # layer's norm + projection to the 8-kernel unfused program on an H100 (136 B stack frames, 2026-11-23).
     # The cost model charges spills a little (the target's spill_penalty), and on a GPU the measurement decides.
-    p.cost = estimate(p.graph, target, aot=r.kernels)
+    p.cost = estimate(p.graph, target, aot=r.kernels, strides=strides)
     e.estimate_us = p.cost.seconds * 1e6
     e.status = Status.OK
 

@@ -384,3 +384,22 @@ def test_reduce_overhead_replays_prisms_ops_in_inductors_cuda_graphs(options, mo
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(module.cache, twin.cache)
     assert pc.history[-1]["replaced"] and not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+def test_a_region_is_tuned_for_its_inputs_layout(options):
+    """A `Linear`'s weight reaches its region through a transpose: read as [in, out] with the input features
+    contiguous, and the region is tuned for those strides (TuneOptions.strides), which its record says."""
+    from prism.capture.layout import Source
+
+    torch.manual_seed(0)
+    module, x = torch.nn.Linear(32, 48, bias=False), torch.randn(4, 32)
+    module.forward = lambda t, f=module.forward: f(t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))
+    got, want, record = _compile(module, x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    (region,) = record["replaced"]
+    assert sorted(region["strides"]) == [(1, 32), (32, 1)]     # the weight [32, 48] read transposed; x row-major
+
+    class Node:
+        meta = {"val": torch.empty(48, 32)}
+    assert Source(Node(), (("permute", (1, 0)),)).strides() == (1, 32)
+    assert Source(Node(), (("permute", (1, 0)), ("view", (1536,)))).strides() == (1,)   # a copy: contiguous

@@ -13,11 +13,11 @@ from typing import Callable
 import torch
 
 import prism
-from prism.ir import BlockGraph, KernelGraph
+from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.workloads.attention import logit_scales
 from prism.workloads.lora import LORA
 
-__all__ = ["Case", "CASES", "AOT_CASES"]
+__all__ = ["Case", "CASES", "AOT_CASES", "GEMV", "projection"]
 
 
 @dataclass
@@ -54,8 +54,8 @@ def _workload(name, cfg, fused=True, **params):
 
 
 def split_k() -> Case:
-    """X @ W with K split over grid dim y (unmapped in the saver: blocks summed with atomic adds into a
-    zeroed fp32 buffer, then cast to fp16) and over the loop within each block."""
+    """X @ W with K split over grid dim y (unmapped in the saver: blocks summed, combined by the last block of
+    each column tile, prism.codegen.split) and over the loop within each block."""
     g = KernelGraph()
     x, w = g.input((8, 64), "float16", "X"), g.input((64, 32), "float16", "W")
     b = BlockGraph(grid=(2, 2), loop=2)
@@ -69,8 +69,8 @@ def split_k() -> Case:
 def split_k_norm_once() -> Case:
     """rms_norm(X) @ W split over K: grid x over W's columns, y over K (and the loop within each block). Both
     X @ W and sum(X²) are summed over y with atomic adds; sum(X²) is the same in every block along x (no tile
-    it is computed from depends on x), so it is written once along x: only pid_x == 0 adds it in. Kernel-level
-    ops then finish the norm."""
+    it is computed from depends on x), so it is written once along x: only pid_x == 0 stores its partials and
+    combines them. Kernel-level ops then finish the norm."""
     n, d, o = 4, 64, 32
     g = KernelGraph()
     x, w = g.input((n, d), "float16", "X"), g.input((d, o), "float16", "W")
@@ -83,6 +83,42 @@ def split_k_norm_once() -> Case:
     g.output(g.div(p, g.sqrt(g.add_scalar(g.mul_scalar(ss, 1 / d), 1e-6))))
     return Case(g, [_rand((n, d), "float16", 1), _rand((d, o), "float16", 2, 0.125)],
                 torch_reference=lambda x, w: prism.workloads.base.rms_norm(x.float()) @ w.float())
+
+
+def projection(m: int, k: int, n: int, block_n: int, block_k: int, splits: int = 1, dtype: str = "float16",
+               gemv: bool = True) -> Callable[[], Case]:
+    """A decode step's projection X [m, k] @ W [k, n] with W in a Linear's layout (stored [n, k], K contiguous),
+    as a GEMV launch (prism.ir.Launch): grid x over columns in tiles of `block_n` (the last one partial where it
+    does not divide n), K in tiles of `block_k` over the loop and, with `splits`, over grid dim y too (summed:
+    split-K combined in the launch, prism.codegen.split)."""
+    def make() -> Case:
+        g = KernelGraph()
+        x, w = g.input((m, k), dtype, "X"), g.input((k, n), dtype, "W")
+        loop = -(-k // (block_k * splits))
+        b = BlockGraph(grid=(-(-n // block_n), splits) if splits > 1 else (-(-n // block_n),), loop=loop,
+                       launch=Launch(gemv=gemv))
+        bx = b.input(x, imap={"y": 1} if splits > 1 else {}, fmap=1)
+        bw = b.input(w, imap={"x": 1, "y": 0} if splits > 1 else {"x": 1}, fmap=0)
+        b.output(b.accum(b.matmul(bx, bw)), omap={"x": 1}, shape=(m, n))
+        g.output(*g.custom(b, [x, w]))
+        inputs = [_rand((m, k), dtype, 11), _rand((k, n), dtype, 12, k ** -0.5)]
+        return Case(g, inputs, views={1: lambda t: t.t().contiguous().t()},
+                    torch_reference=lambda x, w: x @ w)
+    return make
+
+
+GEMV = {
+    "gemv_m1_n32000_k2048_f16": projection(1, 2048, 32000, 1024, 512),
+    "gemv_m3_n5632_k5632_f32": projection(3, 5632, 5632, 512, 512, dtype="float32"),
+    "gemv_m8_n5632_k2048_f16": projection(8, 2048, 5632, 256, 256),
+    "gemv_m3_n32000_k5632_f16": projection(3, 5632, 32000, 512, 512),
+    "split_gemv_m1_n32000_k5632_f16": projection(1, 5632, 32000, 1024, 256, splits=2),
+    "split_gemv_m3_n5632_k2048_f32": projection(3, 2048, 5632, 512, 256, splits=4, dtype="float32"),
+    "split_gemv_m8_n32000_k2048_f16": projection(8, 2048, 32000, 256, 256, splits=2),
+    "split_dot_m8_n5632_k5632_f32": projection(8, 5632, 5632, 512, 256, splits=2, dtype="float32", gemv=False),
+}
+"""Decode projections at the odd sizes of a Llama step (vocabulary 32000, MLP 5632 = 11 · 512), one to eight
+rows, as GEMVs and split-K in one launch (and one split-K as Triton's dot)."""
 
 
 def grid3() -> Case:
@@ -266,7 +302,7 @@ def all_ops() -> Case:
     h = b.add(b.gelu(b.sub(p, e)), b.relu(b.neg(e)))
     s = b.silu(b.div(h, u))                                       # [3, 12] / [3, 1] broadcast
     b.output(b.rms_norm(b.mul(s, e), 0.001), omap={"x": 0, "y": 1})
-    b.output(b.sum(b.add_scalar(e, 1.0), 1), omap={"x": 0})      # summed over y: atomic adds
+    b.output(b.sum(b.add_scalar(e, 1.0), 1), omap={"x": 0})      # summed over y
     b.output(b.sum(e, 0), omap={"y": 1})                         # summed over x
     g.output(*g.custom(b, [x, y]))
     return Case(g, [_rand((6, 24), "float32", 5), _rand((6, 1), "float32", 6, positive=True)], rtol=1e-4)
@@ -386,7 +422,7 @@ SMALL = {
     "rmsnorm_linear": ({"n": 4, "d": 64, "o": 96}, {"grid": 3, "loop": 2}),
     "gqa": ({"b": 2, "k": 2, "g": 4, "h": 32, "d": 16}, {"splits": 2, "loop": 2}),   # grid (b, k, splits)
     "ntrans": ({"n": 4, "d": 64}, {"grid": 2}),
-    "moe": ({"e": 2, "n": 4, "d": 32, "f": 64}, {"splits": 2, "loop": 2}),           # splits summed: atomics
+    "moe": ({"e": 2, "n": 4, "d": 32, "f": 64}, {"splits": 2, "loop": 2}),           # splits summed
 }
 
 CASES: dict[str, Callable[[], Case]] = {
@@ -440,6 +476,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "lora": lora,
     # GQA's safe split-KV form: grid (batch, KV head, split), kernel 2 a block per (batch, KV head, row)
     "large_logits_gqa_split_kv": _large_logits("gqa", SMALL["gqa"][0], splits=2, loop=2, partials=True),
+    **GEMV,
 }
 
 REAL = {

@@ -104,14 +104,14 @@ def run_graph(graph, inputs, rtol, views=None, reversed_layout=False, torch_refe
     for a, b in zip(args, before):
         if not torch.equal(a.isnan(), b.isnan()) or not torch.equal(a.nan_to_num(), b.nan_to_num()):
             raise AssertionError("a kernel wrote into one of its inputs")
-    if cg.kept:   # a tail kernel's row counters: zero again after a call, and a second call computes the same
-        if any(t.any() for t in cg.kept.values()):
-            raise AssertionError("a persistent buffer (a tail kernel's row counters) is not zero after a call")
+    if cg.kept:   # row counters (a tail kernel's, a split-K combine's): zero again after a call, and a second call
+        if any(t.any() for t in cg.kept.values()):   # computes the same bits
+            raise AssertionError("a persistent buffer (row counters) is not zero after a call")
         again = cg(*args)
         if not alloc.intact():
             raise AssertionError("a second call wrote outside a buffer (a NaN guard band changed)")
         if not all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(again, outs)):
-            raise AssertionError("a second call of a graph with a tail kernel computed something else")
+            raise AssertionError("a second call of a graph with row counters computed other bits")
     wide = torch.float64 if rtol < 1e-3 else torch.float32
     wants = interp.run(graph, [t.to(wide) for t in inputs], wide)
     errs = []

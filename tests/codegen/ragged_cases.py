@@ -135,9 +135,19 @@ def _counts_floor(source: str) -> str:
     return re.sub(r"triton\.cdiv\((\w+\.shape\[\d+\]), (\d+)\)", r"\1 // \2", source)
 
 
-def _unguarded_once(source: str) -> str:
-    """An output written once along a grid dim written (atomically added) by every block along it."""
-    return re.sub(r"( *)if \(pid_\w+ == 0\)[^\n]*:\n *", r"\1", source)
+def _slot_dropped(source: str) -> str:
+    """A split-K combine that sums every partial of its tile but the first."""
+    return re.sub(r"for j in range\(0, (\d+)\):  # in slot order", r"for j in range(1, \1):", source, count=1)
+
+
+def _counter_kept(source: str) -> str:
+    """A split-K combine that leaves its row counter where it ended: the next launch's last block never sees it."""
+    return re.sub(r"tl\.store\((count\w*_ptr[^\n]*), 0\)  # zero again for the next launch", "pass", source)
+
+
+def _one_slot(source: str) -> str:
+    """Every block of a split stores its partial in slot 0: one overwrites the others'."""
+    return re.sub(r"(tl\.store\(part\w*_ptrs) \+ \(([^)]*)\) \*", r"\1 + 0 *", source)
 
 
 MUTANTS: dict[str, Callable[[], Case]] = {
@@ -147,5 +157,7 @@ MUTANTS: dict[str, Callable[[], Case]] = {
     "mutant_runtime_extent_one_short": _mutant(RUNTIME["runtime_attention_kv"], _extent_one_short),
     "mutant_runtime_trips_floor": _mutant(RUNTIME["runtime_attention_kv"], _counts_floor),
     "mutant_runtime_grid_floor": _mutant(RUNTIME["runtime_rmsnorm_linear"], _counts_floor),
-    "mutant_once_unguarded": _mutant(CASES["split_k_norm_once"], _unguarded_once),
+    "mutant_split_slot_dropped": _mutant(CASES["split_gemv_m3_n5632_k2048_f32"], _slot_dropped),
+    "mutant_split_counter_kept": _mutant(CASES["split_k"], _counter_kept),
+    "mutant_split_one_slot": _mutant(CASES["split_k_norm_once"], _one_slot),
 }

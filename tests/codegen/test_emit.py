@@ -58,21 +58,22 @@ def test_silu_and_binary_ops_render_from_the_op_table():
     assert re.search(r"= \w+ \* \w+  #", src) and " / " not in src.split("# -- after the loop")[1]
 
 
-def test_summed_outputs_use_atomics_and_fp16_outputs_get_a_cast_kernel():
+def test_summed_outputs_are_combined_in_their_own_launch():
+    """Split-K (prism.codegen.split): one kernel writes the fp16 output itself, its fp32 partials and the row
+    counters; no buffer is zeroed per call and no cast kernel follows."""
     cg = codegen.compile_graph(CASES["split_k"]().graph)
-    names = [k.name for k in cg.kernels]
-    assert names == ["kernel_0", "kernel_1_cast"]
-    main, cast = cg.kernels
-    assert main.outputs == ("float32",) and main.summed == (True,)
-    assert cast.inputs == ("float32",) and cast.outputs == ("float16",)
-    assert 'tl.atomic_add(out0_ptrs' in main.source and "must be zeroed first" in main.source
-    assert [b.zero for b in cg.plan.buffers] == [False, False, False, True]
+    (main,) = cg.kernels
+    assert main.outputs == ("float16", "float32", "int32") and main.summed == (True, False, False)
+    assert "tl.atomic_add(out0" not in main.source and "must be zero (each launch leaves them so)" in main.source
+    assert "for j in range(0, 2):  # in slot order" in main.source
+    shapes = [(b.shape, b.dtype, b.persistent) for b in cg.plan.buffers[2:]]
+    assert shapes == [((8, 32), "float16", False), ((2, 8, 32), "float32", False), ((2,), "int32", True)]
 
 
 def test_intermediates_between_kernels_are_fp32():
     g = prism.workloads.get("attention").fused({"b": 2, "g": 4, "h": 64, "d": 16}, splits=2)
     k1, k2 = codegen.compile_graph(g).kernels
-    assert k1.outputs == ("float32", "float32") and k1.summed == (True, True)
+    assert k1.outputs == ("float32",) * 4 + ("int32",) and k1.summed == (True, True, False, False, False)
     assert k2.inputs == ("float32", "float32") and k2.outputs == ("float16",)
 
 

@@ -96,7 +96,7 @@ def test_the_space_admits_ragged_tilings_that_compute_the_program(searched, name
         g = space.instantiate(c)
         block, gs = g.blocks[0], space.graphs[c.graph]
         layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
-        assert all(layout.shape(k) == gs.padded(k, c.grid, c.loop) for k in range(len(gs.ops))), c
+        assert all(layout.shape(k) == gs.padded(k, c.grid, c.loop, c.gemv) for k in range(len(gs.ops))), c
         assert codegen.compile_graph(g).source
         (got,) = interp.run(g, xs)
         torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())

@@ -65,18 +65,18 @@ FORMS = {"two kernels": dict(splits=2), "tail": dict(online=True, splits=2, loop
 
 @pytest.mark.parametrize("form", FORMS)
 def test_bound_arguments_are_exactly_the_launchers(tmp_path, monkeypatch, form):
-    """Attention's kernels: pointers, then every stride and constexpr, in the kernel's parameter order; a tail
-    kernel's row counters at the address of the buffer kept between calls."""
+    """Attention's kernels: pointers, then every stride and constexpr, in the kernel's parameter order; the row
+    counters (a split-K combine's, a tail kernel's) at the address of the buffer kept between calls."""
     w = prism.workloads.get("attention")
     cg = compile_graph(w.fused(ATT, **FORMS[form]))
     xs = w.inputs(ATT, seed=0)
     bufs, jits, kernels = _generic_launch(cg, xs, monkeypatch)
     kept = _kept(cg, bufs)
-    assert bool(kept) == (form == "tail")
+    assert kept    # the split's row counters (prism.codegen.split), or the tail's
     with pytest.raises(RuntimeError, match="persistent"):
-        BoundGraph(cg.plan, xs, kernels, {}) if kept else BoundGraph(cg.plan, xs, kernels, {0: xs[0]})
+        BoundGraph(cg.plan, xs, kernels, {})
     bound = BoundGraph(cg.plan, xs, kernels, kept)
-    assert len(bound.launches) == len(cg.plan.steps) == (1 if kept else 2)
+    assert len(bound.launches) == len(cg.plan.steps) == (1 if form == "tail" else 2)
     addresses = bound.addresses(xs)
     assert all(addresses[j] == t.data_ptr() for j, t in kept.items())
     assert not set(kept) & {j for j, _ in bound.offsets}             # not in the per-call workspace
@@ -116,18 +116,19 @@ def test_kernels_with_runtime_sizes_are_bound_per_size(monkeypatch, case):
     assert bound[0].accepts(c.inputs) and not bound[0].accepts(c.others[0].inputs)
 
 
-def test_intermediates_live_in_one_workspace_with_the_zeroed_ones_first(monkeypatch):
+def test_intermediates_live_in_one_workspace_and_the_row_counters_are_kept(monkeypatch):
+    """Split-KV sums combined in their launch (prism.codegen.split): the partials live in the per-call workspace,
+    the row counters are kept between calls (the caller's `kept`), and nothing is zeroed per call."""
     w = prism.workloads.get("attention")
     cg = compile_graph(w.fused(ATT, splits=2))           # split-KV partial sums: summed across 2 blocks
     xs = w.inputs(ATT, seed=0)
     _, _, kernels = _generic_launch(cg, xs, monkeypatch)
-    bound = BoundGraph(cg.plan, xs, kernels)
+    kept = {j: torch.zeros(b.shape, dtype=torch.int32) for j, b in enumerate(cg.plan.buffers) if b.persistent}
+    bound = BoundGraph(cg.plan, xs, kernels, kept)
     inter = [j for j, _ in bound.offsets]
     assert inter and set(inter).isdisjoint(cg.plan.inputs) and set(inter).isdisjoint(cg.plan.outputs)
-    zeroed = [cg.plan.buffers[j].zero for j in inter]
-    assert zeroed == sorted(zeroed, reverse=True) and any(zeroed)       # split-KV sums need zeroing
+    assert kept and set(inter).isdisjoint(kept)
     assert all(off % ALIGN == 0 for _, off in bound.offsets)
-    assert 0 < bound.zero_bytes <= bound.workspace_bytes
     assert [j for j, *_ in bound.outputs] == list(cg.plan.outputs)
 
 
@@ -186,11 +187,18 @@ def test_inference_only_and_positional_only(opt_cpu):
 
 
 def test_the_custom_op_computes_what_the_call_does(opt_cpu):
+    """On the CPU the call runs the chosen µGraph in the reference executor and the op runs the program as torch ops
+    (OptimizedGraph.run_op): each is exactly its path, and the two, proved equal, differ by rounding only."""
+    from prism import interp
+    from prism.tune.profile import close
+
     w, cfg, opt = opt_cpu
     xs = w.inputs(cfg, seed=1)
     (via_op,) = opt.op(list(xs))
     (direct,) = opt(*xs)
-    assert torch.equal(via_op, direct)
+    assert torch.equal(via_op, interp.program_fn(opt.program)(list(xs))[0])
+    assert torch.equal(direct, interp.run(opt.graph, list(xs))[0].to(direct.dtype))
+    assert close(via_op, direct)[0]
     assert opt.op is opt.op and "prism" in str(opt.op)
 
 
@@ -243,8 +251,8 @@ def test_the_c_launcher_builds_and_refuses_bad_plans():
 
 @pytest.mark.parametrize("form", FORMS)
 def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch, form):
-    """Attention's kernels compiled ahead of time for sm_90: the plan clears the workspace's zeroed region,
-    then passes each kernel every runtime parameter (pointers by buffer slot) in its compiled order."""
+    """Attention's kernels compiled ahead of time for sm_90: the plan passes each kernel every runtime parameter
+    (pointers by buffer slot) in its compiled order."""
     from types import SimpleNamespace
 
     import triton
@@ -266,12 +274,10 @@ def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch, form):
                                      dict(step.kernel.constexprs)),
                            target=default_target(), options={"num_warps": step.kernel.num_warps})
         compiled.append(SimpleNamespace(src=k.src, metadata=k.metadata, function=1000 + len(compiled)))
-    steps = native_steps(bound.launches, compiled, bound.workspace_slot, bound.zero_bytes)
-    memset = [("memset", bound.workspace_slot, bound.zero_bytes)] if bound.zero_bytes else []
-    assert steps[:len(memset)] == tuple(memset) and bool(memset) == (form == "two kernels")
-    assert len(steps) - len(memset) == len(cg.plan.steps) > 0
+    steps = native_steps(bound.launches, compiled)
+    assert len(steps) == len(cg.plan.steps) > 0         # nothing to zero per call: kernels only
     for (kind, function, gx, gy, gz, threads, shared, params), launch, k, step in zip(
-            steps[len(memset):], bound.launches, compiled, cg.plan.steps):
+            steps, bound.launches, compiled, cg.plan.steps):
         assert kind == "kernel" and function == k.function and (gx, gy, gz) == launch.grid
         assert threads == 32 * step.kernel.num_warps and shared == k.metadata.shared
         runtime = [n for n, ty in step.kernel.signature.items() if ty != "constexpr"]

@@ -186,16 +186,21 @@ def _from_bench(tmp_path, run: Path, searches: Path) -> subprocess.CompletedProc
 
 def test_the_stored_gpu_bench_run_rebuilds_into_the_stored_samples(tmp_path):
     """`tune_calibrate.py from-bench` turns the 2026-11-26 gpu_bench run (with the searches it tuned, kept beside
-    it) into tune_samples_h100_d.json: the same candidates, times and kernels. When the cost model's view of a
-    kernel changes, this fails: run the same command into that file, so the oracle replays what the model sees."""
+    it) into tune_samples_h100_d.json: the same candidates, times and kernels, but for the one split-K candidate
+    the run timed as atomic adds (this build generates other kernels for it; the file keeps it as timed). When the
+    cost model's view of a kernel changes, this fails: run the same command into that file, so the oracle replays
+    what the model sees."""
     run = json.loads(RUN.read_text())
     run["rows"].append({"workload": "swiglu", "config": {"n": 8, "d": 2048}, "error": "search failed: boom"})
     (tmp_path / "run.json").write_text(json.dumps(run))     # a row that failed has no candidates: skipped, said
     done = _from_bench(tmp_path, tmp_path / "run.json", RUN_SEARCHES)
     assert done.returncode == 0, done.stderr
-    assert "207 timed candidates of 7 config(s)" in done.stdout and "1 config(s) without a tuning report" in done.stdout
-    assert json.loads((tmp_path / "out.json").read_text())["samples"] == \
-        json.loads((RESULTS / "tune_samples_h100_d.json").read_text())["samples"]
+    assert "206 timed candidates of 7 config(s)" in done.stdout and "1 config(s) without a tuning report" in done.stdout
+    assert "1 split-K candidate(s) skipped: the run timed their sums as atomic adds" in done.stdout
+    stored = json.loads((RESULTS / "tune_samples_h100_d.json").read_text())["samples"]
+    timed_as_atomics = [s for s in stored if any(k["memset"] for k in s["kernels"])]
+    assert len(timed_as_atomics) == 1
+    assert json.loads((tmp_path / "out.json").read_text())["samples"] == [s for s in stored if s not in timed_as_atomics]
 
 
 def test_from_bench_refuses_searches_that_are_not_the_runs(tmp_path):

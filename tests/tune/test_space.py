@@ -12,7 +12,8 @@ from prism.codegen.layout import Layout, Padded
 from prism.codegen.lower import to_custom
 from prism.errors import MappingError
 from prism.ir import Launch
-from prism.tune.space import MAX_NUMEL, STAGE_VALUES, TRITON_STAGES, WARPS, Candidate, Space
+from prism.tune.space import (GEMV_PER_THREAD, GEMV_ROWS, MAX_NUMEL, STAGE_VALUES, TRITON_STAGES, WARPS, Candidate,
+                              Space)
 from prism.tune.target import H100
 
 
@@ -65,7 +66,7 @@ def test_every_sampled_point_instantiates_and_respects_every_constraint(searched
             kg = space.instantiate(c)                      # never MappingError
             block = kg.blocks[0]                           # a partials form's second kernel sums its groups
             assert block.grid == c.grid and block.loop == c.loop
-            assert all(b.launch == Launch(c.warps, c.stages, tail=b.launch.tail) for b in kg.blocks)
+            assert all(b.launch == Launch(c.warps, c.stages, tail=b.launch.tail, gemv=c.gemv) for b in kg.blocks)
             tail = space.result.graphs[c.graph].mapping.tail
             assert [b.launch.tail for b in kg.blocks] == ([False, True] if tail else [False] * len(kg.blocks))
             assert math.prod(block.grid) <= H100.max_blocks
@@ -78,9 +79,15 @@ def test_every_sampled_point_instantiates_and_respects_every_constraint(searched
                     assert tile == size or _pow2(tile), (c, node.outputs[0].shape, full)
             gs = space.graphs[c.graph]
             fp = gs.footprint(c.grid, c.loop, c.stages)
-            assert fp.smem <= H100.smem_per_block and fp.max_numel <= MAX_NUMEL
-            assert c.warps == 1 or 32 * c.warps <= fp.max_numel
+            assert fp.max_numel <= MAX_NUMEL
+            assert c.gemv or fp.smem <= H100.smem_per_block          # a GEMV stages no dot operand
+            assert c.gemv or c.warps == 1 or 32 * c.warps <= fp.max_numel
             assert c.stages in (STAGE_VALUES if c.loop > 1 else (TRITON_STAGES,))
+            if c.gemv:   # few rows, and a product each thread can hold
+                products = [(b.nodes[n.inputs[0][0]].outputs[0].shape, n.outputs[0].shape[-1])
+                            for b in kg.blocks for n in b.nodes if n.op == "matmul"]
+                assert products and all(a[-2] <= GEMV_ROWS for a, _ in products), c
+                assert all(math.prod(a) * n <= GEMV_PER_THREAD * 32 * c.warps for a, n in products), c
 
 
 @pytest.mark.parametrize("name", wl.names())
@@ -93,8 +100,8 @@ def test_padded_tiles_agree_with_code_generation(searched, name):
         layout = Layout(block, [f"in{k}" for k in range(len(block.input_types))])
         gs = space.graphs[c.graph]
         for k in range(len(gs.ops)):
-            assert layout.shape(k) == gs.padded(k, c.grid, c.loop), (c, k)
-        if not gs.mapping.tail:
+            assert layout.shape(k) == gs.padded(k, c.grid, c.loop, c.gemv), (c, k)
+        if not gs.mapping.tail and not c.gemv:
             largest = max(math.prod(layout.shape(i)) for i in range(len(block.nodes)))
             assert gs.footprint(c.grid, c.loop).max_numel == largest, c
 
@@ -115,19 +122,19 @@ def test_points_are_exactly_the_valid_part_of_the_product(searched):
 
 
 def test_launches_are_exactly_the_valid_warps_and_stages(searched):
-    """Every tiling's launches are the valid (warps, stages) of the whole offer and one past it; a loop of one
-    iteration has only Triton's default stages; more stages can push a point over shared memory."""
+    """Every tiling's launches are the valid (warps, stages, gemv) of the whole offer and one past it; a loop of
+    one iteration has only Triton's default stages; more stages can push a point over shared memory."""
     w, _, result = searched("rmsnorm")
     space = Space(result, w.build(w.configs[1]))
     for gs in space.graphs:
         for grid, loop in gs.tilings():
             launches = set(gs.launches(grid, loop))
             assert launches and gs.n_launches(grid, loop) == len(launches), (grid, loop)
-            for warps, stages in itertools.product(WARPS + (32, 3), STAGE_VALUES + (5,)):
-                why = gs.violations(grid, loop, warps, stages)
-                assert ((warps, stages) in launches) == (not why), (grid, loop, warps, stages, why)
+            for warps, stages, gemv in itertools.product(WARPS + (32, 3), STAGE_VALUES + (5,), (False, True)):
+                why = gs.violations(grid, loop, warps, stages, gemv)
+                assert ((warps, stages, gemv) in launches) == (not why), (grid, loop, warps, stages, gemv, why)
             if loop == 1:
-                assert {s for _, s in launches} == {TRITON_STAGES}
+                assert {s for _, s, _ in launches} == {TRITON_STAGES}
     staged = [(gs, grid, loop) for gs in space.graphs for grid, loop in gs.tilings()
               if loop > 1 and gs.footprint(grid, loop, 4).smem > gs.footprint(grid, loop, 2).smem]
     assert staged, "loop-loaded tl.dot operands are staged per pipelining stage"
@@ -144,18 +151,19 @@ def test_neighbours_are_valid_points_one_step_away(searched):
         for n in near:
             assert n in points and n.graph == c.graph
             moved = [k for k, var in enumerate(gs.variables) if (*n.grid, n.loop)[k] != (*c.grid, c.loop)[k]]
-            launch = (n.warps, n.stages) != (c.warps, c.stages)
+            launch = (n.warps, n.stages, n.gemv) != (c.warps, c.stages, c.gemv)
             if moved:                                   # one size to the next or previous of its values
-                assert len(moved) == 1
+                assert len(moved) == 1 and n.gemv == c.gemv
                 k = moved[0]
                 values = gs.variables[k].values
                 a, b = (*c.grid, c.loop)[k], (*n.grid, n.loop)[k]
                 assert abs(values.index(a) - values.index(b)) == 1
                 assert n.warps == c.warps
-            else:                                       # warps x2 or /2, or stages +-1
+            else:                                       # warps x2 or /2, stages +-1, or dot <-> GEMV
                 assert launch
-                assert (n.stages == c.stages and n.warps in (c.warps * 2, c.warps // 2)) or \
-                    (n.warps == c.warps and abs(n.stages - c.stages) == 1)
+                assert (n.stages == c.stages and n.gemv == c.gemv and n.warps in (c.warps * 2, c.warps // 2)) or \
+                    (n.warps == c.warps and n.gemv == c.gemv and abs(n.stages - c.stages) == 1) or \
+                    ((n.warps, n.stages) == (c.warps, c.stages) and n.gemv != c.gemv)
 
 
 def test_adjacent_tilings_are_the_nearest_valid_ones_along_each_size(searched):
@@ -189,7 +197,7 @@ def test_shared_memory_and_block_caps_bound_the_space(searched):
     assert 0 < len(small) < len(full)
     for c in small.points():
         fp = small.graphs[c.graph].footprint(c.grid, c.loop, c.stages)
-        assert fp.smem <= smem and fp.blocks <= blocks
+        assert (c.gemv or fp.smem <= smem) and fp.blocks <= blocks
     dropped = set(full.points()) - set(small.points())
     assert any("shared memory" in " ".join(small.violations(c)) for c in dropped)
     assert any("blocks > the cap" in " ".join(small.violations(c)) for c in dropped)

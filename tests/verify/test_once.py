@@ -67,7 +67,7 @@ def test_the_search_writes_once_exactly_where_no_loader_of_the_output_is_split()
     them the split-K form: a grid dim over d sums X @ W and sum(X²)/d, written once along W's columns, and
     kernel-level ops finish the norm (prism.search.generator.default_kernel_ops)."""
     result = search(program(), workers=1)
-    split_k = [sg for sg in result.graphs if sg.form == "fused+atomic sums" and any(sg.structure.problem().once(
+    split_k = [sg for sg in result.graphs if sg.form == "fused+split sums" and any(sg.structure.problem().once(
         sg.mapping)) and [op.op for op in sg.structure.kernel_ops] == ["add_scalar", "sqrt", "div"]]
     assert split_k
     seen = 0
