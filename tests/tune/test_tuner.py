@@ -381,11 +381,11 @@ def test_a_failed_launch_in_a_compile_worker_falls_back_to_compiling_ahead_of_ti
 
     w, cfg, result = searched("swiglu")
     good = result.instantiate(0, w.build(cfg), grid=(1,) * result.graphs[0].n_grid)
-    monkeypatch.setattr(prism.tune.profile, "random_inputs", lambda graph, seed, device: [])  # no GPU needed
-    kernels, problems = compile_module._launched(good, Broken(), 7)
+    monkeypatch.setattr(prism.tune.profile, "random_inputs", lambda graph, seed, device, strides: [])  # no GPU needed
+    kernels, problems = compile_module._launched(good, Broken(), 7, None)
     assert kernels is None and problems == (
         "its launch in the compile worker failed (RuntimeError: no launch here); compiled ahead of time",)
-    monkeypatch.setattr(compile_module, "_launched", lambda graph, compiled, seed: (None, problems))
+    monkeypatch.setattr(compile_module, "_launched", lambda graph, compiled, seed, strides: (None, problems))
     r = compile_module.compile_one(good.to_json(), warm=7)
     assert r.ok and r.kernels[0].registers and r.problems == problems
     monkeypatch.setattr(tuner, "compile_many", _fake_compile(lambda k, n: CompileResult(
