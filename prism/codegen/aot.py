@@ -64,7 +64,7 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None, strides: Mapping[
     `strides` (a stride parameter's name -> its value at launch) compiles the binary a launch with those strides
     gets: Triton specializes each integer argument that is 1 into a constant and marks pointers (16-byte aligned,
     as torch allocates) and integers divisible by 16, which is what lets it prove a tile's lanes contiguous and
-    issue 16-byte loads. Without it every stride is a plain i32 (no load of a tile is known to be contiguous)."""
+    emit 16-byte loads. Without it every stride is a plain i32 (no load of a tile is known to be contiguous)."""
     import triton
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
