@@ -1,4 +1,4 @@
-"""Decode attention at KV lengths that are not powers of two, through one DynamicGraph (issue 30's figure).
+"""Decode attention at KV lengths that are not powers of two, through one DynamicGraph.
 
 For each odd KV length (513, 1000, 4097) and the power of two above it, in one process on one GPU: the
 attention program (fp16, batch·heads 32, one query row, head dim 128) is superoptimized once with its KV
@@ -8,6 +8,16 @@ shapes. The goal: at each odd length, Prism within 1.15x of its time at the next
 length ratio, and ahead of SDPA. Needs a CUDA GPU (one line and exit 1 without one):
 
     python benchmarks/every_size.py [--out every_size.json] [--budget 16]
+
+`--model` asks the cost model instead, on the CPU: the same DynamicGraph (on the CPU), and at each odd length
+and at both powers of two around it, the model's estimate on `--target` of the µGraph the graph serves there
+(`prism.tune.cost.estimate`, one calibration for every size). Two ratios per odd length n between p/2 and p:
+against est(p) · n/p (length-scaled, as the GPU goal), and against the estimates of its neighbours joined by a
+line, est(p/2) + (est(p) - est(p/2)) · (n - p/2) / (p/2): where launches and fixed costs dominate (a few µs
+of a 2-row batch), time does not scale with length, and the first ratio reads ~2 at n = p/2 + 1 whatever is
+chosen, while the second still asks that n cost what its neighbours do.
+
+    python benchmarks/every_size.py --model [--config 2,8,128] [--target h100] [--out every_size.json]
 """
 
 from __future__ import annotations
@@ -28,7 +38,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="every_size.json")
     ap.add_argument("--budget", type=int, default=16, help="candidates tuned per size bucket")
+    ap.add_argument("--model", action="store_true", help="the cost model's estimates, on the CPU")
+    ap.add_argument("--config", default="32,1,128", help="batch·heads, query rows, head dim (default 32,1,128)")
+    ap.add_argument("--target", default="h100", help="the GPU the model assumes (h100, h200)")
     args = ap.parse_args()
+    try:
+        b, g, d = (int(v) for v in args.config.split(","))
+    except ValueError:
+        sys.exit(f"every_size: --config must be three integers b,g,d, got {args.config!r}")
+    cfg = {"b": b, "g": g, "h": 1024, "d": d}
+    if args.model:
+        return model(cfg, args)
     from prism.bench.gpu import GPUUnavailable, require_gpu
 
     try:
@@ -41,7 +61,6 @@ def main() -> None:
     import prism
     from prism.tune.profile import bench, bench_graph, input_copies
 
-    cfg = {"b": 32, "g": 1, "h": 1024, "d": 128}
     w = prism.workloads.get("attention")
     dg = prism.superoptimize(w.build(cfg, "float16"), dynamic={"kv": ["Kt.2", "V.1"]}, budget=args.budget,
                              device="cuda")
@@ -74,6 +93,40 @@ def main() -> None:
         scaled = at[p2]["prism_graph_us"] * r["kv"] / p2
         print(f"| {r['kv']} | {r['prism_us']:.1f} | {r['prism_graph_us']:.1f} | {r['sdpa_us']:.1f} | "
               f"{r['sdpa_graph_us']:.1f} | {r['prism_graph_us'] / scaled:.2f} | {r['chosen']} |")
+
+
+def model(cfg: dict, args: argparse.Namespace) -> None:
+    """The cost model's estimates of what one DynamicGraph serves at each length (module docstring)."""
+    import warnings
+
+    import prism
+    from prism.tune.cost import estimate
+
+    warnings.simplefilter("ignore", RuntimeWarning)      # "no GPU": this mode is the model's
+    w = prism.workloads.get("attention")
+    dg = prism.superoptimize(w.build(cfg, "float16"), dynamic={"kv": ["Kt.2", "V.1"]}, budget=args.budget,
+                             device="cpu", target=args.target)
+    est, chosen = {}, {}
+    for kv in sorted({n for k in LENGTHS for n in (k, 1 << (k - 1).bit_length(), 1 << (k - 1).bit_length() - 1)}):
+        opt = dg.at(*w.inputs(cfg | {"h": kv}, seed=0, dtype="float16"))
+        est[kv], chosen[kv] = estimate(opt.graph, dg.buckets.target).seconds * 1e6, opt.report.best.label
+    rows = []
+    for n in LENGTHS:
+        hi = 1 << (n - 1).bit_length()
+        lo = hi // 2
+        line = est[lo] + (est[hi] - est[lo]) * (n - lo) / (hi - lo)
+        rows.append({"kv": n, "estimate_us": est[n], "below_us": est[lo], "above_us": est[hi], "chosen": chosen[n],
+                     "scaled_ratio": est[n] / (est[hi] * n / hi), "neighbour_ratio": est[n] / line})
+    result = {"target": dg.buckets.target.name, "config": cfg, "rows": rows,
+              "estimates_us": {str(k): v for k, v in est.items()},
+              "tunings": {str(k): n for k, n in dg.tunings.items()}}
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"decode attention {cfg}, fp16: the cost model's µs on {result['target']}")
+    print("| kv | est | est at p/2 | est at p | / (est(p)·kv/p) | / neighbours' line | chosen |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['kv']} | {r['estimate_us']:.2f} | {r['below_us']:.2f} | {r['above_us']:.2f} | "
+              f"{r['scaled_ratio']:.2f} | {r['neighbour_ratio']:.2f} | {r['chosen']} |")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ one line on stderr, never a traceback: a `PrismError` or an unusable file is the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
@@ -33,21 +34,26 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 WORKLOAD_NAMES = "rmsnorm, rmsnorm_mlp, swiglu, attention, qk_attention, lora, rmsnorm_linear, gqa, ntrans, moe"
 """prism.workloads.names(), spelled out: `prism --help` imports no torch (tests/cli keep the two equal)."""
 
-EPILOG = f"""\
+PROGRAM_TEXT = f"""\
 PROGRAM is a workload name ({WORKLOAD_NAMES}) or a
-Python file that defines a prism.KernelGraph at module level (one, or one named `program`).
+Python file that defines a prism.KernelGraph at module level (one, or one named `program`)."""
 
+OUTPUT_TEXT = """\
 output: results go to prism-out/NAME (a workload at its first config, or a program file's name) or
 prism-out/NAME-K1V1-K2V2 at another config (rmsnorm --config 1: prism-out/rmsnorm-n8-d1024); --out
 chooses. Files are written whole and together once the work is done: a command stopped by Ctrl-C or
-an error leaves none, and no empty folder.
+an error leaves none, and no empty folder."""
 
+CACHE_TEXT = """\
 cache: tuned kernels and search results are kept and reused (`prism cache` says where and how big,
-`prism cache clear` empties it; --no-cache ignores it).
+`prism cache clear` empties it and deletes the generated modules; --no-cache ignores it)."""
 
+EXIT_TEXT = """\
 exit codes: 0 done; 1 the work ran but its result failed (a numeric mismatch, no verified graph);
-2 bad invocation or input; 3 an internal error (a bug: please report it); 130 interrupted.
-"""
+2 bad invocation or input; 3 an internal error (a bug: please report it); 130 interrupted."""
+
+EPILOG = "\n\n".join((PROGRAM_TEXT, OUTPUT_TEXT, CACHE_TEXT, EXIT_TEXT)) + "\n"
+"""`prism --help`'s notes; each command's help has the ones that concern it, and the exit codes."""
 
 
 # -- programs: a workload name or a file ------------------------------------------------------------
@@ -88,7 +94,8 @@ def _parse_config(w: Any, text: str | None) -> dict[str, int]:
         return w.configs[0]
     if text.isdigit():
         if int(text) >= len(w.configs):
-            raise InputError(f"--config {text}: {w.name} has configs 0..{len(w.configs) - 1}")
+            listed = "; ".join(f"{i}: {','.join(f'{k}={v}' for k, v in c.items())}" for i, c in enumerate(w.configs))
+            raise InputError(f"--config {text}: {w.name} has configs {listed}")
         return w.configs[int(text)]
     cfg: dict[str, Any] = {}
     for part in text.split(","):
@@ -480,22 +487,32 @@ def _bench_run(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
 # -- cache -----------------------------------------------------------------------------------------
 
 def _cache(args: argparse.Namespace) -> int:
-    """Where the result cache is and how big; `clear` empties it. Reading it never creates it."""
-    from prism.codegen.load import cache_dir
+    """Where the result cache and the generated modules are and how big; `clear` empties both. Reading them never
+    creates them."""
+    from prism.codegen.load import cache_dir, generated_files
     from prism.runtime.cache import ResultCache
 
     store = ResultCache()
     cleared = store.clear() if args.action == "clear" and store.path.exists() else 0
+    removed = 0
+    if args.action == "clear":
+        for path in generated_files():
+            with contextlib.suppress(FileNotFoundError):   # another process's clear got there first
+                path.unlink()
+                removed += 1
     entries = len(store) if store.path.exists() else 0
     size = sum(p.stat().st_size for p in store.files())
+    modules = generated_files()
+    module_bytes = sum(p.stat().st_size for p in modules)
     if args.action == "clear":
-        _say(args, f"cleared    {cleared} entries")
+        _say(args, f"cleared    {cleared} entries, {removed} generated module(s)")
     _say(args, f"results    {store.path}: {entries} entries (tuned kernels and search results), {size / 1e6:.1f} MB")
-    _say(args, f"modules    {cache_dir()}: the generated Triton modules, named by a hash of their source, so "
-         "never stale (delete them to free the space)")
+    _say(args, f"modules    {cache_dir()}: {len(modules)} generated Triton module(s) and launcher(s), "
+         f"{module_bytes / 1e6:.1f} MB, named by a hash of their source, so never stale")
     _say(args, "           $PRISM_CACHE_DIR moves both; `prism optimize --no-cache` ignores the results")
     _emit_json(args, {"command": "cache", "path": str(store.path), "entries": entries, "bytes": size,
-                      "cleared": cleared, "modules": str(cache_dir())})
+                      "cleared": cleared, "modules": str(cache_dir()), "module_files": len(modules),
+                      "module_bytes": module_bytes, "modules_removed": removed})
     return EXIT_OK
 
 
@@ -511,8 +528,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"prism {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help, description=help, epilog=EPILOG,
+    def command(name: str, help: str, *notes: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help, epilog="\n\n".join((*notes, EXIT_TEXT)) + "\n",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         c.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
         c.add_argument("--quiet", "-q", action="store_true", help="no progress bars on stderr")
@@ -552,13 +569,15 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_check)
 
     c = command("optimize", "search verified fused kernels for a program, tune their sizes, emit Triton, "
-                "check the result numerically; writes kernel.py, graph.json, graph.png, report.json, search.json")
+                "check the result numerically; writes kernel.py, graph.json, graph.png, report.json, search.json",
+                PROGRAM_TEXT, OUTPUT_TEXT, CACHE_TEXT)
     program(c)
     searching(c)
     tuning(c)
     c.set_defaults(run=_optimize)
 
-    c = command("search", "search verified sGraphs (structure and maps; sizes stay symbolic) and save them")
+    c = command("search", "search verified sGraphs (structure and maps; sizes stay symbolic) and save them",
+                PROGRAM_TEXT, OUTPUT_TEXT)
     program(c)
     searching(c)
     c.add_argument("--modes", type=_modes, default="SSS", help="imap/fmap/omap symbolic (S) or concrete (C), "
@@ -567,7 +586,7 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_search)
 
     c = command("tune", "choose grid sizes and loop ranges for a saved search result at a program's shapes, "
-                "emit Triton, check numerically")
+                "emit Triton, check numerically", PROGRAM_TEXT, OUTPUT_TEXT, CACHE_TEXT)
     c.add_argument("result", metavar="RESULT", help="a search result saved by `prism search`")
     program(c, optional=True)
     c.add_argument("--workers", type=_positive(int), default=None, help="compile processes (default: all cores)")
@@ -603,9 +622,9 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_bench)
 
     c = command("cache", "say where Prism's result cache is (tuned kernels and search results, reused by "
-                "optimize and tune) and how big it is, or clear it")
+                "optimize and tune) and how big it is, or clear it", CACHE_TEXT)
     c.add_argument("action", nargs="?", choices=("info", "clear"), default="info",
-                   help="info: where and how big (the default); clear: delete every entry")
+                   help="info: where and how big (the default); clear: delete every entry and generated module")
     c.set_defaults(run=_cache)
     p.commands = list(sub.choices)
     return p
@@ -653,14 +672,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     itself: with its workers killed, Python 3.11's process pool can race its own wake-up pipe at exit (its
     manager thread closes the pipe while the exit handler writes to it: "Exception ignored ... Bad file
     descriptor", now and then after a Ctrl-C during a search's checks), so once interrupted the process drops
-    such reports; it is ending on the user's word, and nothing they could say would change that."""
+    such reports; it is ending on the user's word, and nothing they could say would change that.
+
+    As the process's entry point (`argv` None) an interrupted run ends the process at once (`_end`): Python's
+    exit joins every process pool's manager thread, and one whose workers were killed mid-task could wait on them
+    for minutes (`prism tune`, about one Ctrl-C in 20). So does a Ctrl-C that lands while a finished run exits.
+    The workers watch their parent and exit with it (prism.pool)."""
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        code = _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.unraisablehook = lambda report: None
         print("prism: interrupted", file=sys.stderr)
+        if argv is None:
+            _end(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    if argv is None:
+        signal.signal(signal.SIGINT, lambda *_: _end(EXIT_INTERRUPTED))
+    return code
+
+
+def _end(code: int) -> None:
+    """End the process now with `code`: its output flushed, multiprocessing's semaphores unlinked (its resource
+    tracker would otherwise print "leaked semaphore objects" after the parent's last line), nothing joined."""
+    import multiprocessing.util
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        multiprocessing.util._run_finalizers(0)   # closes and unlinks (priority >= 0); a queue's join is -5
+    os._exit(code)
 
 
 def _main(argv: list[str]) -> int:
@@ -674,20 +716,27 @@ def _main(argv: list[str]) -> int:
     try:
         return args.run(args)
     except PrismError as e:
-        print(f"prism: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return _failed(args, EXIT_USAGE, "error", str(e))
     except BrokenPipeError:  # the reader went away (`prism ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except OSError as e:
-        print(f"prism: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
-        return EXIT_USAGE
+        return _failed(args, EXIT_USAGE, "error", f"{e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}")
     except Exception as e:
         if os.environ.get("PRISM_DEBUG"):
             traceback.print_exc()
-        print(f"prism: internal error: {type(e).__name__}: {e} (a bug in Prism; PRISM_DEBUG=1 shows the "
-              "traceback)", file=sys.stderr)
-        return EXIT_BUG
+        return _failed(args, EXIT_BUG, "internal error", f"{type(e).__name__}: {e} (a bug in Prism; PRISM_DEBUG=1 "
+                                                         "shows the traceback)")
+
+
+def _failed(args: argparse.Namespace, code: int, kind: str, message: str) -> int:
+    """`code`, having said `message` on stderr as one line ("prism: error: ..."), and with --json also as the JSON
+    document on stdout ({"error": message, "kind": kind, "exit": code}): a script reading stdout gets a document
+    either way."""
+    print(f"prism: {kind}: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "kind": kind, "exit": code}))
+    return code
 
 
 def _is_workload(word: str, parser: _Parser) -> bool:

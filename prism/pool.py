@@ -7,6 +7,9 @@ a process holding one can deadlock). Three things differ from a plain spawn pool
     own modules), so the script is hidden from multiprocessing while they start.
   - Workers start with SIGINT blocked: Ctrl-C reaches the parent alone, and `run` kills the workers
     on any exception (KeyboardInterrupt included) instead of waiting for the checks they are running.
+  - Workers die with their parent: each watches the process that started it (`_watch_parent`) and exits when
+    that one is gone (killed by a timeout, crashed), instead of living on under init, using CPU and holding
+    the parent's stdout open.
   - Where workers cannot be started at all (a daemon process, a child that is itself still starting,
     no OS support), or would not compute what this process does (an op registered at run time, which a
     worker, building the op table by import, lacks), `start` warns once per reason and returns None, and
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 import weakref
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -120,8 +124,29 @@ def fewer_collections() -> Iterator[None]:
                 gc.set_threshold(*_COLLECTING["saved"])
 
 
+PARENT_POLL = 0.5
+"""Seconds between a worker's looks at its parent (`_watch_parent`)."""
+
+
+def _watch_parent() -> None:
+    """Exit this worker when the process that started it is gone: the worker is then re-parented (to init or a
+    subreaper), so its parent's pid changes. A thread that polls, not a parent-death signal: Linux sends that
+    when the *thread* that spawned the worker ends, and a pool started by one of the backend's threads outlives
+    it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prism-parent-watch", daemon=True).start()
+
+
 def _initialized(initializer: Callable[[], Any] | None) -> None:
-    """A worker's start: `initializer`, then the collector set for its tasks (GC_THRESHOLD)."""
+    """A worker's start: the watch on its parent, `initializer`, then the collector set for its tasks
+    (GC_THRESHOLD)."""
+    _watch_parent()
     if initializer is not None:
         initializer()
     gc.freeze()

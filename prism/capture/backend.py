@@ -265,7 +265,7 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
     with warnings.catch_warnings(), gm.graph.inserting_before(cone.root):
         warnings.simplefilter("ignore", RuntimeWarning)  # "no GPU: reference executor" is in the record
         if any(isinstance(n, torch.SymInt) for n in sizes):
-            (outs, done), pending = _region(cone, nodes, inputs, device, call, opts), None
+            outs, done, pending = _region(cone, nodes, inputs, device, call, opts)
         else:
             outs, done, pending = _static(cone, nodes, inputs, device, call, opts, ahead)
     for node in made:
@@ -369,18 +369,19 @@ def _said(opt: Any) -> dict[str, Any]:
 
 
 def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device,
-            call: Callable[..., Any], opts: Options) -> tuple[list[Any], dict[str, Any]]:
+            call: Callable[..., Any], opts: Options) -> tuple[list[Any], dict[str, Any], Any]:
     """The cone, whose sizes are symbolic, as a Region's op over its input tensors (it applies their steps
-    itself, at each call's sizes); tuned at the first call of each size bucket, not here."""
+    itself, at each call's sizes); tuned at the first call of each size bucket, not here. Returns the nodes
+    standing for its value, what the record says, and the Region, which keeps the record (`attach`)."""
     from prism.capture.dynamic import Region
 
     region = Region(nodes, inputs, cone.root, device, _options(device, opts))
     out = call(region.op.default, [n for n in inputs if isinstance(n.meta.get("val"), torch.Tensor)])
     out.meta["val"] = cone.root.meta["val"]
     return [out], {"program": str(region.program), "op": str(region.op), "chosen": "per size bucket, at run time",
-                 "launches": None, "us": None, "measured": False, "cached": None, "search": None, "dropped": [],
-                 "why": f"symbolic sizes {region.symbols}: lowered again at each new size, tuned once per size "
-                        "bucket (prism.capture.dynamic)"}
+                   "launches": None, "us": None, "measured": False, "cached": None, "search": None, "dropped": [],
+                   "why": f"symbolic sizes {region.symbols}: lowered again at each new size, tuned once per size "
+                          "bucket (prism.capture.dynamic)"}, region
 
 
 def _options(device: torch.device, opts: Options) -> dict[str, Any]:

@@ -11,7 +11,9 @@ program then goes through one `SizeBuckets` per program structure, shared by all
 (every layer's attention): tuned once per bucket of sizes, the bucket's choice reused inside it
 (prism.runtime.dynamic); where a bucket's best is Prism's unfused program, the op runs the cone's own ATen ops
 instead. The op returns the root's value in its own shape and strides, computed from the input sizes, so tracing
-(the fake) and running agree.
+(the fake) and running agree. A size Prism fails on at run time (its lowering, its bucket's tuning or kernels
+raise) is never the user's error: that size runs the cone's ATen ops, and the cone's `history`
+entry lists it under "torch at" with the reason.
 
 Lowered at two bindings (the example's sizes n, and 2n + 3, which keeps equal sizes equal: Dynamo gives a KV
 cache's keys and values two symbols), a cone must give programs that differ in sizes only: a constant
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -32,7 +35,7 @@ import torch
 
 from prism.capture.layout import Source
 from prism.capture.lower import lower
-from prism.errors import UnsupportedOp
+from prism.errors import PrismError, UnsupportedOp
 from prism.ir import KernelGraph
 from prism.runtime.dynamic import Recent, SizeBuckets
 
@@ -68,6 +71,12 @@ def evaluate(expr: Any, values: dict[Any, Any]) -> Any:
             out = out * p
         return out
     raise UnsupportedOp(f"a size {expr} that is not a sum or product of input sizes")
+
+
+log = logging.getLogger("prism.compile")
+
+TORCH_AT_KEPT = 8
+"""Sizes a Region's history entry lists under "torch at" (a decode loop could fail at every length)."""
 
 
 @dataclass
@@ -106,6 +115,10 @@ class Region:
             _BUCKETS[key] = superoptimize(self.program, dynamic=dims, device=device, **options).buckets
         self.buckets = _BUCKETS[key]
         self._sized: Recent = Recent()
+        self.record: dict[str, Any] = {}
+        """The cone's `history` entry (prism.capture.backend, `attach`): it lists the sizes that ran torch's ops."""
+        self._failed: set[tuple[int, ...]] = set()
+        """The bindings Prism failed on: they run the cone's ATen ops from then on."""
         self.name = f"r{hashlib.sha256(str(self.graph).encode()).hexdigest()[:12]}_{next(_COUNT)}"
         from prism.runtime.torch_op import define
 
@@ -137,6 +150,10 @@ class Region:
         graph, sources, _ = lower(self.nodes, self.inputs, [self.root], size=size)
         return graph, sources, tuple(size(n) for n in self.root.meta["val"].shape)
 
+    def attach(self, record: dict[str, Any]) -> None:
+        """Keep `record` (the cone's history entry) up to date with the sizes that run torch's ops."""
+        self.record = record
+
     def sized(self, binding: dict[Any, int]) -> _Sized:
         """The cone at `binding`: lowered, and its program's OptimizedGraph (tuned once per bucket)."""
         key = tuple(binding[s] for s in self.where)
@@ -148,17 +165,35 @@ class Region:
     def run(self, xs: list[torch.Tensor]) -> torch.Tensor:
         """The op's kernel: the root's value for the cone's input tensors `xs`. Where the size bucket's best is
         Prism's unfused program (no fused kernel beat it), the cone's own ATen ops compute it, as the backend leaves
-        such a cone of fixed sizes to torch (prism.capture.backend._fused)."""
+        such a cone of fixed sizes to torch (prism.capture.backend._fused); so they do at a size Prism fails on
+        (`_failed`)."""
         binding = {s: _solve(e, int(xs[i].shape[d])) for s, (i, d, e) in self.where.items()}
-        at = self.sized(binding)
-        result = self._empty(at.shape, xs[0].device)
-        if at.opt.report.unfused:
-            result.copy_(self._aten(xs, binding))
-            return result
-        by_node = dict(zip(self.tensors, xs))
-        (out,) = at.opt.run_op([s.apply(by_node[s.node]) for s in at.sources])
-        result.copy_(out.reshape(at.shape))
+        key = tuple(binding[s] for s in self.where)
+        if key not in self._failed:
+            try:
+                at = self.sized(binding)
+                if not at.opt.report.unfused:
+                    by_node = dict(zip(self.tensors, xs))
+                    (out,) = at.opt.run_op([s.apply(by_node[s.node]) for s in at.sources])
+                    result = self._empty(at.shape, xs[0].device)
+                    result.copy_(out.reshape(at.shape))
+                    return result
+            except Exception as e:   # never the user's error: a PrismError says why, anything else is a bug of ours
+                self._fail(key, binding, e if isinstance(e, PrismError) else
+                           PrismError(f"internal error ({type(e).__name__}: {e}); please report it"))
+        aten = self._aten(xs, binding)
+        result = self._empty(tuple(aten.shape), xs[0].device)
+        result.copy_(aten)
         return result
+
+    def _fail(self, key: tuple[int, ...], binding: dict[Any, int], error: PrismError) -> None:
+        self._failed.add(key)
+        said = self.record.setdefault("torch at", [])
+        if len(said) < TORCH_AT_KEPT:
+            said.append(f"{', '.join(f'{s}={n}' for s, n in binding.items())}: {type(error).__name__}: {error}")
+        else:
+            self.record["torch at, not listed"] = self.record.get("torch at, not listed", 0) + 1
+        log.warning("prism: the cone %s runs torch's ops at %s: %s", self.op, binding, error)
 
     def _aten(self, xs: list[torch.Tensor], binding: dict[Any, int]) -> torch.Tensor:
         """The cone's copy (`self.graph`) run on `xs`, its size inputs at `binding`."""

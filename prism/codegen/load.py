@@ -14,7 +14,11 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["cache_dir", "load_module", "interpreting"]
+__all__ = ["cache_dir", "generated_files", "load_module", "interpreting"]
+
+GENERATED = ("prism_*.py", "_prism_launcher_*")
+"""What Prism writes to `cache_dir()`: each kernel module (`load_module`) and the compiled C launcher
+(prism.codegen.native); nothing else there is Prism's (with $PRISM_CACHE_DIR the result cache sits beside them)."""
 
 
 def cache_dir() -> Path:
@@ -23,6 +27,12 @@ def cache_dir() -> Path:
     if root:
         return Path(root)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "prism" / "triton"
+
+
+def generated_files() -> list[Path]:
+    """Every file of `GENERATED` in `cache_dir()`: what `prism cache clear` deletes."""
+    folder = cache_dir()
+    return sorted(p for pattern in GENERATED for p in folder.glob(pattern) if p.is_file())
 
 
 def interpreting() -> bool:

@@ -23,9 +23,12 @@ element. Elsewhere each size of the bucket gets kernels of its own, and the repo
     two of its sizes and must be the same code, buffers and grids (`_share`);
   - a bucket that holds one size (dynamic sizes 1 and 2).
 There, the bucket's choice is instantiated at each size, the same sGraph at the same grid, loop, warps and
-stages; a choice that is not a valid point at the new sizes (a tile that does not divide the new extent) is
-not stretched: those sizes are tuned on their own, and `tunings` counts it. `compiles` counts the kernel
-sets a bucket's calls run: one where they are shared, one per size otherwise.
+stages. Where that is no valid point at the new sizes (kv 513 = 27·19 splits into neither 16 nor 9 tiles of a
+power of two), the size takes the point of the same sGraph the cost model ranks best among the tilings near
+the tuned ones, at any launch (`_moved`): no search and no tuning, and the report says which point and its
+estimate there. Only a size where the sGraph has no valid tiling at all is tuned on its own, and `tunings`
+counts it. `compiles` counts the kernel sets a bucket's calls run: one where they are shared, one per size
+otherwise.
 
 `DynamicGraph` is what `prism.superoptimize(program, dynamic=...)` returns; `SizeBuckets` is the shared
 part, also used by `torch.compile(backend="prism")` for graphs whose sizes are symbolic
@@ -37,6 +40,7 @@ from __future__ import annotations
 import collections
 import copy
 import io
+import math
 import tokenize
 import warnings
 from dataclasses import dataclass, replace
@@ -52,8 +56,9 @@ from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS
 from prism.ir.ops import TORCH_DTYPES
 from prism.runtime.optimized import CUDA, EXECUTION_TEXT, OptimizedGraph, execution_mode
+from prism.tune.rank import rank_chunk
 from prism.tune.report import PER_OUTPUT, UNFUSED, Report
-from prism.tune.space import GraphSpace, instantiate
+from prism.tune.space import Candidate, GraphSpace, instantiate
 from prism.tune.target import Target
 
 __all__ = ["DynamicGraph", "Recent", "SizeBuckets", "bucket", "parse_dynamic", "resize"]
@@ -223,22 +228,60 @@ class SizeBuckets:
             return self.optimize(program)
 
     def _reuse(self, choice: _Choice, program: KernelGraph) -> OptimizedGraph | None:
-        """The bucket's choice at `program`'s sizes with kernels of its own, or None if it is not a valid point
-        there."""
+        """The bucket's choice at `program`'s sizes with kernels of its own (its point, or `_moved`'s), or None if
+        no point of its sGraph is valid there near its tiles."""
         c = choice.report.best.candidate  # type: ignore[union-attr]
         shapes = [t.shape for t in program.inputs]
-        if c.graph == UNFUSED:
-            graph = program
-        else:
-            dtype, names = program.inputs[0].dtype, [t.name for t in program.inputs]
-            sgraph = choice.result.graphs[c.graph]
-            if GraphSpace(sgraph, shapes, dtype, self.target).violations(c.grid, c.loop, c.warps, c.stages):
-                return None
-            graph = instantiate(sgraph, shapes, dtype, names, c)
         report = _noted(choice, shapes, f"no search, no tuning; kernels of its own ({choice.why})")
+        point = c
+        if c.graph != UNFUSED and GraphSpace(choice.result.graphs[c.graph], shapes, program.inputs[0].dtype,
+                                             self.target).violations(c.grid, c.loop, c.warps, c.stages, c.gemv):
+            moved = self._moved(choice, program)
+            if moved is None:
+                return None
+            point, seconds = moved
+            entry = report.best
+            assert entry is not None
+            entry.candidate, entry.estimate_us, entry.measured_us = point, seconds * 1e6, None
+            report.notes.append(f"{c} is no valid point at these sizes: {point}, the model's best of the points "
+                                f"near its tiles, estimated {seconds * 1e6:.2f} us here")
+        graph = program if c.graph == UNFUSED else instantiate(choice.result.graphs[c.graph], shapes,
+                                                               program.inputs[0].dtype,
+                                                               [t.name for t in program.inputs], point)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return OptimizedGraph(program, graph, report, self.device, torch_op=False)
+
+    def _moved(self, choice: _Choice, program: KernelGraph) -> tuple[Candidate, float] | None:
+        """Where the bucket's chosen point is not valid at `program`'s sizes (kv 513 = 27·19 splits 16 ways into
+        tiles of 33, and 9 ways into equal tiles of 57, neither a power of two), the point of its sGraph the
+        model ranks best among the tilings near it, at any launch, and the model's seconds for it: tilings whose
+        parallel sizes over fixed dims are the choice's and whose shares of the dims that moved are near the
+        tuned ones (|log2| of each share's ratio, summed: at most one more than the nearest's). None where the
+        sGraph has no valid tiling there: that size is tuned on its own."""
+        c = choice.report.best.candidate  # type: ignore[union-attr]
+        sgraph = choice.result.graphs[c.graph]
+        shapes, dtype = [t.shape for t in program.inputs], program.inputs[0].dtype
+        here, tuned = (GraphSpace(sgraph, s, dtype, self.target) for s in (shapes, choice.shapes))
+        counts = (*c.grid, c.loop)
+
+        def distance(grid: tuple[int, ...], loop: int) -> float | None:
+            out = 0.0
+            for v, was, n, n0 in zip(here.variables, tuned.variables, (*grid, loop), counts):
+                moved = [(e, e0) for e, e0 in zip(v.extents, was.extents) if e != e0]
+                if not moved and n != n0:
+                    return None
+                out += abs(math.log2(moved[0][0] * n0 / (moved[0][1] * n))) if moved else 0.0
+            return out
+
+        near = [(d, t) for t in here.tilings() if (d := distance(*t)) is not None]
+        least = min((d for d, _ in near), default=0.0)
+        tilings = [(c.graph, grid, loop, here.launches(grid, loop)) for d, (grid, loop) in near if d <= least + 1]
+        names = [t.name for t in program.inputs]
+        ranked = [r for rows in rank_chunk({c.graph: sgraph.to_json()}, (shapes, dtype, names), self.target, tilings)
+                  if not isinstance(rows, str) for r in rows]
+        best = min(ranked, key=lambda r: r.order, default=None)
+        return None if best is None else (best.candidate, best.seconds)
 
     def _serve(self, choice: _Choice, program: KernelGraph, report: Report,
                search_result: Any = None) -> OptimizedGraph:

@@ -41,6 +41,43 @@ def test_dynamic_batch_sizes_run_through_one_compiled_graph(options):
     assert len(record["replaced"]) == 2 and all("per size bucket" in r["chosen"] for r in record["replaced"])
 
 
+def _silu_linear_at(features: int, rows: tuple[int, ...]) -> dict:
+    """silu(x Wᵀ) (W: [features/2, features]) compiled with dynamic sizes and called at each of `rows`, matching
+    eager at each: the compile's history record."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(features, features // 2, bias=False)
+    torch._dynamo.reset()
+    dynamic._BUCKETS.clear()
+    start = len(pc.history)
+    f = torch.compile(lambda x: torch.nn.functional.silu(lin(x)), backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in rows:
+            x = torch.randn(n, features)
+            torch.testing.assert_close(f(x), torch.nn.functional.silu(lin(x)))
+    (record,) = pc.history[start:]
+    return record
+
+
+def test_a_size_prism_fails_on_runs_torchs_ops_and_history_says_so(options, monkeypatch):
+    """A size whose tuning or kernels raise a PrismError (here: the bucket raises a MappingError at 5 rows, as a
+    choice whose tiles cannot split a new batch did) is never the user's error: that size runs the cone's ATen
+    ops, matches eager, and the cone's history entry names the size and the error; other sizes run Prism's."""
+    from prism.errors import MappingError
+    from prism.runtime.dynamic import SizeBuckets
+
+    real = SizeBuckets.get
+
+    def get(self, program):
+        if program.inputs[0].shape[0] == 5:
+            raise MappingError("dim 0 of size 5 cannot be split into 3 equal tiles")
+        return real(self, program)
+
+    monkeypatch.setattr(SizeBuckets, "get", get)
+    record = _silu_linear_at(16, (3, 5, 9, 5))
+    (entry,) = record["replaced"]
+    assert len(entry["torch at"]) == 1 and "=5: MappingError: dim 0 of size 5" in entry["torch at"][0], entry
+
+
 def test_a_bucket_whose_best_is_the_unfused_program_runs_the_cones_aten_ops(options, monkeypatch):
     """A search limited to 2 block ops finds no fused kernel: each size bucket's best is Prism's unfused program,
     so the Region runs the cone's own ATen ops instead (as the backend leaves such a cone of fixed sizes to
@@ -49,17 +86,7 @@ def test_a_bucket_whose_best_is_the_unfused_program_runs_the_cones_aten_ops(opti
     ran = []
     real = dynamic.Region._aten
     monkeypatch.setattr(dynamic.Region, "_aten", lambda self, xs, b: ran.append(dict(b)) or real(self, xs, b))
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(32, 16, bias=False)
-    torch._dynamo.reset()
-    dynamic._BUCKETS.clear()
-    start = len(pc.history)
-    f = torch.compile(lambda x: torch.nn.functional.silu(lin(x)), backend="prism", dynamic=True)
-    with torch.no_grad():
-        for n in (3, 5, 9):
-            x = torch.randn(n, 32)
-            torch.testing.assert_close(f(x), torch.nn.functional.silu(lin(x)))
-    (record,) = pc.history[start:]
+    record = _silu_linear_at(32, (3, 5, 9))
     assert len(record["replaced"]) == 1 and "per size bucket" in record["replaced"][0]["chosen"]
     assert sorted(v for b in ran for v in b.values()) == [3, 5, 9], ran
 

@@ -1,5 +1,5 @@
-"""The result cache as the command line shows it: `prism cache` says where it is and how big, `prism cache
-clear` empties it, and a damaged cache file is reported once, by the run that set it aside, not by every
+"""The result cache as the command line shows it: `prism cache` says where it and the generated modules are and
+how big, `prism cache clear` empties both (and nothing else in the folder), and a damaged cache file is reported once, by the run that set it aside, not by every
 later run that the fresh cache answers."""
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ def test_prism_cache_says_where_and_how_big_and_clears(capsys, tmp_path, monkeyp
     store.put("a", {"x": 1})
     store.put("b", {"x": 2})
     (folder / f"{FILENAME}.corrupt-1").write_bytes(b"set aside by an earlier run")
+    (folder / "prism_0123abcd.py").write_text("# a generated kernel module\n")
+    (folder / "_prism_launcher_0123.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0" * 100)
+    (folder / "notes.txt").write_text("the user's, not Prism's")
     assert main(["cache"]) == EXIT_OK
     out = capsys.readouterr().out
     assert out.startswith(f"results    {folder / FILENAME}: 2 entries (tuned kernels and search results), ")
+    assert f"modules    {folder}: 2 generated Triton module(s) and launcher(s)" in out
     assert main(["cache", "clear"]) == EXIT_OK
     out = capsys.readouterr().out
-    assert out.startswith("cleared    2 entries\n") and ": 0 entries" in out
-    assert len(store) == 0 and [p.name for p in folder.iterdir()] == [FILENAME]
+    assert out.startswith("cleared    2 entries, 2 generated module(s)\n") and ": 0 entries" in out
+    assert ": 0 generated Triton module(s)" in out
+    assert len(store) == 0 and sorted(p.name for p in folder.iterdir()) == sorted([FILENAME, "notes.txt"])

@@ -56,10 +56,15 @@ def test_help_explains_every_command(capsys):
     for command in ("check", "optimize", "search", "tune", "show", "bench", "cache"):
         assert f"    {command}  " in text or f"    {command} " in text
     assert "exit codes" in text
-    for command in ("optimize", "search", "tune", "show", "bench", "cache"):
+    notes = {"PROGRAM is": {"optimize", "search", "tune"}, "output: results go to": {"optimize", "search", "tune"},
+             "cache: tuned kernels": {"optimize", "tune", "cache"}}
+    for command in ("check", "optimize", "search", "tune", "show", "bench", "cache"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
-        assert "usage: prism " + command in capsys.readouterr().out
+        text = capsys.readouterr().out
+        assert "usage: prism " + command in text and "exit codes" in text
+        assert {note for note, commands in notes.items() if note in text} == \
+            {note for note, commands in notes.items() if command in commands}, command   # only notes that concern it
 
 
 def test_check_runs_the_fused_kernels(capsys):
@@ -168,7 +173,7 @@ def test_no_graph_found_is_exit_1(capsys, tmp_path):
 BAD = [
     (["optimize", "nope"], "unknown workload 'nope'"),
     (["show", "missing.json"], "missing.json: no such file"),
-    (["search", "rmsnorm", "--config", "7"], "--config 7: rmsnorm has configs 0..1"),
+    (["search", "rmsnorm", "--config", "7"], "--config 7: rmsnorm has configs 0: n=8,d=4096; 1: n=8,d=1024"),
     (["search", "rmsnorm", "--config", "n=8"], "missing key(s) 'd'"),
     (["optimise", "rmsnorm"], "invalid choice: 'optimise'"),
     (["search", "broken.py"], "broken.py:2: syntax error"),
@@ -201,6 +206,17 @@ def test_bad_invocations_end_with_one_line(capsys, tmp_path, monkeypatch, argv, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("prism: error: ") and message in lines[0], err
     assert out == ""
+
+
+@pytest.mark.parametrize("argv, message", [BAD[0], BAD[2], BAD[-1]])
+def test_with_json_an_error_is_also_the_document_on_stdout(capsys, tmp_path, monkeypatch, argv, message):
+    _bad_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == EXIT_USAGE and err.startswith("prism: error: ") and message in err, err
+    doc = json.loads(out)
+    assert doc == {"error": err.strip().removeprefix("prism: error: "), "kind": "error", "exit": EXIT_USAGE}, doc
 
 
 @pytest.mark.parametrize("argv, message", [BAD[0], BAD[4], BAD[-1]])

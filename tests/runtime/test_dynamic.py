@@ -58,9 +58,11 @@ def test_one_graph_serves_every_kv_length_with_one_tuning_per_bucket(monkeypatch
     assert "reused" in dg.at(*inputs(37, gen)).report.notes[-1]
 
 
-def test_a_choice_that_is_no_valid_point_at_a_new_size_is_tuned_there(monkeypatch):
-    """Where a bucket's sizes get kernels of their own (here: as if its kernels could not take kv at launch), its
-    choice is not stretched: a point whose tiles do not divide the new extent is tuned anew."""
+def test_a_choice_that_is_no_valid_point_at_a_new_size_moves_to_a_valid_one_near_it(monkeypatch):
+    """Where a bucket's sizes get kernels of their own (here: as if its kernels could not take kv at launch), a
+    choice whose tiles do not fit a new size is served at the model's best point of its sGraph near its tiles,
+    with the model's estimate there, and not tuned again; where its sGraph has no valid point at that size, the
+    size is tuned anew."""
     monkeypatch.setattr(SizeBuckets, "_share", lambda *args: "as if kv were split across blocks")
     dg = dynamic(attention(64))
     gen = torch.Generator().manual_seed(1)
@@ -70,10 +72,19 @@ def test_a_choice_that_is_no_valid_point_at_a_new_size_is_tuned_there(monkeypatc
     splits = next(c for c in _points(choice.result, attention(64)) if c.loop == 64)
     monkeypatch.setattr(best, "candidate", splits)     # the loop walks kv one position per iteration
     assert dg.at(*inputs(64, gen)) is not None
-    q, kt, v = inputs(37, gen)                           # not 64 tiles at 37: no valid point
+    q, kt, v = inputs(37, gen)                           # not 64 tiles at 37: 37 tiles of one position
     (out,) = dg(q, kt, v)
     torch.testing.assert_close(out, torch.softmax(q @ kt * 0.25, -1) @ v, rtol=1e-5, atol=1e-5)
-    assert dg.tunings[bucket([(2, 4, 16), (2, 16, 37), (2, 37, 16)])] == 2
+    b37 = bucket([(2, 4, 16), (2, 16, 37), (2, 37, 16)])
+    assert dg.tunings[b37] == 1
+    report = dg.at(q, kt, v).report
+    assert report.best.candidate.loop == 37 and report.best.estimate_us > 0
+    assert "the model's best of the points near its tiles" in report.notes[-1], report.notes
+    monkeypatch.setattr(prism.runtime.dynamic.GraphSpace, "tilings", lambda self: [])
+    q, kt, v = inputs(36, gen)                           # no valid point of the sGraph at 36: tuned there
+    (out,) = dg(q, kt, v)
+    torch.testing.assert_close(out, torch.softmax(q @ kt * 0.25, -1) @ v, rtol=1e-5, atol=1e-5)
+    assert dg.tunings[b37] == 2
 
 
 def test_a_bucket_keeps_the_tiles_it_was_tuned_with_at_every_size(monkeypatch):
