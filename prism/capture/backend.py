@@ -19,8 +19,9 @@ becomes a Region, one op for every size (prism.capture.dynamic). Inference only:
 left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch, and so does a cone whose best is
 Prism's unfused program (`_fused`: no fused kernel beat it), or, on a GPU, one that torch runs at least as fast
 (prism.capture.against: the cone's own ops timed as the rest runs them). Every decision is logged (logger
-"prism.compile") and kept in `history`: what each cone became (its chosen kernels, their launches and µs: "measured"
-on a GPU, else the cost model's estimate), or why it stayed with torch.
+"prism.compile"; each region as it is reached, and a summary per graph: prism.capture.watch, which also keeps a
+progress line on a terminal) and kept in `history`: what each cone became (its chosen kernels, their launches
+and µs: "measured" on a GPU, else the cost model's estimate), or why it stayed with torch.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from prism.capture.background import Pending, submit
 from prism.capture.layout import STEPS
 from prism.capture.lower import input_strides, lower, op_name
 from prism.capture.partition import Cone, cones, hoisted, regions
+from prism.capture.watch import Watch
 from prism.errors import InputError, PrismError, UnsupportedOp
 from prism.ir.ops import TORCH_DTYPES
 from prism.pool import fewer_collections
@@ -61,6 +63,7 @@ class Options:
     cache: Any = True                # superoptimize's result cache (True: the default file)
     cudagraphs: bool = False         # the rest (Inductor) in CUDA graphs, Prism's ops captured inside
     background: bool = False         # cones of fixed sizes superoptimized on a thread (prism.capture.background)
+    progress: bool = True            # a progress line on stderr when it is a terminal (prism.capture.watch)
 
     def configured(self, options: dict[str, Any] | None, mode: str | None) -> Options:
         """These options with torch.compile's `options` and `mode` applied, or an InputError naming what is
@@ -161,20 +164,24 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
 
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
     found = regions(cones(aten.graph, max_ops=opts.max_ops))
+    watch = Watch(len(found), sum(n.op == "call_function" for n in aten.graph.nodes), opts.progress)
     # the regions' tunings compile on the same workers; their programs are superoptimized concurrently
     with kept_workers(), Ahead(device, _options(device, opts)) as ahead:
         if not opts.background:
             for cone in found:
                 ahead.start(cone)
-        for cone in found:
+        for k, cone in enumerate(found, 1):
+            watch.region(k, cone)
             _take(aten, cone, device, record, opts, ahead)
     aten.graph.eliminate_dead_code()
     aten.recompile()
     ours = {n for n in aten.graph.nodes if n.meta.get("prism")}
-    named = {r["what"] for r in record["left"]}
-    for node in aten.graph.nodes:
-        if node.op == "call_function" and node not in ours and node.name not in named:
-            record["left"].append({"what": node.name, "ops": [op_name(node)], "why": "not in a cone Prism took"})
+    named = {name for r in record["left"] for name in r.get("nodes", [])}
+    rest = [n for n in aten.graph.nodes if n.op == "call_function" and n not in ours and n.name not in named]
+    if rest:   # one entry, not one per op: what no cone holds has one reason
+        record["left"].append({"what": f"{len(rest)} op(s) in no cone", "ops": [op_name(n) for n in rest],
+                               "nodes": [n.name for n in rest], "why": "not in a cone Prism took"})
+    record["summary"] = watch.done(record)
     return aten
 
 
@@ -225,9 +232,9 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
             cut, rest = cone.cut(e.node)
             if cone.root in cut or not cut:
                 return _leave(cone, e, record)
-            for node in cut:
-                record["left"].append({"what": node.name, "ops": [op_name(node)],
-                                       "why": f"cut from the cone ending at {cone.root.name}: {e}"})
+            record["left"].append({"what": f"{len(cut)} op(s) cut from the cone ending at {cone.root.name}",
+                                   "ops": [op_name(n) for n in cut], "nodes": [n.name for n in cut],
+                                   "why": f"cut from the cone ending at {cone.root.name}: {e}"})
             log.info("prism: cut %d op(s) from %s: %s", len(cut), cone.root.name, e)
             cone = rest
             if not cone.matmuls:
@@ -242,7 +249,8 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
 
 def _leave(cone: Cone, e: PrismError, record: dict[str, Any]) -> None:
     ops = [op_name(n) for n in cone.nodes]
-    record["left"].append({"what": f"cone ending at {cone.name}", "ops": ops, "why": str(e)})
+    record["left"].append({"what": f"cone ending at {cone.name}", "ops": ops, "nodes": [n.name for n in cone.nodes],
+                           "why": str(e)})
     log.info("prism: left %s (%d ops) to torch: %s", cone.name, len(ops), e)
 
 
@@ -361,7 +369,7 @@ def _said(opt: Any) -> dict[str, Any]:
 
     best = opt.report.best
     measured = best is not None and best.measured_us is not None
-    return {"chosen": best.label if best else None, "launches": opt.launches,
+    return {"chosen": best.label if best else None, "launches": opt.launches, "source": str(opt.source_path),
             "us": None if best is None else best.measured_us if measured else best.estimate_us,
             "measured": measured,
             "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["cache_dir", "generated_files", "load_module", "interpreting"]
+__all__ = ["cache_dir", "generated_files", "load_module", "interpreting", "write_module"]
 
 GENERATED = ("prism_*.py", "_prism_launcher_*")
 """What Prism writes to `cache_dir()`: each kernel module (`load_module`) and the compiled C launcher
@@ -42,11 +42,8 @@ def interpreting() -> bool:
     return bool(triton.knobs.runtime.interpret)
 
 
-def load_module(source: str, digest: str) -> ModuleType:
-    """Write `source` to `<cache>/prism_<digest>.py` (once) and import it (once per process and mode)."""
-    name = f"prism_generated_{digest}{'_interp' if interpreting() else ''}"
-    if name in sys.modules:
-        return sys.modules[name]
+def write_module(source: str, digest: str) -> Path:
+    """`<cache>/prism_<digest>.py` holding `source`, written (whole, atomically) unless it already does."""
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"prism_{digest}.py"
@@ -55,6 +52,15 @@ def load_module(source: str, digest: str) -> ModuleType:
         with os.fdopen(fd, "w") as f:
             f.write(source)
         os.replace(tmp, path)
+    return path
+
+
+def load_module(source: str, digest: str) -> ModuleType:
+    """Write `source` to `<cache>/prism_<digest>.py` (once) and import it (once per process and mode)."""
+    name = f"prism_generated_{digest}{'_interp' if interpreting() else ''}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = write_module(source, digest)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from functools import cached_property
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
@@ -11,7 +12,7 @@ import torch
 
 from prism.codegen.aot import AotKernel, compile_aot, describe
 from prism.codegen.launch import BoundGraph
-from prism.codegen.load import interpreting, load_module
+from prism.codegen.load import interpreting, load_module, write_module
 from prism.codegen.plan import BUFFER_DTYPES, Plan, plan_graph
 from prism.codegen.spec import KernelSpec
 from prism.errors import InputError
@@ -64,6 +65,11 @@ class CompiledGraph:
     @cached_property
     def module(self) -> ModuleType:
         return load_module(self.plan.source, self.plan.digest)
+
+    @cached_property
+    def source_path(self) -> Path:
+        """The file of `source` in Prism's cache folder (written if it was not), as `module` imports it."""
+        return write_module(self.plan.source, self.plan.digest)
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         """Run every kernel: through the bound fast path when `tensors` match the signature it was bound

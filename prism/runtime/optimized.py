@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -93,6 +94,12 @@ class OptimizedGraph:
     @property
     def triton_source(self) -> str:
         return self.compiled.source
+
+    @property
+    def source_path(self) -> Path:
+        """The file holding `triton_source` in Prism's cache folder (written if it was not): the generated module
+        that runs on a GPU."""
+        return self.compiled.source_path
 
     def __call__(self, *tensors: Any, **kwargs: Any) -> list[torch.Tensor]:
         """The program's outputs (a list) for `tensors`, given by position in the program's input order.
