@@ -16,7 +16,9 @@ running their programs and superoptimizes them on a thread, each op switching to
 ready (prism.capture.background: the first compile does not wait for searches). A graph whose sizes Dynamo made
 symbolic is traced by AOTAutograd instead (its sizes stay symbols), and each of its cones with symbolic sizes
 becomes a Region, one op for every size (prism.capture.dynamic). Inference only: a graph that needs gradients is
-left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch, and so does a cone whose best is
+left to Inductor whole. A bug of Prism's on a cone leaves that cone to torch (kernels that raise when the model
+runs: their op runs the cone's program as torch ops from then on, prism.capture.guarded; a Region's size
+likewise, prism.capture.dynamic), and so does a cone whose best is
 Prism's unfused program (`_fused`: no fused kernel beat it), or, on a GPU, one that torch runs at least as fast
 (prism.capture.against: the cone's own ops timed as the rest runs them). Every decision is logged (logger
 "prism.compile"; each region as it is reached, and a summary per graph: prism.capture.watch, which also keeps a
@@ -39,6 +41,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from prism.capture import against
 from prism.capture.ahead import Ahead
 from prism.capture.background import Pending, submit
+from prism.capture.guarded import Guarded
 from prism.capture.layout import STEPS
 from prism.capture.lower import input_strides, lower, op_name
 from prism.capture.partition import Cone, cones, hoisted, regions
@@ -289,9 +292,10 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
 
 
 def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device, call: Callable[..., Any],
-            opts: Options, ahead: Ahead) -> tuple[list[Any], dict[str, Any], Pending | None]:
+            opts: Options, ahead: Ahead) -> tuple[list[Any], dict[str, Any], Pending | Guarded]:
     """The cone's op at its sizes, its inputs' steps as ATen nodes before it: (the nodes standing for the
-    roots' values, what the record says, the background job if it is superoptimized in the background)."""
+    roots' values, what the record says, what keeps the record up to date: the background job if it is
+    superoptimized in the background, else the op's runner, prism.capture.guarded)."""
     graph, sources, _ = lower(nodes, inputs, cone.roots)
     strides = input_strides(sources)   # the layout its inputs come in: what it is tuned for
     if opts.background:
@@ -299,11 +303,12 @@ def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
         done = {"program": str(graph), "strides": strides, "op": str(pending.op), "launches": None, "us": None,
                 "measured": False, "cached": None, "search": None, "dropped": []}
     else:
-        opt, pending = ahead.optimized(graph, strides), None
+        opt = ahead.optimized(graph, strides)
         _fused(opt)
         said = _said(opt)
         judged = against.verdict(said["us"], _torch_us(nodes, inputs, cone.roots, device, opts.rest))
         done = {"program": str(graph), "strides": strides, "op": str(opt.op)} | said | judged
+        pending = Guarded.of(opt)     # the op runs the kernels through it: never breaks the model at run time
     args = []
     for s in sources:
         value = s.node

@@ -141,6 +141,11 @@ class OptimizedGraph:
         without a GPU must not pay that on every call."""
         if self.execution != REFERENCE:
             return self.run(tensors)
+        return self.run_program(tensors)
+
+    def run_program(self, tensors: Sequence[Any]) -> list[torch.Tensor]:
+        """The program (not the chosen µGraph) as torch ops on `tensors`, on their device: what the verifier
+        proved the chosen µGraph equal to (prism.interp.program_fn)."""
         return self._program_fn(tensors)
 
     @cached_property

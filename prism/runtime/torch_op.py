@@ -37,9 +37,10 @@ _RUNNERS: dict[str, Any] = {}
 """Per op name: what its kernel calls (`run_op`): an OptimizedGraph, or a background job (prism.capture.background)."""
 
 
-def torch_op(opt: OptimizedGraph) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
-    """The custom op running `opt` (registered once per chosen graph and execution mode)."""
-    return runner_op(f"g{opt.graph.structural_hash()[:16]}_{opt.execution}", opt.graph, opt)
+def torch_op(opt: OptimizedGraph, runner: Any = None) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """The custom op running `opt` (registered once per chosen graph and execution mode), through `runner` if
+    given (an object with `run_op`, as `opt` has: prism.capture.guarded)."""
+    return runner_op(f"g{opt.graph.structural_hash()[:16]}_{opt.execution}", opt.graph, runner or opt)
 
 
 def runner_op(name: str, graph: KernelGraph, runner: Any) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:

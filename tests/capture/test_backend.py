@@ -450,3 +450,23 @@ def test_the_progress_line_is_for_a_terminal_only(terminal):
     quiet = _Terminal()
     Watch(1, 1, progress=False, stream=quiet).done({"replaced": [], "left": []})
     assert quiet.getvalue() == ""
+
+
+def test_a_kernel_that_fails_at_run_time_leaves_its_cone_to_the_programs_torch_ops(options, monkeypatch):
+    """A replaced cone whose kernels raise when the model runs (here every OptimizedGraph's) does not break the
+    model: its op runs the cone's program as torch ops from then on, matches eager, and the cone's history entry
+    says so ("at run time")."""
+    from prism.runtime.optimized import OptimizedGraph
+
+    def broken(self, tensors):
+        raise RuntimeError("the launch failed")
+
+    monkeypatch.setattr(OptimizedGraph, "run_op", broken)
+    monkeypatch.setattr("prism.capture.guarded._GUARDS", {})    # the failed runners stay with this test
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.GELU(), torch.nn.Linear(24, 16))
+    x = torch.randn(3, 16)
+    got, want, record = _compile(module, x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert record["replaced"] and all("its kernels raised RuntimeError: the launch failed" in r["at run time"]
+                                      for r in record["replaced"]), record["replaced"]
