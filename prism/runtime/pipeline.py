@@ -25,7 +25,7 @@ from prism.runtime.dynamic import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
 from prism.search.options import SearchOptions
-from prism.tune.report import Report
+from prism.tune.report import UNFUSED, Report, Status
 from prism.tune.target import get_target
 from prism.tune.cost import estimate
 from prism.tune.options import TuneOptions
@@ -301,6 +301,29 @@ def _joint_search(graph: KernelGraph, group: tuple[int, ...], parts: list[Any], 
     return sub, _cached_search(sub, options, log, progress, store, run, parts=[parts[k] for k in group])
 
 
+def _no_fused(report: Report, result: Any) -> str | None:
+    """Why the unfused program was the only candidate left, if it was: the search verified no sGraph (within
+    which limits, or cut short), none has a point at these shapes, or every fused candidate was dropped."""
+    if not report.unfused or any(e.ok and e.candidate.graph != UNFUSED for e in report.entries):
+        return None
+    stats = result.stats if isinstance(result.stats, dict) else {}
+    if not result.graphs:
+        limits = stats.get("limits", {})
+        bounds = ", ".join(f"{k}={v}" for k, v in limits.items() if k.startswith("max_"))
+        if stats.get("timed_out"):
+            return f"the search stopped at its time limit ({limits.get('time_limit')} s) before verifying any sGraph"
+        verify = stats.get("verify", {})
+        return (f"the search verified no sGraph within its limits ({bounds}): "
+                f"{stats.get('generate', {}).get('structures', 0)} structure(s), {verify.get('checked', 0)} "
+                f"candidate(s) checked, {verify.get('rejected', 0)} refuted; max_block_ops bounds the ops of one fused kernel")
+    if not report.space.get("tilings"):
+        return f"none of the {len(result.graphs)} verified sGraph(s) has a valid grid/loop point at these shapes"
+    dropped = [e for e in report.entries if e.status is Status.DROPPED]
+    if dropped:
+        return f"every fused candidate tried was dropped (first: {dropped[0].label}: {dropped[0].why})"
+    return None
+
+
 def _us(report: Report) -> float:
     """The chosen candidate's time: measured where it was timed, else the cost model's estimate."""
     best = report.best
@@ -350,6 +373,9 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _J
     report.search = {"source": "given" if search_result is not None else result.stats.get("source", "searched"),
                      "graphs": len(result.graphs),
                      "seconds": result.stats.get("seconds") if isinstance(result.stats, dict) else None}
+    why = _no_fused(report, result)
+    if why:
+        report.reason += f"; no fused candidate: {why}"
     report.notes = notes + report.notes
     if store is not None:
         try:

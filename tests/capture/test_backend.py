@@ -216,6 +216,8 @@ def test_a_cone_whose_best_is_the_unfused_program_stays_with_torch(options, monk
     assert record["replaced"] == []
     whys = [r["why"] for r in record["left"] if "no fused kernel beat Prism's unfused program" in r["why"]]
     assert len(whys) == 2 and all("torch runs these ops" in w for w in whys), record["left"]
+    assert all("no fused candidate: the search verified no sGraph within its limits (max_block_ops=2" in w
+               for w in whys), whys                                     # which limit left no fused form
 
 
 def test_a_graph_that_needs_gradients_is_left_to_torch(options):
