@@ -472,3 +472,27 @@ def test_a_kernel_that_fails_at_run_time_leaves_its_cone_to_the_programs_torch_o
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
     assert record["replaced"] and all("its kernels raised RuntimeError: the launch failed" in r["at run time"]
                                       for r in record["replaced"]), record["replaced"]
+
+
+@pytest.mark.parametrize("stage, target", [
+    ("lowering", "prism.capture.backend.lower"),
+    ("search", "prism.runtime.pipeline._cached_search"),
+    ("tuning", "prism.runtime.pipeline.tune"),
+    ("code generation", "prism.codegen.compile_graph"),
+])
+def test_a_failure_at_any_stage_of_a_compile_leaves_the_cone_to_torch(options, monkeypatch, stage, target):
+    """A bug of Prism's at any stage of a cone's compile (here each stage raises in turn) never breaks the model:
+    the cone stays with torch, the model matches eager, and history says it was an internal error."""
+    def fail(*args, **kwargs):
+        raise RuntimeError(f"a bug in {stage}")
+
+    monkeypatch.setattr(target, fail)
+    monkeypatch.setattr(pc.OPTIONS, "cache", False)    # a cached result would skip the search and the tuning
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.SiLU(), torch.nn.Linear(24, 16))
+    got, want, record = _compile(module, torch.randn(3, 16))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert record["replaced"] == [], record["replaced"]
+    whys = [r["why"] for r in record["left"] if r["what"].startswith("cone ending at")]
+    assert len(whys) == 2 and all(f"internal error (RuntimeError: a bug in {stage})" in w for w in whys), \
+        record["left"]
