@@ -44,7 +44,7 @@ from prism.capture.background import Pending, submit
 from prism.capture.guarded import Guarded
 from prism.capture.layout import STEPS
 from prism.capture.lower import input_strides, lower, op_name
-from prism.capture.partition import Cone, cones, hoisted, regions
+from prism.capture.partition import Cone, cones, hoisted, out_of_place, regions
 from prism.capture.watch import Watch
 from prism.errors import InputError, PrismError, UnsupportedOp
 from prism.ir.ops import TORCH_DTYPES
@@ -166,6 +166,7 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
     from prism.tune.compile import kept_workers
 
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
+    out_of_place(aten.graph)          # nn.RMSNorm's add_ on its mean, which no cone could take
     found = regions(cones(aten.graph, max_ops=opts.max_ops))
     watch = Watch(len(found), sum(n.op == "call_function" for n in aten.graph.nodes), opts.progress)
     # the regions' tunings compile on the same workers; their programs are superoptimized concurrently

@@ -33,7 +33,7 @@ from prism.capture.lower import ATEN, IGNORED, SAME_NAMED, SOFTMAXES, op_name
 from prism.capture.sdpa import ATTENTION_OPS
 from prism.ir.ops import OPS
 
-__all__ = ["Cone", "cones", "regions", "MATMULS", "VIEWS"]
+__all__ = ["Cone", "cones", "out_of_place", "regions", "MATMULS", "VIEWS"]
 
 MATMULS = {"aten.mm.default": 1, "aten.bmm.default": 1, "aten.matmul.default": 1, "aten.linear.default": 1,
            "aten.addmm.default": 1} | dict.fromkeys(ATTENTION_OPS, 2)
@@ -109,6 +109,35 @@ def _prism(node: Any) -> bool:
     if node.op != "call_function" or not (op_name(node) in ATEN or op_name(node) in IGNORED):
         return False
     return op_name(node) != "getitem" or _prism(node.args[0])  # a result of a Prism op (attention's output)
+
+
+def out_of_place(graph: Any) -> int:
+    """Turn each in-place ATen op whose target is an intermediate nothing else reads (torch's `nn.RMSNorm`:
+    `x.pow(2).mean(-1, keepdim=True).add_(eps)`) into its out-of-place form, so that cones can take it; returns
+    how many. Its value is the same, and no other node sees the target mutated: the target is computed in the
+    graph (not an input, a parameter or a buffer, whose mutation the caller sees) and its only user is the op.
+    Ops that mutate anything else stay as they are, and stay with torch."""
+    import torch
+
+    changed = 0
+    for node in graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema
+        if not schema.name.endswith("_") or not schema.arguments or not (schema.arguments[0].alias_info and
+                                                                         schema.arguments[0].alias_info.is_write):
+            continue
+        base = node.args[0] if node.args else None
+        if not hasattr(base, "op") or base.op != "call_function" or set(base.users) != {node}:
+            continue
+        packet = getattr(torch.ops.aten, schema.name.split("::")[-1][:-1], None)
+        pure = getattr(packet, target._overloadname, None) if packet is not None else None
+        if pure is None or any(a.alias_info and a.alias_info.is_write for a in pure._schema.arguments):
+            continue
+        node.target = pure
+        changed += 1
+    return changed
 
 
 def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:

@@ -496,3 +496,36 @@ def test_a_failure_at_any_stage_of_a_compile_leaves_the_cone_to_torch(options, m
     whys = [r["why"] for r in record["left"] if r["what"].startswith("cone ending at")]
     assert len(whys) == 2 and all(f"internal error (RuntimeError: a bug in {stage})" in w for w in whys), \
         record["left"]
+
+
+def test_torchs_rmsnorm_is_fused_with_its_projection(options):
+    """nn.RMSNorm computes `x.pow(2).mean(-1, keepdim=True).add_(eps)`: the in-place add on an intermediate only
+    it reads is taken out of place (partition.out_of_place), so the norm and the projection are one region."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.RMSNorm(64, eps=1e-6), torch.nn.Linear(64, 32, bias=False))
+    got, want, record = _compile(module, torch.randn(4, 64))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    (region,) = record["replaced"]
+    assert {"aten.mean.dim", "aten.add.Scalar", "aten.rsqrt.default", "aten.mm.default"} <= set(region["ops"])
+    assert not record["left"], record["left"]
+
+
+def test_only_in_place_ops_on_intermediates_read_by_nothing_else_are_taken_out_of_place():
+    from prism.capture.partition import out_of_place
+
+    aten = torch.ops.aten
+
+    def f(x, w):
+        y = aten.mul.Tensor(x, x)
+        z = aten.add_.Scalar(y, 1.0)                 # y read by nothing else: out of place
+        v = aten.mul.Tensor(x, w)
+        u = aten.mul_.Tensor(v, z)                   # v is read again below: stays
+        s = aten.add.Tensor(u, v)
+        aten.mul_.Tensor(x, s)                       # an input: its mutation is seen by the caller, stays
+        return s
+
+    graph = torch.fx.symbolic_trace(f).graph
+    assert out_of_place(graph) == 1
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert targets == [aten.mul.Tensor, aten.add.Scalar, aten.mul.Tensor, aten.mul_.Tensor, aten.add.Tensor,
+                       aten.mul_.Tensor]
