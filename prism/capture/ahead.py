@@ -61,9 +61,10 @@ class Ahead:
 
     def start(self, cone: Cone) -> None:
         """Start superoptimizing `cone`'s program as its replacement (`prism.capture.backend._take`) will take
-        it: lowered whole; where an op cannot be lowered, without that op and what the cone computes before it
-        (`Cone.cut`: RoPE's products before attention); a region that does not lower, cone by cone. Nothing
-        where none of that lowers: the replacement lowers it again and says why."""
+        it: lowered whole; where an op cannot be lowered, without the operand torch computes for it (`Cone.detach`:
+        a norm's `1 + weight`), else without that op and what the cone computes before it (`Cone.cut`: RoPE's
+        products before attention); a region that does not lower, cone by cone. Nothing where none of that
+        lowers: the replacement lowers it again and says why."""
         try:
             graph, sources, _ = lower(cone.live(), cone.inputs(), cone.roots)
         except Exception as e:
@@ -71,7 +72,8 @@ class Ahead:
                 for part in cone.parts:
                     self.start(part)
             elif isinstance(e, UnsupportedOp):
-                cut, rest = cone.cut(e.node)
+                apart = cone.detach(e.node)
+                cut, rest = apart if apart is not None else cone.cut(e.node)
                 if cut and cone.root not in cut and rest.matmuls:
                     self.start(rest)
             return

@@ -213,10 +213,11 @@ def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
 
 def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options,
           ahead: Ahead) -> None:
-    """Replace `cone` by a Prism op; where an op in it cannot be lowered, leave that op and everything the cone
-    computes before it to torch, and replace the rest if it still has a matmul (RoPE's products before
-    attention stay with torch, and attention is still Prism's). A region of several cones that Prism cannot
-    take whole (symbolic sizes, an op it does not have) is taken cone by cone."""
+    """Replace `cone` by a Prism op; where an op in it cannot be lowered, first leave to torch the operand of it
+    that the cone computes apart (`Cone.detach`: a norm's `1 + weight`, which the cone then reads), and where that
+    does not do, that op and everything the cone computes before it, and replace the rest if it still has a
+    matmul (RoPE's products before attention stay with torch, and attention is still Prism's). A region of
+    several cones that Prism cannot take whole (symbolic sizes, an op it does not have) is taken cone by cone."""
     if cone.parts:
         sizes = [n for x in [*cone.inputs(), *cone.roots] for n in _shape(x.meta.get("val"))]
         why = "symbolic sizes" if any(isinstance(n, torch.SymInt) for n in sizes) else None
@@ -229,10 +230,21 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
         for part in cone.parts:
             _take(gm, part, device, record, opts, ahead)
         return
+    detached: set[Any] = set()     # nodes whose operand was detached once: a second failure there cuts
     while True:
         try:
             return _replace(gm, cone, device, record, opts, ahead)
         except UnsupportedOp as e:
+            apart = cone.detach(e.node) if e.node not in detached else None
+            if apart is not None:
+                detached.add(e.node)
+                left, cone = apart
+                record["left"].append({"what": f"{len(left)} op(s) detached from the cone ending at {cone.root.name}",
+                                       "ops": [op_name(n) for n in left], "nodes": [n.name for n in left],
+                                       "why": f"torch computes this operand of {e.node.name}, which the cone reads: "
+                                              f"{e}"})
+                log.info("prism: detached %d op(s) from %s: %s", len(left), cone.root.name, e)
+                continue
             cut, rest = cone.cut(e.node)
             if cone.root in cut or not cut:
                 return _leave(cone, e, record)

@@ -96,6 +96,33 @@ class Cone:
                 stack.extend(n.all_input_nodes)
         return found, Cone(self.roots, [n for n in self.nodes if n not in found])
 
+    def detach(self, node: Any) -> tuple[set[Any], Cone] | None:
+        """Where `node` cannot be lowered over one of its operands computed in the cone apart from the others (a
+        norm's `1 + weight`, a vector that Prism cannot broadcast as an intermediate but can as an input): that
+        operand and the cone's nodes only it depends on (they stay with torch, and the cone reads the value),
+        and the cone without them; the smallest such operand, without a matmul. None where there is none: then
+        `cut`."""
+        members = set(self.nodes)
+
+        def ancestry(p: Any) -> set[Any]:
+            found, stack = set(), [p]
+            while stack:
+                n = stack.pop()
+                if n in members and n not in found:
+                    found.add(n)
+                    stack.extend(n.all_input_nodes)
+            return found
+
+        operands = list(dict.fromkeys(p for p in node.all_input_nodes if p in members))
+        if len(operands) < 2:
+            return None
+        reach = {p: ancestry(p) for p in operands}
+        for p in sorted(operands, key=lambda q: len(reach[q])):
+            others = set().union(*(reach[q] for q in operands if q is not p))
+            if not reach[p] & others and not any(MATMULS.get(op_name(n), 0) for n in reach[p]):
+                return reach[p], Cone(self.roots, [n for n in self.nodes if n not in reach[p]])
+        return None
+
     def inputs(self) -> list[Any]:
         """The FX nodes the live cone reads, now, in graph order."""
         live = self.live()

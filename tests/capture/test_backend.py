@@ -529,3 +529,29 @@ def test_only_in_place_ops_on_intermediates_read_by_nothing_else_are_taken_out_o
     targets = [n.target for n in graph.nodes if n.op == "call_function"]
     assert targets == [aten.mul.Tensor, aten.add.Scalar, aten.mul.Tensor, aten.mul_.Tensor, aten.add.Tensor,
                        aten.mul_.Tensor]
+
+
+class _OnePlusWeightNorm(torch.nn.Module):
+    """Gemma's RMSNorm: the normalized row scaled by 1 + weight, in float32."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(d) * 0.1)
+
+    def forward(self, x):
+        out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (out * (1.0 + self.weight.float())).type_as(x)
+
+
+def test_a_norm_scaled_by_one_plus_weight_is_fused_with_its_projection(options):
+    """`1 + weight` is a vector computed in the cone, which Prism cannot broadcast against the rows as an
+    intermediate: torch computes it (one op, detached from the cone, `Cone.detach`) and the cone reads it as an
+    input, so the norm and the projection are still one region, not cut off before the matmul."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(_OnePlusWeightNorm(64), torch.nn.Linear(64, 32, bias=False))
+    got, want, record = _compile(module, torch.randn(4, 64))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    (region,) = record["replaced"]
+    assert {"aten.mean.dim", "aten.rsqrt.default", "aten.mm.default"} <= set(region["ops"])
+    (left,) = record["left"]
+    assert left["ops"] == ["aten.add.Tensor"] and left["what"].startswith("1 op(s) detached from the cone"), left
