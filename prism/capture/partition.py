@@ -102,6 +102,8 @@ class Cone:
         operand and the cone's nodes only it depends on (they stay with torch, and the cone reads the value),
         and the cone without them; the smallest such operand, without a matmul. None where there is none: then
         `cut`."""
+        if node not in self.nodes:   # an UnsupportedOp may name no node of the cone (a size no input dim binds)
+            return None
         members = set(self.nodes)
 
         def ancestry(p: Any) -> set[Any]:

@@ -555,3 +555,16 @@ def test_a_norm_scaled_by_one_plus_weight_is_fused_with_its_projection(options):
     assert {"aten.mean.dim", "aten.rsqrt.default", "aten.mm.default"} <= set(region["ops"])
     (left,) = record["left"]
     assert left["ops"] == ["aten.add.Tensor"] and left["what"].startswith("1 op(s) detached from the cone"), left
+
+
+def test_a_cone_is_detached_from_only_at_one_of_its_nodes():
+    """`Cone.detach` of a node that is not the cone's (an UnsupportedOp that names none, or a node cut away)
+    is None, so the backend cuts instead (a dynamic graph's cone once failed whole on it)."""
+    from prism.capture.partition import Cone
+
+    graph = torch.fx.symbolic_trace(lambda x, w: torch.ops.aten.mm.default(x * 2, w + 1)).graph
+    nodes = [n for n in graph.nodes if n.op == "call_function"]
+    cone = Cone([nodes[-1]], nodes)
+    assert cone.detach(None) is None and cone.detach(next(iter(graph.nodes))) is None
+    left, rest = cone.detach(nodes[-1])
+    assert len(left) == 1 and len(rest.nodes) == 2 and rest.matmuls == 1
