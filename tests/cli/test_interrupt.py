@@ -64,8 +64,8 @@ def test_ctrl_c_during_verification_ends_at_once(tmp_path, presses):
 
 
 def test_ctrl_c_at_any_moment_of_a_tuning_ends_at_once(tmp_path):
-    """`prism tune` interrupted in its imports, while its workers compile, and while it checks: exit 130 within
-    2 s each time, one line, no traceback (the process ends without joining its pools' threads, which could wait
+    """`prism tune` interrupted in its imports and while it works: exit 130 within 2 s each time, one line, no
+    traceback (the process ends without joining its pools' threads, which could wait
     on killed workers for minutes). `python benchmarks/interrupts.py` does this 50 times at random moments."""
     from benchmarks.interrupts import LIMIT_S, interrupted
 
@@ -75,9 +75,9 @@ def test_ctrl_c_at_any_moment_of_a_tuning_ends_at_once(tmp_path):
     subprocess.run([sys.executable, "-m", "prism", "search", "rmsnorm", "--quiet"], cwd=work, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     runs = [interrupted(["tune", "prism-out/rmsnorm/search.json", "--no-cache"], delay, work, env)
-            for delay in (0.5, 5.0, 10.0)]
+            for delay in (0.5, 5.0)]
     hit = [r for r in runs if r["took_s"] is not None]
-    assert len(hit) >= 2, runs                     # a tuning takes longer than 5 s even on a quiet machine
+    assert len(hit) == 2, runs                     # a tuning takes longer than 5 s even on a quiet machine
     for r in hit:
         assert r["code"] == EXIT_INTERRUPTED and r["took_s"] < LIMIT_S, r
         assert r["last_line"] == "prism: interrupted" and not r["traceback"], r
