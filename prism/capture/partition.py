@@ -88,13 +88,18 @@ class Cone:
     def cut(self, node: Any) -> tuple[set[Any], Cone]:
         """Where `node` cannot be lowered: `node` and the cone's nodes it depends on (they stay with torch), and
         the cone without them."""
+        found = self._upstream(node)
+        return found, Cone(self.roots, [n for n in self.nodes if n not in found])
+
+    def _upstream(self, node: Any) -> set[Any]:
+        """`node` and the cone's nodes it depends on (none where `node` is not the cone's)."""
         members, found, stack = set(self.nodes), set(), [node]
         while stack:
             n = stack.pop()
             if n in members and n not in found:
                 found.add(n)
                 stack.extend(n.all_input_nodes)
-        return found, Cone(self.roots, [n for n in self.nodes if n not in found])
+        return found
 
     def detach(self, node: Any) -> tuple[set[Any], Cone] | None:
         """Where `node` cannot be lowered over one of its operands computed in the cone apart from the others (a
@@ -105,20 +110,10 @@ class Cone:
         if node not in self.nodes:   # an UnsupportedOp may name no node of the cone (a size no input dim binds)
             return None
         members = set(self.nodes)
-
-        def ancestry(p: Any) -> set[Any]:
-            found, stack = set(), [p]
-            while stack:
-                n = stack.pop()
-                if n in members and n not in found:
-                    found.add(n)
-                    stack.extend(n.all_input_nodes)
-            return found
-
         operands = list(dict.fromkeys(p for p in node.all_input_nodes if p in members))
         if len(operands) < 2:
             return None
-        reach = {p: ancestry(p) for p in operands}
+        reach = {p: self._upstream(p) for p in operands}
         for p in sorted(operands, key=lambda q: len(reach[q])):
             others = set().union(*(reach[q] for q in operands if q is not p))
             if not reach[p] & others and not any(MATMULS.get(op_name(n), 0) for n in reach[p]):

@@ -234,9 +234,10 @@ class SizeBuckets:
         shapes = [t.shape for t in program.inputs]
         report = _noted(choice, shapes, f"no search, no tuning; kernels of its own ({choice.why})")
         point = c
-        if c.graph != UNFUSED and GraphSpace(choice.result.graphs[c.graph], shapes, program.inputs[0].dtype,
-                                             self.target).violations(c.grid, c.loop, c.warps, c.stages, c.gemv):
-            moved = self._moved(choice, program)
+        here = None if c.graph == UNFUSED else GraphSpace(choice.result.graphs[c.graph], shapes,
+                                                          program.inputs[0].dtype, self.target)
+        if here is not None and here.violations(c.grid, c.loop, c.warps, c.stages, c.gemv):
+            moved = self._moved(choice, program, here)
             if moved is None:
                 return None
             point, seconds = moved
@@ -252,17 +253,17 @@ class SizeBuckets:
             warnings.simplefilter("ignore", RuntimeWarning)
             return OptimizedGraph(program, graph, report, self.device, torch_op=False)
 
-    def _moved(self, choice: _Choice, program: KernelGraph) -> tuple[Candidate, float] | None:
+    def _moved(self, choice: _Choice, program: KernelGraph, here: GraphSpace) -> tuple[Candidate, float] | None:
         """Where the bucket's chosen point is not valid at `program`'s sizes (kv 513 = 27·19 splits 16 ways into
         tiles of 33, and 9 ways into equal tiles of 57, neither a power of two), the point of its sGraph the
         model ranks best among the tilings near it, at any launch, and the model's seconds for it: tilings whose
         parallel sizes over fixed dims are the choice's and whose shares of the dims that moved are near the
         tuned ones (|log2| of each share's ratio, summed: at most one more than the nearest's). None where the
-        sGraph has no valid tiling there: that size is tuned on its own."""
+        sGraph has no valid tiling there: that size is tuned on its own. `here`: its space at those sizes."""
         c = choice.report.best.candidate  # type: ignore[union-attr]
         sgraph = choice.result.graphs[c.graph]
         shapes, dtype = [t.shape for t in program.inputs], program.inputs[0].dtype
-        here, tuned = (GraphSpace(sgraph, s, dtype, self.target) for s in (shapes, choice.shapes))
+        tuned = GraphSpace(sgraph, choice.shapes, dtype, self.target)
         counts = (*c.grid, c.loop)
 
         def distance(grid: tuple[int, ...], loop: int) -> float | None:
