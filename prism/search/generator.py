@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from prism.ir.kinds import ONLINE
 from prism.ir.ops import OPS, REDUCE, RUNNING, SCALED, contracts
@@ -109,6 +109,10 @@ def epilogue_operand(target: Target) -> bool:
                for r in target.roots)
 
 
+PAIRS_KEPT = 1 << 18
+"""Sequences of chains whose pair bound `Generator._hopeless` keeps at most (tens of MB)."""
+
+
 @dataclass
 class Generator:
     """Depth-first structure enumeration for one target; `stats` counts what it saw and pruned."""
@@ -149,6 +153,11 @@ class Generator:
         self._ups: dict[int, dict[int, int]] = {}
         self._nears: dict[int, dict[int, int]] = {}
         self._joint: dict[tuple[int, int], tuple[float, float]] = {}
+        self._pairs: dict[tuple[tuple[int, bool], ...], float] = {}
+        """Per sequence of consumer-less chains (subterm, needs an accumulator): the most ops a pair of them needs
+        (`_hopeless`: many states have the same sequence; emptied at PAIRS_KEPT entries, to bound its memory)."""
+        self._n_structural: dict[tuple[Any, ...], int] = {}
+        """How many accumulators and running maxes may take a loop tensor, per what decides it (`_structural`)."""
         self.operand_kinds: Counter = Counter()
         """The vocabulary by how its ops pick operands: "unary"; "pairwise" (elementwise binary: two different
         tensors, counted twice unless commutative); "ordered" (a matmul: any two tensors, in order)."""
@@ -276,13 +285,20 @@ class Generator:
         need = max((self.distance.get(ids[i], left + 1) + extra[i] for i in unused), default=0)
         if need > left:
             return True
-        chains = [i for i in unused if s.scale[i] != (RUNNING, i)]
-        for k, a in enumerate(chains):
-            for b in chains[k + 1:]:
-                apart, met = self.joint(ids[a], ids[b])
-                if min(apart + extra[a] + extra[b], met + (extra[a] or extra[b])) > left:
-                    return True
-        return False
+        chains = tuple((ids[i], extra[i]) for i in unused if s.scale[i] != (RUNNING, i))
+        worst = self._pairs.get(chains)
+        if worst is None:
+            if len(self._pairs) >= PAIRS_KEPT:
+                self._pairs.clear()
+            worst = self._pairs[chains] = max((self._pair(a, b) for k, a in enumerate(chains) for b in chains[k + 1:]),
+                                              default=float("-inf"))
+        return worst > left
+
+    def _pair(self, a: tuple[int, bool], b: tuple[int, bool]) -> float:
+        """The fewest ops that finish chains from both (subterm, needs an accumulator) a and b (`_hopeless`)."""
+        (ta, ea), (tb, eb) = a, b
+        apart, met = self.joint(ta, tb)
+        return min(apart + ea + eb, met + (ea or eb))
 
     def candidates(self, s: SGraph) -> Iterator[tuple[BOp, Term]]:
         """Ops that may follow `s` in canonical order and pass the expression check, with their terms.
@@ -295,9 +311,10 @@ class Generator:
         n = len(s.ops)
         last = s.ops[-1].key() if n > s.n_loaders else None
         lo = last[0][0] if last is not None else 0
-        structural = [self._structural(s, i) for i in range(n)]
-        window = self._syntactic(n, lo) + sum(len(b) for b in structural[lo:])
-        self.stats["pruned_order"] += self._syntactic(n, 0) + sum(len(b) for b in structural) - window
+        structural = {i: self._structural(s, i) for i in range(lo, n)}
+        window = self._syntactic(n, lo) + sum(len(b) for b in structural.values())
+        self.stats["pruned_order"] += (self._syntactic(n, 0) - self._syntactic(n, lo)
+                                       + sum(self._structural_count(s, i) for i in range(lo)))
         built = 0
         ids = [self.index.get(t) for t in s.terms]
         by_id: dict[int | None, list[int]] = {}
@@ -309,7 +326,7 @@ class Generator:
                 ops.extend(self._instances(parent, operands, i, by_id))
             for bop, term in ops:
                 built += 1
-                if last is not None and bop.key() <= last:
+                if last is not None and max(bop.inputs) <= lo and bop.key() <= last:  # a newer input: after it
                     self.stats["pruned_order"] += 1
                     continue
                 yield bop, term
@@ -343,6 +360,14 @@ class Generator:
             return k * (k - 1) // 2
         c = self.operand_kinds
         return c["unary"] * (n - lo) + c["pairwise"] * (pairs(n) - pairs(lo)) + c["ordered"] * (n * n - lo * lo)
+
+    def _structural_count(self, s: SGraph, i: int) -> int:
+        """len(self._structural(s, i)), from what decides it, without building the ops."""
+        state = s.scale[i]
+        key = (s.post[i], state and state[0], op_of(s.terms[i]), s.n_accums < self.limits.max_accums)
+        if key not in self._n_structural:
+            self._n_structural[key] = len(self._structural(s, i))
+        return self._n_structural[key]
 
     def _structural(self, s: SGraph, i: int) -> list[BOp]:
         """The accumulators and running max that may take loop tensor i (their term is i's): a sum of a

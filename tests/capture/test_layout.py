@@ -63,6 +63,20 @@ def test_a_view_that_splits_a_reduced_dim_is_refused_by_name():
         capture(split_then_sum, torch.randn(4, 8), torch.randn(8, 8))
 
 
+def test_an_add_broadcast_over_half_a_row_group_is_refused_by_name():
+    """GPT-2's learned positions, [1, seq, hidden], added to a [batch, seq, hidden] activation that the Linear after it
+    reads as [batch·seq, hidden] rows: row r needs position r mod seq, which no Prism broadcast reads, so the
+    backend cuts the add (its own rows at batch 1, or a [1, hidden] row at one position, are read as they are)."""
+    def positions_then_linear(x, pos, w):
+        return (x + pos) @ w
+
+    with pytest.raises(UnsupportedOp, match="no Prism broadcast reads that"):
+        capture(positions_then_linear, torch.randn(2, 8, 16), torch.randn(1, 8, 16), torch.randn(16, 4))
+    for x, pos in ((torch.randn(1, 8, 16), torch.randn(1, 8, 16)), (torch.randn(2, 1, 16), torch.randn(1, 1, 16))):
+        got, want, _ = _run(positions_then_linear, x, pos, torch.randn(16, 4))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("heads,kv_heads,s,t,causal", [(4, 4, 5, 5, True), (4, 2, 5, 5, True), (4, 1, 1, 9, False),
                                                        (4, 2, 3, 7, True)])
 def test_scaled_dot_product_attention_with_gqa_and_a_causal_mask(heads, kv_heads, s, t, causal):
