@@ -1,4 +1,4 @@
-"""TVM, the paper's third baseline (issue 36, item 5): each workload's torch formula through TVM's Relax, with
+"""TVM, the paper's third baseline: each workload's torch formula through TVM's Relax, with
 its default GPU schedules (dlight), built on a CPU and run on the GPU machine with TVM's runtime alone.
 
     # on a CPU with the optional extra (pip install -e '.[tvm]'; apache-tvm's wheel is about 100 MB) and PyPI
@@ -17,10 +17,10 @@ libraries, tvm_ffi for the GPU machine's Python (`--python-version`, a wheel fro
 CUDA code includes <cuda/std/cstdint>, which NVRTC lacks). `run` unpacks that, then measures in a process that can
 import TVM's runtime only, as on the GPU machine: each library loaded, run on the workload's inputs, checked
 against its reference, and on a GPU timed as called and as a CUDA-graph replay (`prism.tune.profile`, on torch's
-stream: `tvm_ffi.use_torch_stream`). Written on a CPU (2026-11-26), where `run` is checked with libraries built for
-llvm. Its first GPU run (H200, 2026-11-27, session 9) loaded none of the CUDA libraries: TVM's CUDA runtime was
-never loaded (`load_cuda_runtime` loads it now). Its second (session 11, benchmarks/results/tvm_h200_2026-11-27.json)
-ran all 19 configs; the 9 with a norm returned NaN, the rest matched the reference (BENCHMARKS.md). The cause, read
+stream: `tvm_ffi.use_torch_stream`). Written on a CPU, where `run` is checked with libraries built for llvm. Its
+first GPU run (H200) loaded none of the CUDA libraries: TVM's CUDA runtime was never loaded (`load_cuda_runtime`
+loads it now). Its second (benchmarks/results/tvm_h200_2026-11-27.json, "TVM on the H200" in docs/benchmarks.md)
+ran all 19 configs; the 9 with a norm returned NaN, the rest matched the reference. The cause, read
 from the built source and TVM's compile options (not yet run on a GPU since): TVM makes x.square() powf(x, 2), and
 its NVRTC compile (always --use_fast_math) makes that __powf, which is NaN for x < 0. `torch_semantics` now hands TVM
 the product, and torch's float32 accumulation of a float16 mean, which TVM's frontend had left in float16.
@@ -84,9 +84,10 @@ def relax_module(name: str, cfg: dict[str, int], dtype: str = "float16") -> Any:
 def torch_semantics(program: Any) -> Any:
     """`program` (a torch.export.ExportedProgram) with what torch means spelled out where TVM's frontend reads it
     otherwise, in place: a mean of float16 values accumulates in float32 (torch's accumulate type; TVM's reduction
-    summed in float16, 3.4-5.0% off over 4096 entries, BENCHMARKS.md), and a square is a product (TVM makes it
-    powf(x, 2), which its NVRTC compile, always --use_fast_math, turns into __powf: NaN for every negative x, the
-    NaN of every config with a norm on the H200). The same math as the workload's formula, as torch computes it."""
+    summed in float16, 3.4-5.0% off over 4096 entries: benchmarks/results/tvm_llvm_cpu_2026-11-27_before.json),
+    and a square is a product (TVM makes it powf(x, 2), which its NVRTC compile, always --use_fast_math, turns into
+    __powf: NaN for every negative x, the NaN of every config with a norm on the H200). The same math as the
+    workload's formula, as torch computes it."""
     import torch
 
     aten = torch.ops.aten

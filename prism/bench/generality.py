@@ -1,4 +1,4 @@
-"""The generality table: every program end to end, as a user meets it (issue 16).
+"""The generality table: every program end to end, as a user meets it.
 
 Per program: Prism's symbolic search (seconds, unique verified graphs: the search record of the plan), the
 candidate superoptimize chooses at the program's first config from that search, whether it matches the torch

@@ -139,8 +139,8 @@ def search_path(out: Path, name: str) -> Path:
 def saved_or_searched(path: Path | None, graph: Any, say: Callable[[str], None], **options: Any) -> Any:
     """The SearchResult saved at `path` if this build of Prism saved it, else `graph` searched with `options`
     (and saved there when a path is given). A result saved by other code is searched again: it would lack
-    what this build finds (2026-11-23: a search saved before safe split-KV attention existed made the
-    tuner's picks for attention 7x slower than the baseline)."""
+    what this build finds (a search saved before safe split-KV attention existed once made the tuner's picks
+    for attention 7x slower than the baseline: benchmarks/results/gpu_bench_tuning_h100.json)."""
     from prism.provenance import build_id
     from prism.search import SearchResult, search
 

@@ -7,9 +7,10 @@ instantiating the tuning space, sorting) leave the worker processes idle, and th
 leave this process idle. So before the first replacement every cone is lowered and its program's
 superoptimization started on a thread; the replacement of a cone then takes the result started for its
 program, or superoptimizes itself where none was (the cones of a region that failed whole; a cone cut before
-its matmul is cut here too, as its replacement will cut it). A 2-core machine then stays busy: with the other
-changes of that session, the example decoder layer's cold first compile went from 27.5 to 15.8-17.5 s
-(BENCHMARKS.md, 2026-11-26, session 5).
+its matmul is cut here too, as its replacement will cut it). A 2-core machine then stays busy: with the
+changes that came with it (fewer garbage collections, prism.pool.GC_THRESHOLD; no compile of a rest that only
+views and copies; cheaper ranking), the example decoder layer's cold first compile went from 27.5 to 15.8-17.5 s
+(`benchmarks/first_compile.py --model decoder_layer --runs 3`).
 
 Why the result is the same: a program is known by what the result cache keys it by (structure, input
 shapes and dtypes: its structural hash), so the result taken is the one that replacement would have computed, as a

@@ -367,11 +367,11 @@ def _torch_us(nodes: list[Any], inputs: list[Any], roots: list[Any], device: tor
 def _fused(opt: Any) -> None:
     """A PrismError (the cone stays with torch) when the best of `opt` is Prism's unfused program: no fused kernel
     beat one generated kernel per op, so Prism has nothing to add, and torch's kernels for the same ops (Inductor's,
-    by default) are the better baseline to keep. MoE on an H200 (BENCHMARKS.md, 2026-11-27): Prism's unfused program
-    61.7 µs in a CUDA graph, eager 35.3, torch.compile 33.5. A cone of symbolic sizes is tuned per size bucket as it
-    runs: its Region runs the cone's ATen ops for a bucket whose best is the unfused program (prism.capture.dynamic).
-    A cone superoptimized in the background has no best yet when it is replaced: its op runs what the tuner
-    chooses, the unfused program included."""
+    by default) are the better baseline to keep. MoE on an H200 (docs/benchmarks.md, its summary's moe row): Prism's
+    unfused program 61.7 µs in a CUDA graph, eager 35.3, torch.compile 33.5. A cone of symbolic sizes is tuned per
+    size bucket as it runs: its Region runs the cone's ATen ops for a bucket whose best is the unfused program
+    (prism.capture.dynamic). A cone superoptimized in the background has no best yet when it is replaced: its op
+    runs what the tuner chooses, the unfused program included."""
     if opt.report.unfused:
         best = opt.report.best
         kind = "measured" if best.measured_us is not None else "estimated"

@@ -13,7 +13,7 @@ chosen µGraph, as torch ops (OptimizedGraph.run_op), not the block-by-block ref
 
 The op is defined with `torch.library.Library` (schema, CPU and CUDA kernels, fake) rather than
 `torch.library.custom_op`: the latter's Python wrappers (autograd, then output checks) took the largest
-share of a compiled decoder layer's host time, seven calls per step (BENCHMARKS.md, decoder layer).
+share of a compiled decoder layer's host time, seven calls per step (`benchmarks/decoder_bench.py --profile`).
 """
 
 from __future__ import annotations

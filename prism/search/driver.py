@@ -43,9 +43,9 @@ from prism.symbolic.terms import from_graph, mk, render
 __all__ = ["search", "join", "default_verify"]
 
 INLINE_STATES = 1000
-"""Generation explores this many states in-process before handing the rest to worker processes (20,000 before
-2026-11-26: 1,000 took RMSNorm-MLP's search from 3.71 to 3.35 s, the same graphs, the others unchanged;
-BENCHMARKS.md)."""
+"""Generation explores this many states in-process before handing the rest to worker processes (it was 20,000:
+1,000 took RMSNorm-MLP's search from 3.71 to 3.35 s, the same graphs, the others unchanged, in
+`benchmarks/search_compare.py` on 2 cores)."""
 CHUNK = 64
 """(structure, mapping) pairs per prefilter task, at least; a task takes whole structures (`_by_structure`)."""
 BATCH = 16

@@ -45,8 +45,8 @@ def default_kernel_ops(target: Target) -> int:
     function of a reduction (a norm applied after its projection: rms_norm(X) @ W = (X @ W) / sqrt(sum(X²)/d + eps)),
     else 1. A split of the reduction's dim can then sum only the reduction across blocks (the function of a sum is
     not the sum of the function), so the function's ops and the combining op come after the kernel. Elsewhere
-    more kernel-level ops found no new graph and cost generation work (GPT-2's GELU regions: BENCHMARKS.md,
-    "Split K for the norm")."""
+    more kernel-level ops found no new graph and cost generation work (GPT-2's GELU regions, through
+    `examples/hf_decode.py`)."""
     def elementwise(t: Term, arity: int) -> bool:
         return op_of(t) in OPS and OPS[op_of(t)].family.elementwise and OPS[op_of(t)].arity == arity
 

@@ -46,7 +46,7 @@ class Mapping:
     last block of each row (prism.codegen.tail): one launch less. A µGraph of its own, verified on its own.
     `walk` (with `partials`): that second kernel's loop walks the partials, one split per iteration, and its
     accumulators sum them (no group op): right only when its loop range is the first kernel's split count, which
-    its instantiation sets, and its proof states (issue 34's class D).
+    its instantiation sets, and its proof states (class D of prism.workloads.constrained).
     `group` (with `partials`, > 1): the first kernel sums each tile of a kept sum in groups of `group` columns
     (group_sum) instead of whole, and the second sums the groups of all splits (class B): right only where the
     tiles hold whole groups. Variants of a partials mapping (prism.symbolic.structure.walk_variant,

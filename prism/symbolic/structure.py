@@ -356,7 +356,7 @@ def _fold(g: KernelGraph, saved: list[Any], groups: list[dict[int, tuple[int, in
     Its grid splits, one block per index, every dim but the last (up to three) that all saved tensors share
     with the same extent, that none sums groups along, and that element-wise kernel ops keep: the partials
     are small, and one block per batch row left most of the GPU idle (10.9 µs for attention's, against
-    1.2 µs for the atomic form's division; H100, 2026-11-23).
+    1.2 µs for the atomic form's division on an H100: `benchmarks/split_kv_partials.py --kernels`).
     With `rows` ({data dim: blocks}, a tail mapping's `tail_rows` at kernel 1's sizes), kernel 2 has kernel 1's
     blocks along those dims instead, and its launch says `tail`: the last block of each row of kernel 1 runs
     it (prism.codegen.tail).

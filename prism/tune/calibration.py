@@ -2,7 +2,7 @@
 
 The cost model (prism.tune.cost) is a formula over a kernel's work (`KernelWork`: bytes, FLOPs, warps,
 stages, blocks) and a Target's constants. The data-sheet constants rank candidates only roughly (Spearman
-0.14-0.92 against H100 measurements, 2026-11-22), because what a kernel really gets (bytes in flight per
+0.14-0.92 against the first H100 measurements), because what a kernel really gets (bytes in flight per
 warp, the latency a pipelined iteration pays, what one SM pulls) is not on a data sheet. A calibration
 holds those constants fitted to measured device times (prism.tune.fit fits them):
 

@@ -15,9 +15,9 @@ candidate twice. Where that run fails (a launch error), the worker compiles ahea
 candidate that does not compile is still dropped with the compiler's reason.
 A worker compiles into the cache the calling process reads at the time of the call (`cache_dir`), not the
 one it read when it started: torch.compile sets TRITON_CACHE_DIR in its process (Inductor's first Triton
-kernel), so workers kept from before that warmed a cache the timing process no longer read (an H100 run of
-2026-11-26 loaded each timed candidate in 0.6-2.3 s, about a third of the tuning, on every config after the
-first).
+kernel), so workers kept from before that warmed a cache the timing process no longer read (the H100 run of
+benchmarks/results/gpu_bench_h100_2026-11-26_s7a.json loaded each timed candidate in 0.6-2.3 s, about a third of
+the tuning, on every config after the first).
 """
 
 from __future__ import annotations
@@ -192,8 +192,9 @@ def _scopes() -> list[dict[int, ProcessPoolExecutor]]:
 def kept_workers() -> Iterator[None]:
     """Compile workers started inside this scope serve its later tunings too, and are shut down at its end: a
     loop of tunings (gpu_bench's configs, the regions of a compiled model) starts them once. A start costs
-    seconds (each worker imports torch and Triton: 3.1-3.6 s per config on an H100's host, 2026-11-26). A scope,
-    not the process: on a GPU a worker that ran a candidate holds a CUDA context, and memory with it."""
+    seconds (each worker imports torch and Triton: 3.1-3.6 s per config on an H100's host, the reports' `workers`
+    seconds in benchmarks/results/gpu_bench_h100_2026-11-26.json). A scope, not the process: on a GPU a worker
+    that ran a candidate holds a CUDA context, and memory with it."""
     pools: dict[int, ProcessPoolExecutor] = {}
     _scopes().append(pools)
     try:

@@ -56,7 +56,7 @@ pulls, and what an SM pulls is bounded by the bytes its blocks keep in flight, n
 - A loop at one stage is not pipelined (Triton issues an iteration's loads and waits for them before its dot),
   so its loads and its compute add up; from two stages on they overlap. The model that overlapped them at
   one stage too predicted 1 -> 2 stages x1.00 where the H200 measured x0.88 over 42 pairs, and its picks
-  leaned to one stage: fitted on the H200's session-9 run and replayed on its session-11 run (`regret --kind
+  leaned to one stage: fitted on the H200's first runs (a, b) and replayed on its next (c, d) (`regret --kind
   h200 --constants fit --fit-on A B -- C D`), geomean regret 1.28 (5 of 19 within 1.10), with this form 1.11
   (11 of 19); the MoE pick went from one stage (185 µs) to two (114 µs). On the H100's picks it does worse
   (geomean 1.16 -> 1.20, fitted on all): there one stage was measured fastest for RMSNorm's short loops, and
@@ -428,11 +428,11 @@ def _occupancy(w: KernelWork, t: Target) -> int:
 def _warps_over_dot(w: KernelWork, t: Target) -> float:
     """How many times over a block's warps compute its smallest dot: each warp's tensor-core instruction makes
     `t.mma_tile` outputs, so more warps than the tile has of those repeat the work (Triton spreads the warps over
-    the output and duplicates what is left over). On an H200's timed candidates (2026-11-27) the model without it
-    picked 16 warps on tiles 16 to 64 columns wide in six of nineteen configs, measured 1.87-3.53x slower than the
-    fastest. The per-warp cost (`Target.warp_cost`) now charges most of that: refitted without this term, one
-    H200 pick is slower (QK attention h=16384: 1.34 over 1.15; `benchmarks/tune_calibrate.py regret --kind h200
-    --constants fit --without dot_tile ...`)."""
+    the output and duplicates what is left over). On an H200's timed candidates (tune_samples_h200_a.json and
+    _b.json) the model without it picked 16 warps on tiles 16 to 64 columns wide in six of nineteen configs,
+    measured 1.87-3.53x slower than the fastest. The per-warp cost (`Target.warp_cost`) now charges most of that:
+    refitted without this term, one H200 pick is slower (QK attention h=16384: 1.34 over 1.15;
+    `benchmarks/tune_calibrate.py regret --kind h200 --constants fit --without dot_tile ...`)."""
     return max(1.0, w.warps * t.mma_tile / w.dot_tile) if w.dot_tile else 1.0
 
 

@@ -25,9 +25,9 @@ RANK_SAMPLE = 512
 """A space of more tilings is ranked from a sample of about this many, stratified by sGraph, and hill climbing
 from its best (prism.tune.rank.climb), up to RANK_LIMIT tilings. On the ten workloads' configs this finds the best
 estimate of ranking every tiling, within 0.1% (benchmarks/rank_climb.py). A uniform sample alone does not do:
-at 1024, attention's (of 8112 tilings) missed every good split-KV tiling on an H100 (2026-11-23: the unfused
-program won at 108 µs where 4096 points had found 15 µs), and at 4096 QK-Attention's best estimate was 14% over
-the whole space's."""
+at 1024, attention's (of 8112 tilings) missed every good split-KV tiling on an H100 (the unfused program won at
+108 µs where 4096 points had found 15 µs: benchmarks/results/gpu_bench_tuning_h100.json), and at 4096
+QK-Attention's best estimate was 14% over the whole space's."""
 
 
 @dataclass(frozen=True)

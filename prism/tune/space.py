@@ -711,7 +711,8 @@ PARALLEL_GRAPHS = 256
 """Where a search result has at least this many sGraphs, `Space.tilings` finds their tilings on the tuning's
 workers. An sGraph proved under size constraints instantiates its µGraph once per grid to read its later
 kernels' sizes (`GraphSpace.broken`): QK-Attention's 2572 sGraphs took 35 s of the H200 host's 55 s of tuning
-a config in one process (2026-11-27)."""
+a config in one process (the `space` and `total` seconds of its rows' reports in
+benchmarks/results/gpu_bench_h200_2026-11-27_a.json)."""
 GRAPHS_PER_TASK = 32
 
 

@@ -78,7 +78,7 @@ H100 = Target(
 
 H200 = H100.with_(name="H200 SXM (sm_90)", dram_bandwidth=4.3e12, peak_bandwidth=4.8e12)
 """The H200's copy bandwidth: its peak times the H100's copy/peak ratio (3.0 / 3.35); gpu_bench measured 4.25 TB/s
-on one (2026-11-27)."""
+on one (`copy_gbps` of the H200 runs in docs/benchmarks.md)."""
 
 TARGETS = {"h100": H100, "h200": H200}
 

@@ -60,20 +60,20 @@ __all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPL
            "RANK_LIMIT", "RANK_SAMPLE", "REFINE_BAND", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
-"""The random share is drawn from the ranked points estimated within this factor of the model's best (the
-calibrated model's mean squared log error on held-out points is 0.58, BENCHMARKS.md: about a factor of 2
-either way, so a point at 4x can still win)."""
+"""The random share is drawn from the ranked points estimated within this factor of the model's best (the first
+calibration's mean squared log error on held-out points was 0.58, as `benchmarks/tune_calibrate.py fit` printed
+it: about a factor of 2 either way, so a point at 4x can still win)."""
 HEAVY = 2.0
 """The random share skips a point with a kernel whose live values per thread (the model's register estimate)
 exceed this many times the registers a thread may hold at its warps: the compiler spills most of it, it compiles
-for long, and it is seldom fast. On an H100 host (2026-11-26, session 7: the compile seconds in
+for long, and it is seldom fast. On an H100 host (the compile seconds in
 benchmarks/results/gpu_bench_h100_2026-11-26_s7*.json) every candidate that compiled for 9-19 s was a random draw:
 each held its batch, and a config's tuning, for that long; none was the fastest."""
 TOO_HEAVY = 4.0
 """No pick at all (the model's, a refinement's) has a kernel whose live values per thread exceed this many times
 the registers a thread may hold at its warps (prism.tune.cost.overfull). Of the 2013 candidates timed on the H100
 and the H200 (benchmarks/results/tune_samples_*.json), the 29 so estimated measured 1.9-1019x the fastest of their
-config (tests/tune/test_oracle.py computes it); on the H200 of session 11
+config (tests/tune/test_oracle.py computes it); in the H200 run of benchmarks/results/gpu_bench_h200_2026-11-27_d.json
 two of them (nTrans n=64 at 2 blocks, picked by the model as its one-per-launch-shape pass went down the ranking)
 compiled for 22.7 and 22.9 s, most of that config's 26 s of tuning."""
 EXTRA_ROUNDS = 2
@@ -82,9 +82,10 @@ REFINE_ROUNDS = 2
 """Rounds of refinement around the best candidate so far."""
 REFINE_BAND = 1.5
 """Refinement also goes on from the best of each other form measured within this factor of the best: a form's
-first pick is the model's, and the model is least to be trusted between forms (on an H100, 2026-11-26: attention
-h=8192's split-KV partials pick measured 21.3 µs at 16 warps and loop 8, 1.2x the best, and the same form had
-measured 10.9 µs at 4 warps and loop 1 in an earlier run). On a GPU host a batch compiles on as many workers as
+first pick is the model's, and the model is least to be trusted between forms (on an H100, in
+benchmarks/results/gpu_bench_h100_2026-11-26_s7b.json: attention h=8192's split-KV partials pick measured
+21.3 µs at 16 warps and loop 8, 1.2x the best, and the same form had measured 10.9 µs at 4 warps and loop 1 in an
+earlier run). On a GPU host a batch compiles on as many workers as
 cores, so the larger batch costs little more wall time than the best's neighbours alone."""
 
 
@@ -415,9 +416,9 @@ def _take(space: Space, ranked: Sequence[Ranked], n: int, seen: set[str], target
     the rest in order.
 
     Forms first because the model is least to be trusted between forms, whose costs come from different terms:
-    on an H100 (2026-11-26, session 7) attention at h=8192 took its 12 model picks from the one-kernel form
-    (estimates 24-28 µs) and none from the split-KV partials (30 µs), and chose a 15.2 µs kernel where a
-    partials kernel had measured 10.8 µs with the tuner before."""
+    on an H100 (benchmarks/results/gpu_bench_h100_2026-11-26_s7a.json) attention at h=8192 took its 12 model
+    picks from the one-kernel form (estimates 24-28 µs) and none from the split-KV partials (30 µs), and chose a
+    15.2 µs kernel where a partials kernel had measured 10.8 µs with the tuner before."""
     out: list[_Pick] = []
     taken: set[Candidate] = set()
     forms: set[str] = set()
@@ -529,7 +530,7 @@ def _judge(p: _Pick, r: CompileResult, target: Target, strides: Sequence[Sequenc
         e.drop(f"{big[0].name} needs {big[0].shared} B shared memory > {target.smem_per_block}")
         return
     # A kernel that spills a little can still be the fastest: dropping such candidates once left a decoder
-    # layer's norm + projection to the 8-kernel unfused program on an H100 (136 B stack frames, 2026-11-23).
+    # layer's norm + projection to the 8-kernel unfused program on an H100 (136 B stack frames).
     # The cost model charges spills a little (the target's spill_penalty), and on a GPU the measurement decides.
     p.cost = estimate(p.graph, target, aot=r.kernels, strides=strides)
     e.estimate_us = p.cost.seconds * 1e6
