@@ -73,7 +73,7 @@ for path in (HERE, ROOT):
         sys.path.insert(0, str(path))
 
 GPU_TESTS = ["tests/runtime/test_gpu.py", "tests/tune/test_gpu_bench.py", "tests/runtime/test_superoptimize.py",
-             "tests/capture/test_backend.py", "tests/bench/test_bench.py", "tests/test_readme.py"]
+             "tests/capture/test_backend.py", "tests/bench/test_bench.py", "tests/test_docs.py"]
 """The test files holding tests that skip without a GPU (tests/bench/test_gpu_run.py checks the list)."""
 
 

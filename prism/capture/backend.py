@@ -106,6 +106,7 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     cyclic collector runs less often meanwhile (prism.pool.fewer_collections): tracing and lowering build many
     short-lived graphs, and the model's process holds torch's objects, which every full collection walks."""
     opts = OPTIONS.configured(options, mode)
+    watch = Watch(sum(n.op == "call_function" for n in gm.graph.nodes), opts.progress)
     record: dict[str, Any] = {"replaced": [], "left": []}
     history.append(record)
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
@@ -120,7 +121,7 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     if symbolic:
         def fuse(aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
             with unset_fake_temporarily():  # the tracer's fake mode is on: searches and tunings need real tensors
-                return _fuse(aten, device, record, opts)
+                return _fuse(aten, device, record, opts, watch)
         try:
             return _traced(gm, example_inputs, fuse, opts)
         except Exception as e:  # AOTAutograd could not trace it (a data-dependent op): torch runs it as it is
@@ -132,7 +133,7 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
 
     with torch._guards.tracing(None):  # outside Dynamo's context: its fake mode would make sizes symbolic
         aten = make_fx(gm, tracing_mode="fake")(*example_inputs)
-    return _rest(_marked(gm, _fuse(aten, device, record, opts)), example_inputs, opts, record)
+    return _rest(_marked(gm, _fuse(aten, device, record, opts, watch)), example_inputs, opts, record)
 
 
 def _marked(dynamo: torch.fx.GraphModule, aten: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -161,14 +162,14 @@ def _marked(dynamo: torch.fx.GraphModule, aten: torch.fx.GraphModule) -> torch.f
 
 
 def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, Any],
-          opts: Options) -> torch.fx.GraphModule:
+          opts: Options, watch: Watch) -> torch.fx.GraphModule:
     """`aten` with each cone Prism takes replaced by a call of its op; what is left is named in `record`."""
     from prism.tune.compile import kept_workers
 
     aten.graph.eliminate_dead_code()  # unread results (attention's log-sum-exp) would count as uses
     out_of_place(aten.graph)          # nn.RMSNorm's add_ on its mean, which no cone could take
     found = regions(cones(aten.graph, max_ops=opts.max_ops))
-    watch = Watch(len(found), sum(n.op == "call_function" for n in aten.graph.nodes), opts.progress)
+    watch.regions(len(found), sum(n.op == "call_function" for n in aten.graph.nodes))
     # the regions' tunings compile on the same workers; their programs are superoptimized concurrently
     with kept_workers(), Ahead(device, _options(device, opts)) as ahead:
         if not opts.background:

@@ -21,14 +21,22 @@ log = logging.getLogger("prism.compile")
 
 
 class Watch:
-    """The compile of one graph of `ops` ops in `total` regions, said as it goes (module docstring)."""
+    """The compile of one graph, said as it goes (module docstring): from the backend's first step, a graph of
+    `ops` ops from Dynamo (its tracing to ATen takes seconds on a large model), then its regions (`regions`)."""
 
-    def __init__(self, total: int, ops: int, progress: bool = True, stream: TextIO | None = None) -> None:
-        self.total, self.start = total, time.monotonic()
+    def __init__(self, ops: int, progress: bool = True, stream: TextIO | None = None) -> None:
+        self.total, self.start = 0, time.monotonic()
         self.stream = stream or sys.stderr
         self.line = progress and self.stream.isatty()
-        log.info("prism: %d region(s) to superoptimize in a graph of %d op(s); their searches and tunings start "
-                 "now, on threads", total, ops)
+        text = f"a graph of {ops} op(s) from Dynamo: tracing it to ATen and finding its regions"
+        log.info("prism: %s", text)
+        self._show(f"prism: {text}")
+
+    def regions(self, total: int, ops: int) -> None:
+        """The graph, in ATen, has `ops` ops and `total` regions to superoptimize."""
+        self.total = total
+        log.info("prism: %d region(s) to superoptimize in a graph of %d ATen op(s); their searches and tunings "
+                 "start now, on threads", total, ops)
 
     def region(self, k: int, cone: Any) -> None:
         """Region `k` (from 1) is next: its result is waited for, or computed now."""

@@ -410,9 +410,9 @@ def test_a_region_is_tuned_for_its_inputs_layout(options):
 
 
 def test_a_compile_says_what_it_does_as_it_goes(options, caplog):
-    """At INFO (logger "prism.compile"): the regions to superoptimize before any is waited for, each region as it
-    is reached, before its replacement, and a summary last, which the graph's record keeps with each replaced
-    region's Triton source file."""
+    """At INFO (logger "prism.compile"): the graph as the backend gets it, before it is traced to ATen; the regions
+    to superoptimize before any is waited for; each region as it is reached, before its replacement; and a
+    summary last, which the graph's record keeps with each replaced region's Triton source file."""
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 16))
     with caplog.at_level("INFO", logger="prism.compile"):
@@ -422,7 +422,8 @@ def test_a_compile_says_what_it_does_as_it_goes(options, caplog):
     first = next(i for i, m in enumerate(said) if "region(s) to superoptimize in a graph of" in m)
     regions = [i for i, m in enumerate(said) if m.startswith("prism: region ")]
     replaced = [i for i, m in enumerate(said) if m.startswith("prism: replaced ")]
-    assert first < regions[0] < replaced[0] and len(regions) == len(record["replaced"]) == 2, said
+    assert said[0].startswith("prism: a graph of ") and "from Dynamo: tracing it to ATen" in said[0], said
+    assert 0 < first < regions[0] < replaced[0] and len(regions) == len(record["replaced"]) == 2, said
     assert said[-1] == record["summary"] and record["summary"].startswith("prism: 2 region(s) fused, "), said
     for entry in record["replaced"]:     # each region's generated module, in the cache folder
         assert "@triton.jit" in Path(entry["source"]).read_text() and Path(entry["source"]).name.startswith("prism_")
@@ -440,17 +441,20 @@ def test_the_progress_line_is_for_a_terminal_only(terminal):
     from prism.capture.watch import Watch
 
     stream = _Terminal() if terminal else io.StringIO()
-    watch = Watch(2, 9, progress=True, stream=stream)
+    watch = Watch(12, progress=True, stream=stream)
+    said_at_once = stream.getvalue()
+    watch.regions(2, 9)
     watch.region(1, SimpleNamespace(name="mm_1", nodes=[0] * 3))
     summary = watch.done({"replaced": [{}], "left": [{}, {}]})
     assert summary.startswith("prism: 1 region(s) fused, 2 op(s) or part(s) left to torch, ")
-    if terminal:
-        assert stream.getvalue().startswith("\r\033[Kprism: region 1/2: mm_1 (3 ops): searching and tuning (")
+    if terminal:       # said before any tracing: a large model's takes seconds
+        assert said_at_once == "\r\033[Kprism: a graph of 12 op(s) from Dynamo: tracing it to ATen and finding its regions"
+        assert stream.getvalue().startswith(said_at_once + "\r\033[Kprism: region 1/2: mm_1 (3 ops): searching and tuning (")
         assert stream.getvalue().endswith("\r\033[K" + summary + "\n")
     else:
         assert stream.getvalue() == ""          # a log file gets the INFO lines only, never carriage returns
     quiet = _Terminal()
-    Watch(1, 1, progress=False, stream=quiet).done({"replaced": [], "left": []})
+    Watch(1, progress=False, stream=quiet).done({"replaced": [], "left": []})
     assert quiet.getvalue() == ""
 
 
