@@ -664,6 +664,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"prism: error: {message} (see {self.prog} --help)\n")
 
 
+class _Interrupts:
+    """Whether a Ctrl-C has arrived in this process. A SIGINT that lands inside an extension module's import (numpy's,
+    under torch's) can surface not as KeyboardInterrupt but as an ImportError then or later ("cannot load module
+    more than once per process"); a run that fails so after a Ctrl-C was interrupted, and says so, not a bug."""
+
+    seen = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: Any) -> None:
+        cls.seen = True
+        signal.default_int_handler(signum, frame)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. With no command (or a workload name first) it
     runs `check`, the main job. Ctrl-C at any point, imports included, ends it with one line; once it has,
@@ -678,18 +691,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit joins every process pool's manager thread, and one whose workers were killed mid-task could wait on them
     for minutes (`prism tune`, about one Ctrl-C in 20). So does a Ctrl-C that lands while a finished run exits.
     The workers watch their parent and exit with it (prism.pool)."""
+    if argv is None:
+        signal.signal(signal.SIGINT, _Interrupts.handler)
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
+    except Exception:
+        if not _Interrupts.seen:
+            raise
+        return _interrupted(argv)
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        sys.unraisablehook = lambda report: None
-        print("prism: interrupted", file=sys.stderr)
-        if argv is None:
-            _end(EXIT_INTERRUPTED)
-        return EXIT_INTERRUPTED
+        return _interrupted(argv)
     if argv is None:
         signal.signal(signal.SIGINT, lambda *_: _end(EXIT_INTERRUPTED))
     return code
+
+
+def _interrupted(argv: Sequence[str] | None) -> int:
+    """Say "interrupted" once; as the process's entry point, end it (`main`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.unraisablehook = lambda report: None
+    print("prism: interrupted", file=sys.stderr)
+    if argv is None:
+        _end(EXIT_INTERRUPTED)
+    return EXIT_INTERRUPTED
 
 
 def _end(code: int) -> None:
@@ -723,6 +747,8 @@ def _main(argv: list[str]) -> int:
     except OSError as e:
         return _failed(args, EXIT_USAGE, "error", f"{e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}")
     except Exception as e:
+        if _Interrupts.seen:
+            raise KeyboardInterrupt from e
         if os.environ.get("PRISM_DEBUG"):
             traceback.print_exc()
         return _failed(args, EXIT_BUG, "internal error", f"{type(e).__name__}: {e} (a bug in Prism; PRISM_DEBUG=1 "

@@ -81,3 +81,27 @@ def test_ctrl_c_at_any_moment_of_a_tuning_ends_at_once(tmp_path):
     for r in hit:
         assert r["code"] == EXIT_INTERRUPTED and r["took_s"] < LIMIT_S, r
         assert r["last_line"] == "prism: interrupted" and not r["traceback"], r
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_run_that_fails_after_a_ctrl_c_is_interrupted_not_a_bug(interrupted, monkeypatch, capsys):
+    """A Ctrl-C that lands inside an extension module's import (numpy's, under torch's) can come back as an
+    ImportError, then or at a later import ("cannot load module more than once per process"): after a Ctrl-C that
+    is the interrupt (exit 130, one line), and without one a bug (exit 3)."""
+    import prism.cli as cli
+
+    def broken(args):
+        raise ImportError("cannot load module more than once per process")
+
+    monkeypatch.setattr(cli, "_check", broken)
+    monkeypatch.setattr(cli._Interrupts, "seen", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        code = cli.main(["check", "rmsnorm"])
+    finally:
+        signal.signal(signal.SIGINT, before)     # an interrupted in-process run ignores further Ctrl-C
+    err = capsys.readouterr().err
+    if interrupted:
+        assert code == EXIT_INTERRUPTED and err == "prism: interrupted\n"
+    else:
+        assert code == 3 and "internal error: ImportError: cannot load module" in err
