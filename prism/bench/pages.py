@@ -356,6 +356,22 @@ def _split_kv_tail(docs: list[Any]) -> str:
                               "called µs", "graph vs two kernels", "distinct outputs", "rel. err at std 30"], cells))
 
 
+def _interrupts(docs: list[Any]) -> str:
+    """As benchmarks/interrupts.py prints it, per command: how the interrupted runs ended."""
+    (doc,) = docs
+    rows = []
+    for name, length in doc["lengths_s"].items():
+        mine = [r for r in doc["runs"] if r["command"] == name]
+        hit = [r for r in mine if r["took_s"] is not None]
+        rows.append([name, f"{length:.1f}", len(hit), sum(r["code"] == 130 for r in hit),
+                     sum(r["code"] == -2 for r in hit), sum(r["took_s"] < 2.0 for r in hit),
+                     f"{max((r['took_s'] for r in hit), default=0):.2f}", len(mine) - len(hit),
+                     sum(r["traceback"] for r in mine)])
+    return (f"{doc['workload']}, seed {doc['seed']}.\n\n"
+            + markdown_table(["command", "uninterrupted s", "interrupted", "exit 130", "killed by SIGINT",
+                              "ended within 2 s", "slowest s", "ended before the signal", "tracebacks"], rows))
+
+
 def _every_size(docs: list[Any]) -> str:
     """As benchmarks/every_size.py --model prints it, per file: the model's µs at each odd KV length."""
     parts = []
@@ -501,6 +517,12 @@ TABLES = [
         "One DynamicGraph serves every KV length; at each odd length the model's estimate of what it serves, "
         "against the powers of two around it (p/2, p): scaled by length, and against the line through its "
         "neighbours.", _every_size),
+    Table("Ctrl-C at random moments", ("interrupts_cpu.json",), (
+        f"python benchmarks/interrupts.py --runs 50 --out {RESULTS}/interrupts_cpu.json",),
+        "`prism tune` and `prism optimize` sent SIGINT (to the process group, as a terminal does) at a seeded "
+        "random moment of each run, on a 2-core CPU: how each interrupted run ended and how long after the signal. "
+        "'killed by SIGINT': the signal landed while the interpreter exited after the run (a shell reports 130).",
+        _interrupts),
     Table("Oracle samples: candidates measured on a GPU", SAMPLE_FILES, None,
           "Every candidate a GPU timed, kept so that the cost model's picks can be replayed on a CPU "
           "(`python benchmarks/tune_calibrate.py regret --kind K FILES`, tests/tune/test_oracle.py). e and f came "
