@@ -1,4 +1,4 @@
-"""The README's worked example as a newcomer runs it, at a small config: `prism optimize`, again from a clean
+"""The worked example (docs/cli.md) as a newcomer runs it, at a small config: `prism optimize`, again from a clean
 folder with the result cache warm, then `prism tune` of the saved search.json at another config and `prism
 show` of one of its sGraphs. Every command exits 0, and each folder holds the files of its own run only."""
 
