@@ -36,8 +36,6 @@ RESULTS = "benchmarks/results"
 LINK = "../" + RESULTS
 """The results folder as seen from docs/, for links."""
 NOT_RECORDED = "command not recorded"
-PREPARE = "python benchmarks/gpu_run.py prepare --search-dir gpu-searches"
-"""On a CPU, before a GPU call: every workload's search, carried to the GPU machine."""
 TVM_PREPARE = "python benchmarks/tvm_bench.py prepare --out tvm-build"
 """On a CPU, before a GPU call with the tvm step: TVM's libraries for sm_90 and its runtime, carried."""
 
@@ -56,38 +54,13 @@ class GPURun(NamedTuple):
 
 
 GPU_CALL_H200 = "python3 benchmarks/gpu_run.py run --search-dir gpu-searches --out $OUT"
-GPU_RUNS = [
-    GPURun("gpu_bench_tuning_h100.json", (
-        "PYTHONPATH=. python benchmarks/gpu_bench.py --workloads rmsnorm,swiglu,attention,qk_attention,rmsnorm_mlp "
-        "--search-dir DIR --budget 8 --time-budget 20 --no-cache",)),
-    GPURun("gpu_bench_h100_2026-11-26.json", (
-        PREPARE, "python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT "
-        "--steps gpu_bench,oracle,tests --seconds 545"), searches="searches_h100_2026-11-26"),
-    GPURun("gpu_bench_h100_2026-11-26_s7a.json", (
-        PREPARE, "python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches --out $OUT "
-        "--steps gpu_bench --seconds 430")),
-    GPURun("gpu_bench_h100_2026-11-26_s7b.json", (
-        PREPARE, "timeout 285 python3 benchmarks/gpu_bench.py --search-dir gpu-searches --budget 16 "
-        "--workloads attention,qk_attention,rmsnorm --out $OUT/gpu_bench.json")),
-    GPURun("gpu_bench_h200_2026-11-27_a.json", (
-        PREPARE, TVM_PREPARE, f"{GPU_CALL_H200} --steps gpu_bench,tvm --seconds 545"),
-        searches="searches_h200_2026-11-27"),
-    GPURun("gpu_bench_h200_2026-11-27_b.json", (
-        PREPARE, f"{GPU_CALL_H200} --steps gpu_bench --workloads gqa,ntrans,moe --seconds 230"),
-        searches="searches_h200_2026-11-27"),
-    GPURun("gpu_bench_h200_2026-11-27_c.json", (
-        PREPARE, TVM_PREPARE, f"{GPU_CALL_H200} --steps gpu_bench,tvm "
-        "--workloads rmsnorm,rmsnorm_mlp,swiglu,attention,qk_attention,lora,rmsnorm_linear --seconds 545"),
-        searches="searches_h200_2026-11-27_cd", tvm="tvm_h200_2026-11-27.json"),
-    GPURun("gpu_bench_h200_2026-11-27_d.json", (
-        PREPARE, f"{GPU_CALL_H200} --steps gpu_bench --workloads gqa,ntrans,moe --seconds 370"),
-        searches="searches_h200_2026-11-27_cd", tvm="tvm_h200_2026-11-27.json"),
-]
+PROVENANCE = json.loads((ROOT / RESULTS / "provenance.json").read_text())
+"""What the result files do not record themselves (which command made each, what was compared), kept beside
+them in benchmarks/results/provenance.json: the names of dated runs are data, not code."""
+GPU_RUNS = [GPURun(r["file"], tuple(r["commands"]), r.get("searches"), r.get("tvm")) for r in PROVENANCE["gpu_runs"]]
 """Every gpu_bench run kept, with what made it. TVM's run joins the two calls of its tree (its step ran in the
 first and measured every config)."""
-
-COMPARE_BEFORE = ("gpu_bench_h200_2026-11-27_a.json", "gpu_bench_h200_2026-11-27_b.json")
-COMPARE_NOW = ("gpu_bench_h200_2026-11-27_c.json", "gpu_bench_h200_2026-11-27_d.json")
+COMPARE_BEFORE, COMPARE_NOW = (tuple(PROVENANCE["compare"][k]) for k in ("before", "now"))
 """The H200 runs `gpu_run.py compare` set side by side: the later tree's two calls against the earlier's."""
 
 
@@ -402,39 +375,19 @@ def _compare(old: str, *args: str) -> str:
     return "python benchmarks/search_compare.py " + " ".join((old,) + args)
 
 
-SAMPLES = {
-    "tune_samples_h100_a.json": ("PYTHONPATH=. python benchmarks/tune_calibrate.py collect --search-dir DIR "
-                                 "--samples 20 --top 6",),
-    "tune_samples_h100_b.json": ("PYTHONPATH=. python benchmarks/tune_calibrate.py collect --search-dir DIR "
-                                 "--samples 16 --top 6 --workloads attention,qk_attention",),
-    "tune_samples_h100_c.json": ("python3 benchmarks/gpu_run.py run --wheels .whl --search-dir gpu-searches "
-                                 "--out $OUT --steps gpu_bench,oracle,tests --seconds 545 (its oracle step)",),
-    "tune_samples_h100_d.json": ("python benchmarks/tune_calibrate.py from-bench "
-                                 f"{RESULTS}/gpu_bench_h100_2026-11-26.json --search-dir "
-                                 f"{RESULTS}/searches_h100_2026-11-26 --out {RESULTS}/tune_samples_h100_d.json",),
-    "tune_samples_h100_e.json": (),
-    "tune_samples_h100_f.json": (),
-    **{f"tune_samples_h200_{x}.json": (
-        f"python benchmarks/tune_calibrate.py from-bench {RESULTS}/gpu_bench_h200_2026-11-27_{x}.json --search-dir "
-        f"{RESULTS}/searches_h200_2026-11-27{'_cd' if x in 'cd' else ''} --out {RESULTS}/tune_samples_h200_{x}.json",)
-        for x in "abcd"},
-}
-"""The oracle files (candidates a GPU measured, replayed by tests/tune/test_oracle.py) and what wrote them. e and f
-came from the from-bench step of their GPU calls, whose searches were not kept; their spill flags were set again
-afterwards from their stored fields, by no command."""
+SAMPLES = {name: tuple(commands) for name, commands in PROVENANCE["samples"].items()}
 SAMPLE_FILES = tuple(SAMPLES)
 
 SEARCH_RUNS = "--runs 3 --workers 2 --out"
 TABLES = [
-    Table("TVM on the H200", ("tvm_h200_2026-11-27.json",), (TVM_PREPARE, (
+    Table("TVM on the H200", tuple(PROVENANCE["tables"]["tvm_gpu"]), (TVM_PREPARE, (
         f"{GPU_CALL_H200} --steps gpu_bench,tvm --workloads rmsnorm,rmsnorm_mlp,swiglu,attention,qk_attention,lora,"
         "rmsnorm_linear --seconds 545 (its tvm step: python benchmarks/tvm_bench.py run --build tvm-build "
         "--out $OUT/tvm.json)")),
         "TVM's Relax builds of each workload's torch formula with its default GPU schedules (dlight), built on a CPU "
         "and run on the GPU with TVM's runtime only. The configs whose output missed the reference have no ratio "
         "in the tables above.", _tvm_gpu),
-    Table("TVM on a CPU, before and after torch's math is spelled out", (
-        "tvm_llvm_cpu_2026-11-27_before.json", "tvm_llvm_cpu_2026-11-27.json"), (
+    Table("TVM on a CPU, before and after torch's math is spelled out", tuple(PROVENANCE["tables"]["tvm_cpu"]), (
         "python benchmarks/tvm_bench.py prepare --target llvm --out DIR",
         "python benchmarks/tvm_bench.py run --build DIR --out DIR/tvm.json"),
         "Before: the parent of 10e5c93; after: `tvm_bench.torch_semantics` writes a square as a product and a "
@@ -549,7 +502,8 @@ def _commands(commands: tuple[str, ...] | None) -> list[str]:
 
 def _unread(results: Path) -> list[str]:
     """JSON files under `results` that no section reads, relative to it (a search folder counts as read)."""
-    read = {r.file for r in GPU_RUNS} | {r.tvm for r in GPU_RUNS if r.tvm} | {f for t in TABLES for f in t.files}
+    read = ({"provenance.json"} | {r.file for r in GPU_RUNS} | {r.tvm for r in GPU_RUNS if r.tvm}
+            | {f for t in TABLES for f in t.files})
     folders = tuple(r.searches + "/" for r in GPU_RUNS if r.searches)
     names = (p.relative_to(results).as_posix() for p in results.rglob("*.json"))
     return sorted(n for n in names if n not in read and not n.startswith(folders))
