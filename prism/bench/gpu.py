@@ -30,7 +30,7 @@ from prism.bench.search import config_text, saved_or_searched
 from prism.errors import PrismError
 from prism.provenance import build_id
 
-__all__ = ["num_text", "COLUMNS", "GPUOptions", "GPUUnavailable", "against", "copy_bandwidth", "format_table",
+__all__ = ["num_text", "ratio", "COLUMNS", "GPUOptions", "GPUUnavailable", "against", "copy_bandwidth", "format_table",
            "max_error", "measure", "measure_gpu", "require_gpu", "search_result", "with_tvm"]
 
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
@@ -75,7 +75,8 @@ def num_text(v: Any, fmt: str = "{:.2f}") -> str:
     return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
 
 
-def _ratio(a: Any, b: Any) -> float | None:
+def ratio(a: Any, b: Any) -> float | None:
+    """a / b, or None where either is missing or b is not positive."""
     return a / b if a is not None and b is not None and b > 0 else None
 
 
@@ -90,10 +91,10 @@ def _cells(r: dict[str, Any]) -> list[str]:
     return [r["workload"], config_text(r["config"]), num_text(r.get("floor_us"))] + [
         timed(k) for k in ("prism_graph_us", "compile_graph_us", "eager_graph_us", "tvm_graph_us",
                            "prism_us", "prism_ro_us", "compile_us", "eager_us", "tvm_us")] + [
-        num_text(host), num_text(_ratio(r.get("floor_us"), r.get("prism_graph_us")), "{:.0%}"),
-        num_text(_ratio(r.get("compile_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
-        num_text(None if wrong else _ratio(r.get("tvm_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
-        num_text(_ratio(torch_called, r.get("prism_us")), "{:.2f}x"),
+        num_text(host), num_text(ratio(r.get("floor_us"), r.get("prism_graph_us")), "{:.0%}"),
+        num_text(ratio(r.get("compile_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
+        num_text(None if wrong else ratio(r.get("tvm_graph_us"), r.get("prism_graph_us")), "{:.2f}x"),
+        num_text(ratio(torch_called, r.get("prism_us")), "{:.2f}x"),
         str(r.get("kernels", "n/a")), str(((r.get("report") or {}).get("space") or {}).get("points", "n/a")),
         num_text(r.get("spearman"), "{:+.2f}"), num_text(r.get("superoptimize_s"), "{:.1f}"),
         r.get("chosen") or r.get("error", "n/a")]
@@ -129,13 +130,13 @@ def against(runs: list[dict[str, Any]], before: list[dict[str, Any]]) -> str:
     slower, faster = [], []
     for r in (r for run in runs for r in run.get("rows", [])):
         old, now = earlier.get(key(r), {}), r.get("prism_graph_us")
-        ratio = _ratio(old.get("prism_graph_us"), now)
-        if ratio is not None and ratio < 1 / SLOWER:
+        moved = ratio(old.get("prism_graph_us"), now)
+        if moved is not None and moved < 1 / SLOWER:
             slower.append(f"{r['workload']} {config_text(r['config'])}")
-        if ratio is not None and ratio > SLOWER:
+        if moved is not None and moved > SLOWER:
             faster.append(f"{r['workload']} {config_text(r['config'])}")
         lines.append(f"| {r['workload']} | {config_text(r['config'])} | {num_text(old.get('prism_graph_us'))} | "
-                     f"{num_text(now)} | {num_text(ratio, '{:.2f}x')} | {old.get('chosen', 'n/a')} | "
+                     f"{num_text(now)} | {num_text(moved, '{:.2f}x')} | {old.get('chosen', 'n/a')} | "
                      f"{r.get('chosen') or r.get('error', 'n/a')} |".replace("\n", " "))
     lines.append(f"\nslower than before by over {SLOWER - 1:.0%}: {len(slower)} ({'; '.join(slower) or 'none'}); "
                  f"faster: {len(faster)} ({'; '.join(faster) or 'none'})")

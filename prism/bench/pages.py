@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from prism.bench.gpu import SLOWER, against, format_table, num_text, with_tvm
+from prism.bench.gpu import SLOWER, against, format_table, num_text, ratio, with_tvm
 from prism.bench.report import markdown, markdown_table
 from prism.bench.search import config_text
 
@@ -81,14 +81,6 @@ def _link(name: str) -> str:
     return f"[`{name}`]({LINK}/{name})"
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b is not None and b > 0 else None
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
 def _name(r: dict[str, Any]) -> str:
     """A before/after record's job: newer runs say `job`, older ones `workload`."""
     return r.get("job") or r["workload"]
@@ -120,7 +112,7 @@ def _joined(results: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _vs(r: dict[str, Any], key: str) -> float | None:
-    return _ratio(r.get(key), r.get("prism_graph_us"))
+    return ratio(r.get(key), r.get("prism_graph_us"))
 
 
 SUMMARY_NOTE = (
@@ -149,7 +141,7 @@ def _summary(runs: list[tuple[str, dict[str, Any]]]) -> str:
             wrong = r.get("tvm_exact") is False
             cells = {"eager": _vs(r, "eager_graph_us"), "Inductor": _vs(r, "compile_graph_us"),
                      "TVM": None if wrong else _vs(r, "tvm_graph_us"),
-                     "floor": _ratio(r.get("floor_us"), r.get("prism_graph_us"))}
+                     "floor": ratio(r.get("floor_us"), r.get("prism_graph_us"))}
             for k, v in cells.items():
                 if v is not None:
                     ratios[k].append(v)
@@ -159,7 +151,7 @@ def _summary(runs: list[tuple[str, dict[str, Any]]]) -> str:
                          num_text(cells["floor"], "{:.0%}"), f"[{Path(file).stem}]({LINK}/{file})"])
 
         def mean(k: str, fmt: str) -> str:
-            return "n/a" if not ratios[k] else f"{num_text(_geomean(ratios[k]), fmt)} ({len(ratios[k])})"
+            return "n/a" if not ratios[k] else f"{num_text(statistics.geometric_mean(ratios[k]), fmt)} ({len(ratios[k])})"
 
         rows.append([device, date, "**geometric mean**", f"{len(found)} configs", "", mean("eager", "{:.2f}x"),
                      mean("Inductor", "{:.2f}x"), mean("TVM", "{:.2f}x"), mean("floor", "{:.0%}"), ""])
