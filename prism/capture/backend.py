@@ -106,13 +106,13 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     cyclic collector runs less often meanwhile (prism.pool.fewer_collections): tracing and lowering build many
     short-lived graphs, and the model's process holds torch's objects, which every full collection walks."""
     opts = OPTIONS.configured(options, mode)
-    watch = Watch(sum(n.op == "call_function" for n in gm.graph.nodes), opts.progress)
     record: dict[str, Any] = {"replaced": [], "left": []}
     history.append(record)
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         record["left"].append({"what": "the whole graph", "why": "it needs gradients; Prism is inference-only"})
         log.info("prism: the graph needs gradients (Prism is inference-only): all of it goes to %s", opts.rest)
         return _rest(gm, example_inputs, opts, record)
+    watch = Watch(sum(n.op == "call_function" for n in gm.graph.nodes), opts.progress)
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     if opts.cudagraphs:
         record["cudagraphs"] = ("Inductor records a CUDA graph per size, Prism's ops inside" if device.type == "cuda"
@@ -128,6 +128,7 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
             why = f"its sizes are symbolic ({symbolic}) and tracing it to ATen failed ({type(e).__name__}: {e})"
             record["left"].append({"what": "the whole graph", "why": why})
             log.warning("prism: %s: all of it goes to %s", why, opts.rest)
+            record["summary"] = watch.done(record)
             return _rest(gm, example_inputs, opts, record)
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -22,7 +22,8 @@ log = logging.getLogger("prism.compile")
 
 class Watch:
     """The compile of one graph, said as it goes (module docstring): from the backend's first step, a graph of
-    `ops` ops from Dynamo (its tracing to ATen takes seconds on a large model), then its regions (`regions`)."""
+    `ops` ops from Dynamo (tracing it to ATen and finding its regions come before any region), then its regions
+    (`regions`), then a summary (`done`)."""
 
     def __init__(self, ops: int, progress: bool = True, stream: TextIO | None = None) -> None:
         self.total, self.start = 0, time.monotonic()
