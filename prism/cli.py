@@ -15,6 +15,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -667,14 +668,31 @@ class _Parser(argparse.ArgumentParser):
 class _Interrupts:
     """Whether a Ctrl-C has arrived in this process. A SIGINT that lands inside an extension module's import (numpy's,
     under torch's) can surface not as KeyboardInterrupt but as an ImportError then or later ("cannot load module
-    more than once per process"); a run that fails so after a Ctrl-C was interrupted, and says so, not a bug."""
+    more than once per process"); a run that fails so after a Ctrl-C was interrupted, and says so, not a bug.
+
+    Library code can also swallow the KeyboardInterrupt itself (torch goes on without numpy when numpy's import
+    fails), and the run would go on for as long as its work takes. So the process's entry point arms a backstop
+    with the first Ctrl-C: if the process has not ended `GRACE_S` later, it ends then, as interrupted."""
 
     seen = False
+    GRACE_S = 1.0
+    _said = threading.Lock()
 
     @classmethod
     def handler(cls, signum: int, frame: Any) -> None:
+        if not cls.seen:
+            backstop = threading.Timer(cls.GRACE_S, cls.end)
+            backstop.daemon = True
+            backstop.start()
         cls.seen = True
         signal.default_int_handler(signum, frame)
+
+    @classmethod
+    def end(cls) -> None:
+        """Say "interrupted" (unless the main thread or the backstop has) and end the process."""
+        if cls._said.acquire(blocking=False):
+            print("prism: interrupted", file=sys.stderr)
+        _end(EXIT_INTERRUPTED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -701,6 +719,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _interrupted(argv)
     except KeyboardInterrupt:
         return _interrupted(argv)
+    if _Interrupts.seen:    # its KeyboardInterrupt was swallowed on the way: what the run did is not to be trusted
+        return _interrupted(argv)
     if argv is None:
         signal.signal(signal.SIGINT, lambda *_: _end(EXIT_INTERRUPTED))
     return code
@@ -710,9 +730,9 @@ def _interrupted(argv: Sequence[str] | None) -> int:
     """Say "interrupted" once; as the process's entry point, end it (`main`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.unraisablehook = lambda report: None
-    print("prism: interrupted", file=sys.stderr)
     if argv is None:
-        _end(EXIT_INTERRUPTED)
+        _Interrupts.end()
+    print("prism: interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 

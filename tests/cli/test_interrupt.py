@@ -83,6 +83,43 @@ def test_ctrl_c_at_any_moment_of_a_tuning_ends_at_once(tmp_path):
         assert r["last_line"] == "prism: interrupted" and not r["traceback"], r
 
 
+SWALLOWING = """
+import sys, time
+import prism.cli as cli
+
+def check(args):  # library code that swallows the KeyboardInterrupt and goes on working
+    print("working", file=sys.stderr, flush=True)
+    while True:
+        try:
+            time.sleep(0.01)
+        except KeyboardInterrupt:
+            pass
+
+cli._check = check
+sys.argv = ["prism", "check", "rmsnorm"]
+raise SystemExit(cli.main())
+"""
+
+
+def test_ctrl_c_that_library_code_swallows_still_ends_the_command(tmp_path):
+    """The backstop: a Ctrl-C whose KeyboardInterrupt never reaches `main` ends the process within 2 s all the same,
+    with exit 130 and one line (without the backstop, this command would run until killed)."""
+    from benchmarks.interrupts import LIMIT_S
+
+    proc = subprocess.Popen([sys.executable, "-c", SWALLOWING], cwd=tmp_path, env=child_env(tmp_path),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr.readline() == "working\n"
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert code == EXIT_INTERRUPTED and took < LIMIT_S, (code, took)
+    assert proc.stderr.read() == "prism: interrupted\n"
+
+
 @pytest.mark.parametrize("interrupted", [False, True])
 def test_a_run_that_fails_after_a_ctrl_c_is_interrupted_not_a_bug(interrupted, monkeypatch, capsys):
     """A Ctrl-C that lands inside an extension module's import (numpy's, under torch's) can come back as an
