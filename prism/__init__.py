@@ -10,10 +10,10 @@ import types
 from typing import Any
 
 from prism import errors
+from prism.provenance import VERSION as __version__
 
 __all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchOptions", "SearchResult", "Tensor", "TuneOptions",
            "errors", "from_torch", "interp", "search", "superoptimize", "verify", "workloads"]
-__version__ = "0.1.0"
 
 _HOME = {"BlockGraph": "prism.ir", "KernelGraph": "prism.ir", "Tensor": "prism.ir", "OptimizedGraph": "prism.runtime",
          "superoptimize": "prism.runtime", "SearchResult": "prism.search", "SearchOptions": "prism.search",

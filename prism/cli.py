@@ -520,13 +520,13 @@ def _cache(args: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
-    from prism import __version__
+    from prism.provenance import VERSION
 
     p = _Parser(prog="prism", description="Prism: a symbolic superoptimizer for tensor programs. "
                                 "It searches fused GPU kernels, proves each equal to the program for all "
                                 "parallel sizes, then tunes sizes and emits Triton.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"prism {__version__}")
+    p.add_argument("--version", action="version", version=f"prism {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str, *notes: str) -> argparse.ArgumentParser:

@@ -36,13 +36,11 @@ class Guarded:
     def of(cls, opt: Any) -> Guarded:
         """The runner of `opt`'s op, made its runner here if it was not (taking `opt`, the latest, as runner_op
         does: graphs that share an op compute the same)."""
-        from prism.runtime.torch_op import torch_op
-
         guarded = _GUARDS.get(str(opt.op))
         if guarded is None:
             guarded = _GUARDS[str(opt.op)] = cls(opt)
         guarded.opt = opt
-        torch_op(opt, guarded)
+        opt.as_op(guarded)
         return guarded
 
     def attach(self, record: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
-"""ATen graphs (torch.fx, as torch.export or make_fx trace them) → Prism kernel graphs, one table of ops.
+"""ATen graphs (torch.fx, as torch.export or make_fx trace them) → Prism kernel graphs: the rules of every op
+but attention (prism.capture.sdpa), and `lower`, which walks a graph through the table both fill.
 
-Each ATen op that Prism can express has one entry in `ATEN`: a function from the op's arguments (already
-lowered) to a Prism value. Views are layout, never computed (prism.capture.layout): a view of a graph input
+Each ATen op that Prism can express has one entry in the table (prism.capture.aten.ATEN): a function from the
+op's arguments (already lowered) to a Prism value. Views are layout, never computed (prism.capture.layout): a view of a graph input
 (`permute`, `view`, `expand`) folds into the input, recorded as a `Source` (the FX node and the steps to apply
 to its value); a view of an intermediate keeps the Prism tensor and changes its logical shape, and the ops
 after it (broadcasts, reductions) work on whole groups of logical dims. A cone is lowered with its inputs
@@ -21,179 +22,19 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.capture.layout import Pending, Source, Viewed, broadcast_form, groups, rows
+from prism.capture import sdpa  # noqa: F401  (its rules register into the table: attention)
+from prism.capture.aten import (ATEN, Deferred, Handler, Lowering, Size, Unavailable, Value, aten_op, broadcast, fold,
+                                op_name, ranked, softmax, static_size, where, wrap)
+from prism.capture.layout import Pending, Source, Viewed, rows
 from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
 
-__all__ = ["ATEN", "SAME_NAMED", "SOFTMAXES", "Lowering", "Source", "input_strides", "lower", "op_name"]
-
-@dataclass(frozen=True)
-class _Deferred:
-    """rsqrt(y) or sigmoid(x): Prism has them only inside x * rsqrt(y) and x * sigmoid(x)."""
-
-    kind: str
-    arg: Any
-    node: Any
-
-
-Value = Any
-"""What a node lowers to: a Tensor, a Viewed tensor, a Pending input, a _Deferred factor, a Python scalar, or a
-tuple of these (an op with several results)."""
-
-
-def op_name(node: Any) -> str:
-    """`aten.mm.default` for an OpOverload target, the function's name otherwise."""
-    target = node.target
-    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
-
-
-_PRISM = str(Path(__file__).resolve().parents[1])
-
-
-def _where(node: Any) -> str:
-    """The user's source line of `node`, as torch recorded it (the innermost frame outside Prism), or the
-    place the captured function was defined (`node.meta["prism_origin"]`, set by the capture)."""
-    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-    lines = [t.strip() for t in trace if t.strip().startswith("File ") and _PRISM not in t]
-    origin = lines[-1] if lines else node.meta.get("prism_origin")
-    return f" ({origin})" if origin else ""
-
-
-Size = Callable[[Any], int]
-"""A size as an int: an int as it is, a symbolic size (torch.SymInt) at the sizes being lowered for."""
-
-
-def static_size(n: Any) -> int:
-    """The sizes of a graph with static shapes: a symbolic one is refused (prism.capture.dynamic binds them)."""
-    if isinstance(n, int):
-        return n
-    raise UnsupportedOp(f"a symbolic size {n} (dynamic shapes) where static sizes were expected")
-
-
-@dataclass
-class Lowering:
-    """The kernel graph being built, the Prism value of each FX node, and the inputs made so far. With
-    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.layout.rows).
-    `size` turns the sizes in the FX graph's metadata into ints (symbolic ones at the sizes lowered for)."""
-
-    graph: KernelGraph = field(default_factory=KernelGraph)
-    values: dict[Any, Any] = field(default_factory=dict)
-    sources: list[Source] = field(default_factory=list)
-    names: dict[Any, str] = field(default_factory=dict)  # preferred input names by FX node
-    as_rows: bool = False
-    size: Size = static_size
-    dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
-    _made: dict[Source, Tensor] = field(default_factory=dict)
-    _sliced: dict[tuple, Tensor] = field(default_factory=dict)  # prism.capture.lower._slice's, by (ref, dim, range)
-    node: Any = None  # the node being lowered, for messages
-
-    def fail(self, why: str, operand: Value = None) -> UnsupportedOp:
-        """The error for the node being lowered; with `operand`, it names the node that made that value as the
-        place to cut (the backend leaves it, and what it depends on, to torch: prism.capture.backend)."""
-        e = UnsupportedOp(f"{op_name(self.node)}: {why}{_where(self.node)}")
-        e.node = next((n for n, v in self.values.items() if v is operand), None) if operand is not None else None
-        return e
-
-    def input(self, v: Pending) -> Tensor:
-        """The graph input for pending `v`, made on first use. Prism's ops take operands of one dtype: an input
-        of another float dtype is cast to the cone's by torch first (a float32 value in a float16 cone is
-        mostly an upcast of float16 data, cut from a norm, so the cast back is exact)."""
-        if self.dtype is not None and v.dtype != self.dtype and v.dtype.is_floating_point:
-            v = Pending(v.source.then("to", (str(self.dtype).removeprefix("torch."),)), v.shape, self.dtype)
-        if v.source not in self._made:
-            base = self.names.get(v.source.node) or getattr(v.source.node, "name", "in")
-            name = "".join(c if c.isalnum() else "_" for c in base).strip("_") or "in"
-            name = f"in_{name}" if not name[0].isalpha() else name
-            taken = {t.name for t in self.graph.inputs}
-            unique, k = name, 1
-            while unique in taken or unique[0] == "t" and unique[1:].isdigit():
-                k += 1
-                unique = f"{name}_{k}"
-            dtype = str(v.dtype).removeprefix("torch.")
-            self._made[v.source] = self.graph.input(v.shape, dtype, unique)
-            self.sources.append(v.source)
-        return self._made[v.source]
-
-    def tensor(self, v: Value) -> Tensor:
-        """`v` as a Prism tensor of its logical shape (an input made of a pending one)."""
-        if isinstance(v, Tensor):
-            return v
-        if isinstance(v, Pending):
-            return self.input(v)
-        if isinstance(v, Viewed):
-            raise self.fail(f"a view of an intermediate to {list(v.shape)} ({v.t.name} is {list(v.t.shape)}), "
-                            "where this op needs its operand's own shape")
-        if isinstance(v, _Deferred):
-            raise self.fail(f"{v.kind} is supported only as a factor: x * {v.kind}(...)")
-        raise self.fail(f"expected a tensor, got {type(v).__name__} {v!r}")
-
-    def value(self, v: Value) -> Tensor | Viewed:
-        """`v` as a Prism tensor, possibly seen through views (an input enters as rows under `as_rows`)."""
-        if isinstance(v, Pending) and self.as_rows and rows(v.shape) != v.shape:
-            return wrap(self.input(_fold(v, ("view", rows(v.shape)), rows(v.shape))), v.shape)
-        return v if isinstance(v, Viewed) else self.tensor(v)
-
-    def grouped(self, v: Value) -> tuple[Tensor, tuple[int, ...], list[list[int]]]:
-        """`v`'s Prism tensor, its logical shape and the grouping of the one in the other."""
-        v = self.value(v)
-        t, shape = (v.t, v.shape) if isinstance(v, Viewed) else (v, v.shape)
-        found = groups(t.shape, shape)
-        if found is None:
-            raise self.fail(f"a view of an intermediate to {list(shape)} that splits a dim of {t.name} "
-                            f"{list(t.shape)}; Prism views intermediates only by merging or splitting whole dims")
-        return t, shape, found
-
-    def dim(self, v: Value, d: int) -> tuple[Tensor, tuple[int, ...], int | None]:
-        """`v`'s tensor, its logical shape, and the Prism dim that is logical dim `d` alone (None: `d` has size 1,
-        so an op over it changes nothing)."""
-        t, shape, found = self.grouped(v)
-        if shape[d] == 1:
-            return t, shape, None
-        (k,) = [k for k, g in enumerate(found) if d in g]
-        if found[k] != [d]:
-            raise self.fail(f"an op over dim {d} of {list(shape)}, which a view merged into dim {k} of {t.name} "
-                            f"{list(t.shape)}")
-        return t, shape, k
-
-    def sizes(self, shape: Sequence[Any]) -> tuple[int, ...]:
-        """A shape from the FX graph's metadata, as ints."""
-        return tuple(self.size(n) for n in shape)
-
-    def shape(self, v: Value) -> tuple[int, ...]:
-        """The logical shape of `v`."""
-        return v.shape if isinstance(v, (Tensor, Pending, Viewed)) else self.tensor(v).shape
-
-
-def wrap(t: Tensor, shape: tuple[int, ...]) -> Tensor | Viewed:
-    """Tensor `t` seen with logical `shape` (the same elements in the same order)."""
-    return t if tuple(t.shape) == tuple(shape) else Viewed(t, tuple(shape))
-
-
-def _fold(v: Pending, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Pending:
-    return Pending(v.source.then(*step), tuple(shape), v.dtype)
-
-
-# ---- the table ---------------------------------------------------------------------------------
-
-Handler = Callable[..., Any]
-ATEN: dict[str, Handler] = {}
-
-
-def aten_op(*names: str) -> Callable[[Handler], Handler]:
-    """Register a handler for the ATen ops `names` (how prism.capture.sdpa adds its own)."""
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            ATEN[n] = fn
-        return fn
-    return register
-
+__all__ = ["IGNORED", "SAME_NAMED", "SOFTMAXES", "input_strides", "lower"]
 
 
 def _scalar(v: Any) -> bool:
@@ -204,48 +45,6 @@ def _map(lw: Lowering, v: Value, fn: Callable[[Tensor], Tensor]) -> Tensor | Vie
     """An element-wise op on `v`, whatever its views."""
     v = lw.value(v)
     return Viewed(fn(v.t), v.shape) if isinstance(v, Viewed) else fn(v)
-
-
-def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
-    """Binary table op `name` between two tensor values, broadcasting as torch does. The operand that has the
-    result's logical shape (an intermediate if both do) fixes the Prism dims; the other is read in its
-    grouping: a pending input viewed to fit, an intermediate only if it already does."""
-    sa, sb = lw.shape(a), lw.shape(b)
-    try:
-        full = tuple(torch.broadcast_shapes(sa, sb))
-    except RuntimeError:
-        raise lw.fail(f"cannot broadcast {list(sa)} with {list(sb)}") from None
-    hosts = [v for v in (a, b) if lw.shape(v) == full]
-    if not hosts:  # both broadcast (a column against a row): only between operands of one rank, viewed as is
-        if len(sa) != len(sb):
-            a, b = (_ranked(lw, a, len(sb)), b) if len(sa) < len(sb) else (a, _ranked(lw, b, len(sa)))
-        return getattr(lw.graph, name)(lw.tensor(a), lw.tensor(b))
-    host = next((v for v in hosts if not isinstance(v, Pending)), hosts[0])
-    other = b if host is a else a
-    t, _, grouping = lw.grouped(host)
-    want = broadcast_form(lw.shape(other), full, grouping)
-    if want is None:
-        raise lw.fail(f"broadcasts {list(lw.shape(other))} against {list(full)}, which {t.name} holds as "
-                      f"{list(t.shape)}: no Prism broadcast reads that")
-    if isinstance(other, Pending):
-        o = lw.input(_fold(other, ("view", want), want))
-    else:
-        o = lw.value(other)
-        o = o.t if isinstance(o, Viewed) else o
-        if tuple(o.shape) != want:
-            raise lw.fail(f"operands {list(t.shape)} and {list(o.shape)} hold {list(full)} and "
-                          f"{list(lw.shape(other))} in different Prism dims")
-    x, y = (t, o) if host is a else (o, t)
-    return wrap(getattr(lw.graph, name)(x, y), full)
-
-
-def _ranked(lw: Lowering, v: Value, rank: int) -> Value:
-    """Pending `v` with size-1 dims in front up to `rank` (torch's broadcast between ranks)."""
-    if not isinstance(v, Pending):
-        raise lw.fail(f"broadcasts a rank-{len(lw.shape(v))} intermediate against rank {rank}; Prism "
-                      "broadcasts between equal ranks (inputs can be viewed, intermediates cannot)")
-    shape = (1,) * (rank - len(v.shape)) + v.shape
-    return _fold(v, ("view", shape), shape)
 
 
 def _binary(name: str, scalar: Callable[[KernelGraph, Tensor, float], Tensor] | None = None) -> Handler:
@@ -261,9 +60,9 @@ def _binary(name: str, scalar: Callable[[KernelGraph, Tensor, float], Tensor] | 
             return _map(lw, a if _scalar(b) else b, lambda t: scalar(lw.graph, t, c, _scalar(a)))
         if name == "mul":
             for x, y in ((a, b), (b, a)):
-                if isinstance(y, _Deferred) and y.kind == "rsqrt":           # x * rsqrt(v) = x / sqrt(v)
+                if isinstance(y, Deferred) and y.kind == "rsqrt":           # x * rsqrt(v) = x / sqrt(v)
                     return broadcast(lw, "div", x, _map(lw, y.arg, lw.graph.sqrt))
-                if isinstance(y, _Deferred) and y.kind == "sigmoid" and y.arg is x:  # x * sigmoid(x) = silu(x)
+                if isinstance(y, Deferred) and y.kind == "sigmoid" and y.arg is x:  # x * sigmoid(x) = silu(x)
                     return _map(lw, x, lw.graph.silu)
         return broadcast(lw, name, a, b)
     return lower
@@ -334,13 +133,13 @@ def _gelu(lw: Lowering, a: Any, approximate: str = "none") -> Tensor | Viewed:
 
 
 @aten_op("aten.rsqrt.default")
-def _rsqrt(lw: Lowering, a: Any) -> _Deferred:
-    return _Deferred("rsqrt", a, lw.node)
+def _rsqrt(lw: Lowering, a: Any) -> Deferred:
+    return Deferred("rsqrt", a, lw.node)
 
 
 @aten_op("aten.sigmoid.default")
-def _sigmoid(lw: Lowering, a: Any) -> _Deferred:
-    return _Deferred("sigmoid", a, lw.node)
+def _sigmoid(lw: Lowering, a: Any) -> Deferred:
+    return Deferred("sigmoid", a, lw.node)
 
 
 @aten_op("aten.pow.Tensor_Scalar")
@@ -350,7 +149,7 @@ def _pow(lw: Lowering, a: Any, p: Any) -> Any:
     if p in powers:
         return _map(lw, a, powers[p])
     if p == -0.5:
-        return _Deferred("rsqrt", a, lw.node)
+        return Deferred("rsqrt", a, lw.node)
     if p == 1:
         return a
     raise lw.fail(f"x ** {p}: Prism has x ** 2, x ** 3 and square roots")
@@ -403,12 +202,6 @@ def _softmax(lw: Lowering, a: Any, dim: int, half_to_float: Any = None) -> Tenso
     return wrap(softmax(lw.graph, t, k), shape)
 
 
-def softmax(g: KernelGraph, x: Tensor, dim: int) -> Tensor:
-    """exp(x - max x) / sum(exp(x - max x)) over `dim`."""
-    e = g.exp(g.sub(x, g.max(x, dim)))
-    return g.div(e, g.sum(e, dim))
-
-
 @aten_op("aten.rms_norm.default")
 def _rms_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, eps: Any = None) -> Tensor | Viewed:
     if len(shape) != 1:
@@ -444,14 +237,7 @@ def _layer_norm(lw: Lowering, a: Any, shape: Any, weight: Any = None, bias: Any 
         out = broadcast(lw, "mul", out, weight)
     if bias is not None:
         out = broadcast(lw, "add", out, bias)
-    return out, _Unavailable("layer_norm's mean"), _Unavailable("layer_norm's rstd")
-
-
-@dataclass(frozen=True)
-class _Unavailable:
-    """A result of a multi-result op that Prism does not compute (read it and the cone stays with torch)."""
-
-    what: str
+    return out, Unavailable("layer_norm's mean"), Unavailable("layer_norm's rstd")
 
 
 @aten_op("getitem")
@@ -459,7 +245,7 @@ def _getitem(lw: Lowering, a: Any, index: int) -> Any:
     if not isinstance(a, tuple):
         raise lw.fail(f"getitem of {type(a).__name__}")
     out = a[index]
-    if isinstance(out, _Unavailable):
+    if isinstance(out, Unavailable):
         raise lw.fail(f"{out.what} is not computed by Prism")
     return out
 
@@ -512,8 +298,8 @@ def _view(lw: Lowering, a: Any, step: tuple[str, tuple[int, ...]], shape: tuple[
     if shape == tuple(lw.shape(a)) and same:
         return a
     if isinstance(a, Pending):
-        return _fold(a, step, shape)
-    if step[0] == "view" and math.prod(shape) == math.prod(lw.shape(a)) and not isinstance(a, (_Deferred, tuple)):
+        return fold(a, step, shape)
+    if step[0] == "view" and math.prod(shape) == math.prod(lw.shape(a)) and not isinstance(a, (Deferred, tuple)):
         v = lw.value(a)
         return wrap(v.t if isinstance(v, Viewed) else v, shape)
     raise lw.fail(f"a {step[0]} of an intermediate to {list(shape)}; Prism can view inputs only")
@@ -534,8 +320,8 @@ def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     shape = _out_shape(lw)
     if shape != tuple(lw.shape(a)) and isinstance(a, Pending):
         if len(shape) != len(a.shape):
-            a = _ranked(lw, a, len(shape))
-        return _fold(a, ("expand", shape), shape)
+            a = ranked(lw, a, len(shape))
+        return fold(a, ("expand", shape), shape)
     return _view(lw, a, ("expand", shape), shape)
 
 
@@ -581,7 +367,7 @@ def _narrow(lw: Lowering, a: Any, dim: int, start: Any, end: Any, step: Any = 1)
     out = list(shape)
     out[dim] = end - start
     if isinstance(a, Pending):
-        return _fold(a, ("slice", (dim, start, end)), tuple(out))
+        return fold(a, ("slice", (dim, start, end)), tuple(out))
     t, _, k = lw.dim(a, dim)
     return wrap(_slice(lw, t, k, start, end), tuple(out))
 
@@ -694,7 +480,7 @@ def _lower(lw: Lowering, nodes: Sequence[Any], inputs: Sequence[Any],
             lw.values[node] = lw.size(val)
             continue
         if not isinstance(val, torch.Tensor):
-            raise UnsupportedOp(f"input {node.name} is not a tensor{_where(node)}")
+            raise UnsupportedOp(f"input {node.name} is not a tensor{where(node)}")
         lw.values[node] = Pending(Source(node), lw.sizes(val.shape), val.dtype)
     for node in nodes:
         if node in lw.values:
@@ -727,7 +513,7 @@ def _lower_node(lw: Lowering, node: Any) -> None:
         return
     handler = ATEN.get(name)
     if node.op != "call_function" or handler is None:
-        raise UnsupportedOp(f"{name} is not a Prism op{_where(node)}")
+        raise UnsupportedOp(f"{name} is not a Prism op{where(node)}")
     args = [_arg(lw, a) for a in node.args]
     kwargs = {k: _arg(lw, v) for k, v in node.kwargs.items() if k not in ("dtype", "memory_format", "layout",
                                                                             "device", "pin_memory", "non_blocking")}
@@ -736,7 +522,7 @@ def _lower_node(lw: Lowering, node: Any) -> None:
     except GraphError as e:  # Prism's builder refused (shapes, dtypes): the op as used here is not Prism's
         raise lw.fail(str(e)) from None
     except UnsupportedOp as e:
-        raise e if _where(node) in str(e) or not _where(node) else UnsupportedOp(f"{e}{_where(node)}") from None
+        raise e if where(node) in str(e) or not where(node) else UnsupportedOp(f"{e}{where(node)}") from None
 
 
 def _copy(lw: Lowering, v: Pending) -> Tensor:
@@ -754,6 +540,3 @@ def _arg(lw: Lowering, a: Any) -> Any:
     if isinstance(a, float) and not math.isfinite(a):
         raise lw.fail(f"constant {a}")
     return a
-
-
-from prism.capture import sdpa as _sdpa  # noqa: E402,F401  (registers the attention ops; it imports this module)

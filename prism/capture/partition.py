@@ -29,7 +29,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from prism.capture.lower import ATEN, IGNORED, SAME_NAMED, SOFTMAXES, op_name
+from prism.capture.aten import ATEN, op_name
+from prism.capture.lower import IGNORED, SAME_NAMED, SOFTMAXES
 from prism.capture.sdpa import ATTENTION_OPS
 from prism.ir.ops import OPS
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from prism.capture.layout import Pending, Source, Viewed
-from prism.capture.lower import Lowering, _fold, _Unavailable, aten_op, broadcast, op_name, softmax, wrap
+from prism.capture.aten import Lowering, Unavailable, aten_op, broadcast, fold, op_name, softmax, wrap
 
 __all__ = ["ATTENTION_OPS"]
 
@@ -43,7 +43,7 @@ def _attention(lw: Lowering, *args: Any, **kwargs: Any) -> Any:
     mask = bound.get("attn_mask", bound.get("attn_bias"))
     out = attention(lw, q, k, v, mask, bool(bound.get("is_causal", False)), bound.get("scale"))
     results = len(schema.returns)
-    return out if results == 1 else (out, *(_Unavailable(f"result {i} of {op_name(lw.node)}")
+    return out if results == 1 else (out, *(Unavailable(f"result {i} of {op_name(lw.node)}")
                                             for i in range(1, results)))
 
 
@@ -82,7 +82,7 @@ def _as(lw: Lowering, x: Any, step: tuple[str, tuple[int, ...]], shape: tuple[in
     if tuple(lw.shape(x)) == tuple(shape) and step[0] == "view":
         return x
     if isinstance(x, Pending):
-        return _fold(x, step, shape)
+        return fold(x, step, shape)
     if isinstance(x, Viewed) and tuple(x.t.shape) == tuple(shape):
         return x.t
     raise lw.fail(f"attention needs its operand {list(lw.shape(x))} as {list(shape)}, and it is an intermediate", x)
@@ -103,5 +103,5 @@ def _grouped_mask(lw: Lowering, mask: Any, full: tuple[int, ...], g: int) -> Any
     hq, s = full[-3], full[-2]
     wide = (*shape[:-3], hq, s, shape[-1])                 # every query head and row: what the groups regroup
     grouped = (*shape[:-3], hq // g, g * s, shape[-1])
-    m = _fold(_fold(mask, ("view", shape), shape), ("expand", wide), wide)
-    return _fold(m, ("view", grouped), grouped)
+    m = fold(fold(mask, ("view", shape), shape), ("expand", wide), wide)
+    return fold(m, ("view", grouped), grouped)

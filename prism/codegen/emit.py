@@ -2,10 +2,9 @@
 
 The kernel reads like the Triton tutorials: program ids, then pointers to each input's first tile, then
 the loop (loads, block ops, accumulators, pointer advances), then the ops after the loop, then the
-write-back. Each node kind hands its node over in one verb of its contract (prism.ir.passes.Emit: load,
-op, accumulate, running_max, store), which this module writes where the schedule places the node: a
-loader's load, an accumulator's init and update (its combine op's template), a saver's store; ops render
-through the op table
+write-back. Each node kind's rule (`EMIT`, keyed by kind) hands its node to the Emitter in one verb (load, op,
+accumulate, running_max, store), which it writes where the schedule places the node: a loader's load, an
+accumulator's init and update (its combine op's template), a saver's store; ops render through the op table
 (prism.codegen.render: a template, or a composite op's decomposition as one expression); this module adds
 only what Triton needs around them: addresses, padding masks, dtype conversions, and matmul shapes.
 A ragged dim's mask compares each lane's global index with the dim's extent (prism.codegen.layout says why
@@ -26,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, Padded, TileDim
@@ -35,12 +34,12 @@ from prism.codegen.split import rows, slots, splits
 from prism.codegen.spec import (COUNTER_DTYPE, RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param,
                                 Size, base_name, unique)
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
-from prism.ir.kinds import INSIDE, MAX, RUNNING_MAX, Accumulator, Loader, Saver, kind_of
+from prism.ir.kinds import (INSIDE, MAX, RUNNING_MAX, Accumulator, Compute, Loader, Online, RunningMax, Saver, kind_of,
+                             rule_for)
 from prism.ir.ops import OPS, Shape, contracts, rescaling
-from prism.ir.passes import Emit
 from prism.ir.printer import format_block
 
-__all__ = ["Emitter", "default_warps", "emit_kernel", "indent", "launcher", "phase", "update"]
+__all__ = ["EMIT", "Emitter", "default_warps", "emit_kernel", "indent", "launcher", "phase", "update"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
@@ -75,9 +74,8 @@ def _at(d: int, rank: int) -> str:
 
 
 class Emitter:
-    """One block graph's kernel, generated line by line: node kinds (prism.ir.kinds) call back into it through
-    their contract's verbs (prism.ir.passes.Emit: load, op, accumulate, running_max, store), which it
-    implements (not inherits: a verb it lacked would do nothing)."""
+    """One block graph's kernel, generated line by line: each node kind's rule (`EMIT`) calls one of its verbs
+    (load, op, accumulate, running_max, store)."""
 
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                  out_dtypes: list[str], num_warps: int | None,
@@ -308,7 +306,7 @@ class Emitter:
             mask = name
         return ptrs, mask, strides
 
-    # -- node kinds (prism.ir.passes.Emit) -----------------------------------------------------------
+    # -- the verbs of the node kinds' rules (EMIT) -----------------------------------------------------
 
     def load(self, i: int, index: int, imap: Mapping[str, int], fmap: int | None) -> None:
         base, dims = self.bases[index], self.layout.dims[i]
@@ -502,10 +500,10 @@ class Emitter:
                                    f"{looped[0]}, which the loop splits with a partial last tile; split it evenly")
         fused = {n.inputs[0][0] for i, n in b.topo()
                  if isinstance(kind_of(n), Accumulator) and kind_of(n).dot and self.fusable(i)}
-        em: Emit = self
         for i in sorted(range(len(b.nodes)), key=lambda i: isinstance(kind_of(b.nodes[i]), Saver)):
             if i not in fused:
-                kind_of(b.nodes[i]).emit(em, i, b.nodes[i])
+                kind = kind_of(b.nodes[i])
+                rule_for(EMIT, kind, "code generation")(self, i, b.nodes[i], kind)
 
     def body(self, program_ids: bool = True) -> list[str]:
         """The kernel's lines; without `program_ids` the pids are the caller's (a helper's parameters)."""
@@ -678,6 +676,24 @@ class Emitter:
                           tuple(self.summed(k) for k in range(len(self.outs)))
                           + (False,) * (len(self.parts) + len(self.counts)),
                           self.num_warps, self.num_stages, tuple(runtime), grid_sizes, out_sizes, bounds)
+
+
+# ---- the rules: each node kind handed to the Emitter -------------------------------------------------
+
+def _online(em: Emitter, i: int, node: Any, kind: Accumulator) -> None:
+    src, r = (ref[0] for ref in node.inputs)
+    em.accumulate(i, src, kind, running=r)
+
+
+EMIT: dict[type, Callable[[Emitter, int, Any, Any], None]] = {
+    Loader: lambda em, i, node, kind: em.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"]),
+    Compute: lambda em, i, node, kind: em.op(i),
+    Accumulator: lambda em, i, node, kind: em.accumulate(i, node.inputs[0][0], kind),
+    Online: _online,
+    RunningMax: lambda em, i, node, kind: em.running_max(i, node.inputs[0][0]),
+    Saver: lambda em, i, node, kind: em.store(i, node.inputs[0][0], node.attrs["index"], node.attrs["omap"]),
+}
+"""Each node kind's verb of the Emitter: (the emitter, the node's index, the node, its kind)."""
 
 
 def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], constexprs: dict[str, int],

@@ -18,7 +18,7 @@ from prism.codegen.spec import KernelSpec
 from prism.errors import InputError
 from prism.ir.graph import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
-from prism.ir.sizes import check as check_sizes
+from prism.ir.graph import check_sizes
 
 __all__ = ["Allocator", "CompiledGraph", "check_inputs", "compile_graph"]
 

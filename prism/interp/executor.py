@@ -17,8 +17,9 @@ from prism.errors import InputError
 from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph
-from prism.ir.kinds import AFTER, BEFORE, INSIDE, Accumulator, kind_of
-from prism.ir.ops import OPS, TORCH_DTYPES
+from prism.ir.kinds import (AFTER, BEFORE, INSIDE, MAX, Accumulator, Compute, Kind, Loader, Online, RunningMax, Saver,
+                             kind_of, rule_for)
+from prism.ir.ops import OPS, TORCH, TORCH_DTYPES, rescaling
 
 __all__ = ["program_fn", "run", "run_block"]
 
@@ -75,21 +76,21 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
     Each block runs the nodes the schedule places before the loop, then the loop's nodes and each
     accumulator's update every iteration, then the nodes after the loop: its savers add its tiles into
     the outputs (so blocks along a grid dim an output leaves unmapped are summed, and mapped ones land in
-    disjoint slices). What each node does is its kind's step (prism.ir.kinds).
+    disjoint slices). What each node does is its kind's rule in `RUN`, and an accumulator's update its rule in
+    `UPDATE`; an accumulator starts each block with nothing (its first update starts from the identity).
     """
     sched = block.schedule()
 
-    def steps(nodes: list[int], step: str = "run") -> list[tuple[int, Any, Callable[..., None]]]:
-        """Each node with its kind's `step`, looked up once for every block and iteration."""
-        return [(i, block.nodes[i], getattr(kind_of(block.nodes[i]), step)) for i in nodes]
+    def steps(nodes: list[int], table: Mapping[type, Step]) -> list[tuple[int, Any, Kind, Step]]:
+        """Each node with its kind and its kind's rule, looked up once for every block and iteration."""
+        return [(i, block.nodes[i], kind_of(block.nodes[i]),
+                 rule_for(table, kind_of(block.nodes[i]), "the reference executor")) for i in nodes]
 
-    before, inside, after = (steps(sched.at(p)) for p in (BEFORE, INSIDE, AFTER))
-    accums = [i for i, node, _ in after if isinstance(kind_of(node), Accumulator)]
-    start, update = steps(accums, "start"), steps(accums, "step")
+    before, inside, after = (steps(sched.at(p), RUN) for p in (BEFORE, INSIDE, AFTER))
+    update = steps([i for i, _, kind, _ in after if isinstance(kind, Accumulator)], UPDATE)
     b = _Block(block, list(inputs), [torch.zeros(t.shape, dtype=inputs[0].dtype) for t in block.output_types])
     for coord in itertools.product(*(range(g) for g in block.grid)):
-        b.at, b.env, b.carry = dict(zip(block.grid_dims, coord)), {}, {}
-        b.run(start)
+        b.at, b.env, b.carry = dict(zip(block.grid_dims, coord)), {i: None for i, *_ in update}, {}
         b.run(before)
         for it in range(block.loop):
             b.it = it
@@ -101,7 +102,10 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
 
 @dataclass
 class _Block:
-    """One block's run: what a node kind's step (prism.ir.kinds) reads and writes (prism.ir.passes.Execute)."""
+    """One block's run: what the rules of `RUN` and `UPDATE` read and write: the node values so far (`env`, by
+    node; None for an accumulator before its first update), what a node carries from one iteration to the next
+    (`carry`: a running max keeps its value under its node and its value before this iteration under
+    ("before", node)), and the block's own tiles of the kernel's inputs and outputs."""
 
     block: BlockGraph
     inputs: list[torch.Tensor]
@@ -111,9 +115,9 @@ class _Block:
     env: dict[int, torch.Tensor | None] = field(default_factory=dict)
     carry: dict = field(default_factory=dict)  # what a node keeps from one iteration to the next (a running max)
 
-    def run(self, steps: list[tuple[int, Any, Callable[..., None]]]) -> None:
-        for i, node, step in steps:
-            step(self, i, node)
+    def run(self, steps: list[tuple[int, Any, Kind, Step]]) -> None:
+        for i, node, kind, step in steps:
+            step(self, i, node, kind)
 
     def load(self, i: int, index: int, imap: Mapping[str, int], fmap: int | None) -> None:
         """Node i's value is this block's tile, this iteration, of input `index`."""
@@ -162,3 +166,60 @@ def _check_inputs(graph: KernelGraph, inputs: Sequence[torch.Tensor], dtype: tor
                              "(the declared dtype or a wider float is accepted)")
         out.append(t.detach().to("cpu", dtype))
     return out
+
+
+# ---- the rules: what each node kind does in a block's run -----------------------------------------
+
+Step = Callable[[_Block, int, Any, Kind], None]
+"""A kind's rule: (the block's run, the node's index, the node, its kind)."""
+
+
+def _carried(value: Any, x: torch.Tensor, identity: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (tile, carried value) for combining loop tile `x` into a value carried across iterations (None
+    before the first: the identity, shaped like `x`). A tile cut short by a ragged split of a dim the loop walks
+    (its last tile) is padded with the identity, which the combine ignores."""
+    if value is None:
+        return x, torch.full_like(x, identity)
+    pad = [p for have, want in zip(reversed(x.shape), reversed(value.shape)) for p in (0, want - have)]
+    return (torch.nn.functional.pad(x, pad, value=identity) if any(pad) else x), value
+
+
+def _load(ex: _Block, i: int, node: Any, kind: Kind) -> None:
+    ex.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"])
+
+
+def _op(ex: _Block, i: int, node: Any, kind: Kind) -> None:
+    ex.env[i] = OPS[node.op].torch_fn(*(ex.env[r[0]] for r in node.inputs), **node.attrs)
+
+
+def _final(ex: _Block, i: int, node: Any, kind: Kind) -> None:
+    """An accumulator after the loop: its value is final as it is."""
+
+
+def _running_max(ex: _Block, i: int, node: Any, kind: Kind) -> None:
+    x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], MAX.identity)
+    ex.carry[("before", i)] = before
+    ex.env[i] = ex.carry[i] = OPS[MAX.combine].torch_fn(before, x)   # a max accumulator, seen inside the loop
+
+
+def _store(ex: _Block, i: int, node: Any, kind: Kind) -> None:
+    ex.store(node.inputs[0][0], node.attrs["index"], node.attrs["omap"], node.attrs.get("once", ()))
+
+
+def _combine(ex: _Block, i: int, node: Any, kind: Accumulator) -> None:
+    """The end of an iteration: the iteration's tile combined into the value."""
+    x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], kind.identity)
+    ex.env[i] = OPS[kind.combine].torch_fn(acc, x)
+
+
+def _rescaled(ex: _Block, i: int, node: Any, kind: Accumulator) -> None:
+    """An online sum: the value so far rescaled by how much its running max grew, then the tile added."""
+    r = node.inputs[1][0]
+    x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], kind.identity)
+    ex.env[i] = acc * rescaling(TORCH, ex.carry[("before", r)], ex.carry[r]) + x
+
+
+RUN: dict[type, Step] = {Loader: _load, Compute: _op, Accumulator: _final, RunningMax: _running_max, Saver: _store}
+"""Each kind's step where the schedule places its node."""
+UPDATE: dict[type, Step] = {Accumulator: _combine, Online: _rescaled}
+"""Each accumulator kind's update at the end of every iteration."""

@@ -12,9 +12,9 @@ from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
 from prism.ir.ops import TType, check_dtype
 from prism.ir.printer import format_graph
 from prism.ir.serialize import KERNEL_FORMAT, Stored
-from prism.ir.sizes import Constraint, kernel_of, parallel_sizes
+from prism.ir.sizes import Constraint, describe, grid_size_name, kernel_of, loop_size_name, violations
 
-__all__ = ["KernelGraph"]
+__all__ = ["KernelGraph", "check_sizes", "parallel_sizes"]
 
 
 class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
@@ -205,3 +205,21 @@ class KernelGraph(GraphBuilder, Stored, format=KERNEL_FORMAT):
 
     def __str__(self) -> str:
         return format_graph(self)
+
+
+def parallel_sizes(graph: KernelGraph) -> dict[str, int]:
+    """Every parallel size of `graph` by name: each custom op's grid sizes and loop range."""
+    out: dict[str, int] = {}
+    for k, block in enumerate(graph.blocks):
+        out.update((grid_size_name(d, k), block.grid_size(d)) for d in block.grid_dims)
+        out[loop_size_name(k)] = block.loop
+    return out
+
+
+def check_sizes(graph: KernelGraph, who: str = "the graph") -> None:
+    """ConstraintError unless `graph`'s own parallel sizes satisfy the constraints its proof needs."""
+    bad = violations(graph.constraints, parallel_sizes(graph))
+    if bad:
+        raise ConstraintError(f"{who} was proved equal to its program only for sizes where "
+                              f"{'; '.join(map(str, graph.constraints))}, and its own sizes break that: "
+                              f"{'; '.join(bad)} ({describe(set().union(*(c.names for c in graph.constraints)))})")

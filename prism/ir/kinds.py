@@ -1,13 +1,14 @@
-"""Block-graph node kinds as records: each kind says, for every pass, what a node of that kind is and does.
+"""Block-graph node kinds as data: what a node of each kind is, and where it runs.
 
 A block graph has four kinds of node: loaders (a tile of a kernel input), compute ops (any op of the table,
 prism.ir.ops), accumulators (a tile combined over all loop iterations) and savers (a tile written to a
-kernel output). Each kind is one record holding its part of every pass: its phase (which side of the loop
-its value is on, what the builder checks), its place in the schedule (before, inside or after the loop),
-the executor's step, the verification encoding, what it asks of code generation and its cost. A pass calls
-a record with its own context (prism.interp.executor, prism.verify.encode, prism.codegen.emit,
-prism.tune.cost), whose small vocabulary the records are written in: each is a typed contract of
-intent-level members (prism.ir.passes: Execute, Encode, Emit, Count), and what a member does is the pass's.
+kernel output). Each kind is one record holding what the IR itself needs of it: its phase (which side of the
+loop its value is on, what the builder checks), its place in the schedule (before, inside or after the loop),
+how the builder appends one and how it prints. What a kind means to a pass is that pass's own rule, in one
+table keyed by kind class in the pass's module (the executor's `RUN` and `UPDATE`, prism.interp.executor; the
+verification encoding's `ENCODE`, prism.verify.encode; code generation's `EMIT`, prism.codegen.emit; the cost
+model's `COUNT`, prism.tune.cost), looked up by `rule_for`, which names the pass and the kind where a rule is
+missing. So a pass changes how it works without touching the IR, and the IR imports no pass.
 
 An accumulator's combine is data: the table op merging two partial values (add, for the sum), its identity
 (the value before the first iteration: 0, or -inf for a max), the verification term reducing a family over
@@ -25,20 +26,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-import torch
+from typing import Any, Mapping, Sequence, TypeVar
 
 from prism.errors import GraphError, MappingError
-from prism.ir.ops import OPS, RUNNING, SCALED, TORCH, refresh, rescaling, runtime_ops
-from prism.ir.passes import Count, Emit, Encode, Execute
+from prism.ir.ops import OPS, RUNNING, SCALED, refresh, runtime_ops
 
 __all__ = [
     "LOOP", "POST", "SAVED", "INVARIANT", "BEFORE", "INSIDE", "AFTER", "joined",
     "Kind", "Loader", "Compute", "Accumulator", "RunningMax", "Online", "Saver", "LOADER", "COMPUTE", "SUM", "MAX",
     "ONLINE", "RUNNING_MAX", "SAVER",
-    "ACCUMULATORS", "KINDS", "kind_of", "reducers", "register", "unregister", "runtime_names", "scaling", "Schedule",
-    "schedule",
+    "ACCUMULATORS", "KINDS", "kind_of", "reducers", "register", "rule_for", "unregister", "runtime_names", "scaling",
+    "Schedule", "schedule",
 ]
 
 LOOP, POST, SAVED, INVARIANT = "loop", "post", "saved", "invariant"
@@ -81,21 +79,6 @@ class Kind:
         """The right-hand side of the node's line in a printed block graph."""
         return f"{node.op}({args}{''.join(f', {k}={v}' for k, v in node.attrs.items())})"
 
-    def run(self, ex: Execute, i: int, node: Any) -> None:
-        """The executor's step (prism.interp.executor), where the schedule places the node."""
-        raise NotImplementedError
-
-    def encode(self, en: Encode, i: int, node: Any) -> None:
-        """The node's verification term (prism.verify.encode)."""
-        raise NotImplementedError
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        """The node, handed to code generation (prism.codegen.emit) in its contract's verbs."""
-        raise NotImplementedError
-
-    def cost(self, cw: Count, i: int, node: Any) -> None:
-        """The node's bytes, FLOPs and live registers, as the cost model counts them (prism.tune.cost)."""
-        raise NotImplementedError
 
 
 class Loader(Kind):
@@ -116,27 +99,6 @@ class Loader(Kind):
         a = node.attrs
         return f"load in{a['index']} imap={a['imap']} fmap={a['fmap']}"
 
-    def run(self, ex: Execute, i: int, node: Any) -> None:
-        ex.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"])
-
-    def encode(self, en: Encode, i: int, node: Any) -> None:
-        """part along each mapped dim, repl for each grid dim that maps none; part along the loop for the
-        dim it walks, and no loop dim at all for a loop-invariant tile (`en.looped` replicates it over the
-        loop where it meets loop values)."""
-        t = en.input(node.attrs["index"])
-        splits = [(p, node.attrs["imap"].get(g)) for g, p in en.pdims.items()]
-        splits += [(en.loop, node.attrs["fmap"])] if en.loop and node.attrs["fmap"] is not None else []
-        for p, d in splits:
-            t = en.term("repl", t, attrs=(p,)) if d is None else en.term("part", t, attrs=(en.axis(t, d), p))
-        en.env[i] = t
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        em.load(i, node.attrs["index"], node.attrs["imap"], node.attrs["fmap"])
-
-    def cost(self, cw: Count, i: int, node: Any) -> None:
-        cw.read(i, node.attrs["index"], node.attrs["imap"])
-
-
 class Compute(Kind):
     """An op of the table (prism.ir.ops) on tiles; its value is on the side of the loop its operands are."""
 
@@ -152,19 +114,6 @@ class Compute(Kind):
 
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.apply(node.op, args, node.attrs)
-
-    def run(self, ex: Execute, i: int, node: Any) -> None:
-        ex.env[i] = OPS[node.op].torch_fn(*(ex.env[r[0]] for r in node.inputs), **node.attrs)
-
-    def encode(self, en: Encode, i: int, node: Any) -> None:
-        en.env[i] = en.apply(node.op, [en.operand(i, r) for r in node.inputs], node.attrs)
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        em.op(i)
-
-    def cost(self, cw: Count, i: int, node: Any) -> None:
-        cw.compute(i, node)
-
 
 @dataclass(frozen=True)
 class Accumulator(Kind):
@@ -185,30 +134,6 @@ class Accumulator(Kind):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.accum(args[0], self.name)
 
-    def start(self, ex: Execute, i: int, node: Any) -> None:
-        """The executor, before the loop: nothing yet (the first step starts from the identity, in the shape of
-        the block's first tile: short along a dim a ragged split leaves partial in this block)."""
-        ex.env[i] = None
-
-    def step(self, ex: Execute, i: int, node: Any) -> None:
-        """The executor, at the end of every iteration: combine the iteration's tile into the value."""
-        x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
-        ex.env[i] = OPS[self.combine].torch_fn(acc, x)
-
-    def run(self, ex: Execute, i: int, node: Any) -> None:
-        """After the loop: the value is final as it is."""
-
-    def encode(self, en: Encode, i: int, node: Any) -> None:
-        t = en.looped(node.inputs[0])
-        en.env[i] = en.term(self.reducer, t, attrs=(en.loop,)) if en.loop else t
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        em.accumulate(i, node.inputs[0][0], self)
-
-    def cost(self, cw: Count, i: int, node: Any) -> None:
-        cw.hold(i)
-
-
 class RunningMax(Kind):
     """The largest value of a loop tensor so far: after iteration k, the elementwise max over iterations
     0..k of its operand (a row max of logits, say). It is what the online softmax subtracts before exp:
@@ -228,22 +153,6 @@ class RunningMax(Kind):
 
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.running_max(args[0])
-
-    def run(self, ex: Execute, i: int, node: Any) -> None:
-        x, before = _carried(ex.carry.get(i), ex.env[node.inputs[0][0]], MAX.identity)
-        ex.carry[("before", i)] = before
-        ex.env[i] = ex.carry[i] = OPS[MAX.combine].torch_fn(before, x)   # a max accumulator, seen inside the loop
-
-    def encode(self, en: Encode, i: int, node: Any) -> None:
-        t = en.looped(node.inputs[0])
-        en.env[i] = en.term("repl", en.term(MAX.reducer, t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        em.running_max(i, node.inputs[0][0])
-
-    def cost(self, cw: Count, i: int, node: Any) -> None:
-        cw.hold(i)
-
 
 def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]],
             running: dict[Any, tuple[int, ...]], me: Any = None) -> tuple[str, Any] | None:
@@ -302,16 +211,6 @@ class Online(Accumulator):
     def build(self, b: Any, node: Any, args: list[Any], source: Any) -> Any:
         return b.accum(args[0], self.name, running=args[1])
 
-    def step(self, ex: Execute, i: int, node: Any) -> None:
-        r = node.inputs[1][0]
-        x, acc = _carried(ex.env[i], ex.env[node.inputs[0][0]], self.identity)
-        ex.env[i] = acc * rescaling(TORCH, ex.carry[("before", r)], ex.carry[r]) + x
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        src, r = (ref[0] for ref in node.inputs)
-        em.accumulate(i, src, self, running=r)
-
-
 class Saver(Kind):
     """Writes a post-loop tile to kernel output `index`; grid dims in `omap` concatenate along a data dim,
     those in `once` (blocks that compute the same tile) write it from their first block only, and the others
@@ -337,27 +236,6 @@ class Saver(Kind):
     def show(self, node: Any, args: str) -> str:
         once = node.attrs.get("once")
         return f"save {args} omap={node.attrs['omap']}" + (f" once={','.join(once)}" if once else "")
-
-    def run(self, ex: Execute, i: int, node: Any) -> None:
-        ex.store(node.inputs[0][0], node.attrs["index"], node.attrs["omap"], node.attrs.get("once", ()))
-
-    def encode(self, en: Encode, i: int, node: Any) -> None:
-        """comb along each mapped dim, `once` (one member of a family of copies) over each once dim, red over
-        each other grid dim."""
-        t = en.env[node.inputs[0][0]]
-        once = node.attrs.get("once", ())
-        for g, p in en.pdims.items():
-            d = node.attrs["omap"].get(g)
-            t = en.term("comb", t, attrs=(en.axis(t, d), p)) if d is not None else \
-                en.term("once" if g in once else SUM.reducer, t, attrs=(p,))
-        en.output(node.attrs["index"], t)
-
-    def emit(self, em: Emit, i: int, node: Any) -> None:
-        em.store(i, node.inputs[0][0], node.attrs["index"], node.attrs["omap"])
-
-    def cost(self, cw: Count, i: int, node: Any) -> None:
-        cw.write(i, node.inputs[0][0], node.attrs["index"])
-
 
 LOADER, COMPUTE, SAVER, RUNNING_MAX = Loader(), Compute(), Saver(), RunningMax()
 SUM = Accumulator("accum", combine="add", identity=0.0, reducer="red", dot=True)
@@ -408,14 +286,17 @@ def kind_of(node: Any) -> Kind:
     return KINDS.get(node.op, COMPUTE)
 
 
-def _carried(value: Any, x: torch.Tensor, identity: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The executor's (tile, carried value) for combining loop tile `x` into a value carried across iterations
-    (None before the first: the identity, shaped like `x`). A tile cut short by a ragged split of a dim the
-    loop walks (its last tile) is padded with the identity, which the combine ignores."""
-    if value is None:
-        return x, torch.full_like(x, identity)
-    pad = [p for have, want in zip(reversed(x.shape), reversed(value.shape)) for p in (0, want - have)]
-    return (torch.nn.functional.pad(x, pad, value=identity) if any(pad) else x), value
+Rule = TypeVar("Rule")
+
+
+def rule_for(table: Mapping[type, Rule], kind: Kind, pass_name: str) -> Rule:
+    """A pass's rule for node kind `kind`, from its table keyed by kind class: the class's own, else its nearest
+    base's (an accumulator registered at run time takes Accumulator's). Where there is none, a GraphError names
+    the pass and the kind."""
+    for cls in type(kind).__mro__:
+        if cls in table:
+            return table[cls]
+    raise GraphError(f"{pass_name} has no rule for node kind {kind.name!r} ({type(kind).__name__})")
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,12 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from prism.errors import ConstraintError, SerializationError
 
-if TYPE_CHECKING:
-    from prism.ir.graph import KernelGraph
-
-__all__ = ["Constraint", "Extent", "Mono", "ONE", "RELATIONS", "check", "describe", "grid_size_name",
-           "kernel_of", "loop_size_name", "parallel_sizes", "violations"]
+__all__ = ["Constraint", "Extent", "Mono", "ONE", "RELATIONS", "describe", "grid_size_name",
+           "kernel_of", "loop_size_name", "violations"]
 
 Mono = tuple[tuple[str, int], ...]
 """A product of parallel sizes: (parallel dim, power) pairs, sorted, no zero powers."""
@@ -170,15 +167,6 @@ def _cross(a: Extent, b: Extent) -> tuple[Extent, Extent]:
     return Extent(den // g, ratio.downs), Extent(num // g, ratio.ups)
 
 
-def parallel_sizes(graph: KernelGraph) -> dict[str, int]:
-    """Every parallel size of `graph` by name: each custom op's grid sizes and loop range."""
-    out: dict[str, int] = {}
-    for k, block in enumerate(graph.blocks):
-        out.update((grid_size_name(d, k), block.grid_size(d)) for d in block.grid_dims)
-        out[loop_size_name(k)] = block.loop
-    return out
-
-
 def violations(constraints: Iterable[Constraint], sizes: Mapping[str, int]) -> list[str]:
     """The constraints that do not hold at `sizes` (which give every size they name), in words."""
     out = []
@@ -188,15 +176,6 @@ def violations(constraints: Iterable[Constraint], sizes: Mapping[str, int]) -> l
             values = ", ".join(f"{p}={n}" for p, n in sorted(at.items()))
             out.append(f"{c} does not hold at {values}")
     return out
-
-
-def check(graph: KernelGraph, who: str = "the graph") -> None:
-    """ConstraintError unless `graph`'s own parallel sizes satisfy the constraints its proof needs."""
-    bad = violations(graph.constraints, parallel_sizes(graph))
-    if bad:
-        raise ConstraintError(f"{who} was proved equal to its program only for sizes where "
-                              f"{'; '.join(map(str, graph.constraints))}, and its own sizes break that: "
-                              f"{'; '.join(bad)} ({describe(set().union(*(c.names for c in graph.constraints)))})")
 
 
 def describe(names: Iterable[str]) -> str:

@@ -12,14 +12,11 @@ Either way the outputs are the graph's own buffers, overwritten by the next repl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from prism.errors import InputError
-
-if TYPE_CHECKING:
-    from prism.runtime.optimized import OptimizedGraph
 
 __all__ = ["GraphedCall"]
 
@@ -27,20 +24,20 @@ __all__ = ["GraphedCall"]
 class GraphedCall:
     """`g(*tensors)` replays the captured graph and returns its output buffers (a list)."""
 
-    def __init__(self, opt: OptimizedGraph, example: Sequence[torch.Tensor], static: bool = False,
+    def __init__(self, run: Callable[..., list[torch.Tensor]], example: Sequence[torch.Tensor], static: bool = False,
                  warmup: int = 2) -> None:
-        opt.check_inputs(example)
+        """Capture `run` (an OptimizedGraph, its inputs checked) called on `example`."""
         self.static = static
         self.inputs = list(example) if static else [t.clone() for t in example]
         side = torch.cuda.Stream(device=self.inputs[0].device)
         side.wait_stream(torch.cuda.current_stream(side.device))
         with torch.cuda.stream(side):  # warm up off the default stream, as capture requires
             for _ in range(warmup):
-                opt(*self.inputs)
+                run(*self.inputs)
         torch.cuda.current_stream(side.device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.outputs = opt(*self.inputs)
+            self.outputs = run(*self.inputs)
         self.signature = [(t.shape, t.dtype, t.device) for t in self.inputs]
 
     def __call__(self, *tensors: Any) -> list[torch.Tensor]:

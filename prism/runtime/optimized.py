@@ -22,7 +22,9 @@ from prism.codegen.runtime import CompiledGraph, check_inputs
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
-from prism.ir.sizes import check as check_sizes
+from prism.ir.graph import check_sizes
+from prism.runtime.graphed import GraphedCall
+from prism.runtime.torch_op import runner_op
 from prism.tune.report import Report
 
 __all__ = ["CUDA", "INTERPRETER", "REFERENCE", "EXECUTION_TEXT", "OptimizedGraph", "execution_mode"]
@@ -70,9 +72,7 @@ class OptimizedGraph:
                           RuntimeWarning, stacklevel=3)
         if self.execution == CUDA and any(b.launch.tail for b in graph.blocks):
             self.compiled.reserve(self.device)   # kept between calls: allocated now, outside any graph capture
-        from prism.runtime.torch_op import torch_op as make_op
-
-        self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = make_op(self) if torch_op else None
+        self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = self.as_op() if torch_op else None
         """This graph as a torch custom op, `op(list_of_tensors) -> list_of_tensors` (prism.runtime.torch_op):
         what torch.compile traces in its place. Made here, not on first use: tracing must not build it. None
         for the graphs a DynamicGraph serves one size with (prism.runtime.dynamic): its own op calls them."""
@@ -175,6 +175,12 @@ class OptimizedGraph:
                 f"({'ok' if ok else 'MISMATCH'}, bound 2e-2 of max(1, |out|))")
         return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
+    def as_op(self, runner: Any = None) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+        """The custom op running this graph (registered once per chosen graph and execution mode: graphs that share
+        a structural hash run the same kernels), through `runner` if given (an object with `run_op`, as this graph
+        has: prism.capture.guarded)."""
+        return runner_op(f"g{self.graph.structural_hash()[:16]}_{self.execution}", self.graph, runner or self)
+
     def check_inputs(self, tensors: Sequence[Any]) -> None:
         """InputError unless `tensors` fit the program's inputs (count, type, shape, dtype, device);
         ConstraintError if the chosen graph's sizes break a constraint its proof needs (prism.ir.sizes)."""
@@ -185,10 +191,9 @@ class OptimizedGraph:
         """This graph captured in one CUDA graph for tensors like `example` (prism.runtime.graphed): a call
         then costs one replay. static=False copies each call's tensors into the graph's own inputs;
         static=True reads `example` itself (pass those tensors again). Outputs are reused buffers."""
-        from prism.runtime.graphed import GraphedCall
-
         if self.execution != CUDA:
             raise InputError(f"CUDA graphs need the GPU; this optimized graph runs {EXECUTION_TEXT[self.execution]}")
+        self.check_inputs(example)
         return GraphedCall(self, example, static)
 
     def _device_rule(self, device: torch.device) -> str | None:

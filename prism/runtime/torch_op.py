@@ -26,21 +26,14 @@ from prism.ir.ops import TORCH_DTYPES
 
 if TYPE_CHECKING:
     from prism.ir import KernelGraph
-    from prism.runtime.optimized import OptimizedGraph
 
-__all__ = ["define", "runner_op", "torch_op", "NAMESPACE"]
+__all__ = ["define", "runner_op", "NAMESPACE"]
 
 NAMESPACE = "prism"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 _OPS: dict[str, Callable[..., Any]] = {}
 _RUNNERS: dict[str, Any] = {}
 """Per op name: what its kernel calls (`run_op`): an OptimizedGraph, or a background job (prism.capture.background)."""
-
-
-def torch_op(opt: OptimizedGraph, runner: Any = None) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
-    """The custom op running `opt` (registered once per chosen graph and execution mode), through `runner` if
-    given (an object with `run_op`, as `opt` has: prism.capture.guarded)."""
-    return runner_op(f"g{opt.graph.structural_hash()[:16]}_{opt.execution}", opt.graph, runner or opt)
 
 
 def runner_op(name: str, graph: KernelGraph, runner: Any) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:

@@ -21,12 +21,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prism.errors import PrismError
-
-if TYPE_CHECKING:
-    from prism.tune.target import Target
 
 __all__ = ["DATA", "FITTED", "VERSION", "Calibration", "CalibrationError", "load"]
 
@@ -59,9 +56,6 @@ class Calibration:
         """A short fingerprint of the values: part of the target's name, so result caches keyed by it renew."""
         text = json.dumps(self.values, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-    def apply(self, target: Target) -> Target:
-        return target.with_(name=f"{target.name}, calibrated {self.digest}", **self.values)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": self.version, "kind": self.kind, "device": self.device,

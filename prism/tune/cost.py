@@ -95,19 +95,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from prism.codegen.emit import default_warps
 from prism.codegen.layout import Padded
 from prism.codegen.lower import to_custom
 from prism.codegen.split import slots
 from prism.ir import BlockGraph, KernelGraph
-from prism.ir.kinds import INSIDE, LOADER, Schedule, kind_of
+from prism.ir.kinds import (INSIDE, LOADER, Accumulator, Compute, Loader, RunningMax, Saver, Schedule, kind_of,
+                             rule_for)
 from prism.ir.ops import OPS, TORCH_DTYPES, contracts
 from prism.tune.space import TRITON_STAGES, staged_copies
 from prism.tune.target import H100, Target
 
-__all__ = ["Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "order_of",
+__all__ = ["COUNT", "Cost", "KernelCost", "KernelWork", "cost_of", "estimate", "kernel_seconds", "kernels_of", "order_of",
            "overfull", "relaunched", "work_of"]
 
 def _wide(dtype: str) -> str:
@@ -248,8 +249,7 @@ def _run_bytes(tile: Sequence[int], full: Sequence[int], itemsize: int, sector: 
 
 @dataclass
 class _Work:
-    """One block's work as a node kind's `cost` (prism.ir.kinds) adds it up (prism.ir.passes.Count): bytes,
-    FLOPs, live elements."""
+    """One block's work as the node kinds' rules (`COUNT`) add it up: bytes, FLOPs, live elements."""
 
     block: BlockGraph
     layout: Padded
@@ -336,6 +336,16 @@ class _Work:
             self.flops["vec", in_loop] += largest * OPS[node.op].flops
 
 
+COUNT: dict[type, Callable[[_Work, int, Any, Any], None]] = {
+    Loader: lambda cw, i, node, kind: cw.read(i, node.attrs["index"], node.attrs["imap"]),
+    Compute: lambda cw, i, node, kind: cw.compute(i, node),
+    Accumulator: lambda cw, i, node, kind: cw.hold(i),
+    RunningMax: lambda cw, i, node, kind: cw.hold(i),
+    Saver: lambda cw, i, node, kind: cw.write(i, node.inputs[0][0], node.attrs["index"]),
+}
+"""Each node kind's part of a block's work: (the work so far, the node's index, the node, its kind)."""
+
+
 def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: Sequence[str],
             summed: Sequence[bool], target: Target = H100,
             in_orders: Sequence[tuple[int, ...] | None] = ()) -> KernelWork:
@@ -345,7 +355,8 @@ def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: 
     stages = block.launch.num_stages or TRITON_STAGES
     w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, in_orders, stages=stages)
     for i, node in block.topo():
-        kind_of(node).cost(w, i, node)
+        kind = kind_of(node)
+        rule_for(COUNT, kind, "the cost model")(w, i, node, kind)
     live = w.live + max(w.numel(i) for i in range(len(block.nodes)))
     warps = block.launch.num_warps or default_warps(block, layout)
     flops = [w.flops[unit, inside] for unit in ("dot", "vec") for inside in (True, False)]

@@ -60,7 +60,8 @@ from prism.ir import KernelGraph, Launch
 from prism.ir.block import GRID_DIMS, split
 from prism.ir.kinds import ACCUMULATORS
 from prism.ir.ops import TORCH_DTYPES, contracts
-from prism.ir.sizes import grid_size_name, kernel_of, loop_size_name, parallel_sizes, violations
+from prism.ir.graph import parallel_sizes
+from prism.ir.sizes import grid_size_name, kernel_of, loop_size_name, violations
 from prism.symbolic.dims import UNIT
 from prism.symbolic.sgraph import LOADER, RUNNING_MAX
 from prism.symbolic.structure import tail_rows

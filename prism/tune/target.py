@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prism.ir.block import MAX_GRID_YZ
-from prism.tune.calibration import DATA, load
+from prism.tune.calibration import DATA, Calibration, load
 
 __all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target", "kind_of"]
 
@@ -68,6 +68,10 @@ class Target:
     def with_(self, **changes: Any) -> Target:
         return replace(self, **changes)
 
+    def with_calibration(self, cal: Calibration) -> Target:
+        """This target with `cal`'s fitted constants, named for them (result caches keyed by the name renew)."""
+        return self.with_(name=f"{self.name}, calibrated {cal.digest}", **cal.values)
+
 
 H100 = Target(
     name="H100 SXM (sm_90)", arch=90, sms=132,
@@ -102,4 +106,4 @@ def kind_of(name: str | None) -> str:
 def calibrated(kind: str) -> Target:
     """TARGETS[kind] with its shipped calibration applied, if there is one."""
     path = DATA / f"{kind}.json"
-    return load(path).apply(TARGETS[kind]) if path.exists() else TARGETS[kind]
+    return TARGETS[kind].with_calibration(load(path)) if path.exists() else TARGETS[kind]

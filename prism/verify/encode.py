@@ -20,13 +20,14 @@ from typing import Any, Callable, Mapping
 from prism.errors import IllFormedTerm
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
-from prism.ir.kinds import ACCUMULATORS, INVARIANT, LOADER, LOOP, kind_of
+from prism.ir.kinds import (ACCUMULATORS, INVARIANT, LOADER, LOOP, MAX, SUM, Accumulator, Compute, Kind, Loader,
+                             RunningMax, Saver, kind_of, rule_for)
 from prism.ir.ops import GROUP, GROUP_SCALE, OPS, Family, OpDef, Shape, watch
 from prism.ir.sizes import ONE, Extent, grid_size_name, loop_size_name
 from prism.verify import expr as E
 from prism.verify.sizes import Assumed, Cancel, Need, Whole
 
-__all__ = ["Encoding", "FOR_ALL_SIZES", "NotEncodable", "PARALLEL_FORMS", "encode"]
+__all__ = ["ENCODE", "Encoding", "FOR_ALL_SIZES", "NotEncodable", "PARALLEL_FORMS", "encode"]
 
 FOR_ALL_SIZES = Assumed()
 """No assumption: terms that hold for all parallel sizes."""
@@ -84,9 +85,9 @@ def _axis(rank: int, d: int) -> int:
 
 @dataclass
 class _Block:
-    """What a node kind's `encode` (prism.ir.kinds) writes with (prism.ir.passes.Encode): the kernel's input
-    terms, its grid dims' parallel dims and the loop's (None: no loop), the terms so far, and the term
-    constructors, which write the parallel dims as the assumptions say."""
+    """What the rules of `ENCODE` write with: the kernel's input terms, its grid dims' parallel dims (`pdims`)
+    and the loop's (`loop`; None: no loop), the terms so far (`env`, by node), and the term constructors, which
+    write the parallel dims as the assumptions say."""
 
     args: list[E.Term]
     pdims: dict[str, str]
@@ -142,8 +143,57 @@ def _encode_block(block: BlockGraph, args: list[E.Term], kernel: int, assumed: A
     en = _Block(args, {g: grid_size_name(g, kernel) for g in block.grid_dims},
                 loop_size_name(kernel) if has_loop else None, block, assumed)
     for i, node in block.topo():
-        kind_of(node).encode(en, i, node)
+        kind = kind_of(node)
+        rule_for(ENCODE, kind, "the verification encoding")(en, i, node, kind)
     return [en.outs[k] for k in range(len(en.outs))]
+
+
+# ---- the rules: each node kind's term ------------------------------------------------------------
+
+def _load(en: _Block, i: int, node: Any, kind: Kind) -> None:
+    """part along each mapped dim, repl for each grid dim that maps none; part along the loop for the dim it
+    walks, and no loop dim at all for a loop-invariant tile (`looped` replicates it over the loop where it meets
+    loop values)."""
+    t = en.input(node.attrs["index"])
+    splits = [(p, node.attrs["imap"].get(g)) for g, p in en.pdims.items()]
+    splits += [(en.loop, node.attrs["fmap"])] if en.loop and node.attrs["fmap"] is not None else []
+    for p, d in splits:
+        t = en.term("repl", t, attrs=(p,)) if d is None else en.term("part", t, attrs=(en.axis(t, d), p))
+    en.env[i] = t
+
+
+def _op(en: _Block, i: int, node: Any, kind: Kind) -> None:
+    en.env[i] = en.apply(node.op, [en.operand(i, r) for r in node.inputs], node.attrs)
+
+
+def _reduce(en: _Block, i: int, node: Any, kind: Accumulator) -> None:
+    """The accumulator's reducer over the loop (an online sum is a plain sum of tiles that use the final max,
+    which is what a running max's term gives them)."""
+    t = en.looped(node.inputs[0])
+    en.env[i] = en.term(kind.reducer, t, attrs=(en.loop,)) if en.loop else t
+
+
+def _running_max(en: _Block, i: int, node: Any, kind: Kind) -> None:
+    """In every iteration, its final value: the max over the whole loop, replicated over it."""
+    t = en.looped(node.inputs[0])
+    en.env[i] = en.term("repl", en.term(MAX.reducer, t, attrs=(en.loop,)), attrs=(en.loop,)) if en.loop else t
+
+
+def _store(en: _Block, i: int, node: Any, kind: Kind) -> None:
+    """comb along each mapped dim, `once` (one member of a family of copies) over each once dim, red over each
+    other grid dim."""
+    t = en.env[node.inputs[0][0]]
+    once = node.attrs.get("once", ())
+    for g, p in en.pdims.items():
+        d = node.attrs["omap"].get(g)
+        t = en.term("comb", t, attrs=(en.axis(t, d), p)) if d is not None else \
+            en.term("once" if g in once else SUM.reducer, t, attrs=(p,))
+    en.output(node.attrs["index"], t)
+
+
+ENCODE: dict[type, Callable[[_Block, int, Any, Any], None]] = {
+    Loader: _load, Compute: _op, Accumulator: _reduce, RunningMax: _running_max, Saver: _store}
+"""Each node kind's term: (the block's encoding, the node's index, the node, its kind)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from prism import interp
 from prism.errors import GraphError
 from prism.ir.block import BlockGraph
 from prism.ir.graph import KernelGraph
-from prism.ir.sizes import parallel_sizes, violations
+from prism.ir.graph import parallel_sizes
+from prism.ir.sizes import violations
 
 __all__ = ["NumericVerdict", "random_test", "size_choices", "with_sizes"]
 

@@ -9,7 +9,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import prism.capture as pc
-from prism.capture.lower import op_name
+from prism.capture.aten import op_name
 from prism.capture.partition import cones, regions
 from tests.conftest import example
 

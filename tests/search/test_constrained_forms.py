@@ -15,7 +15,8 @@ import torch
 import prism.workloads as wl
 from prism import interp, verify
 from prism.errors import MappingError
-from prism.ir.sizes import check, parallel_sizes, violations
+from prism.ir.graph import check_sizes, parallel_sizes
+from prism.ir.sizes import violations
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.structure import GROUP, group_variant, walk_variant
 from prism.tune import tune
@@ -61,7 +62,7 @@ def test_a_walk_form_runs_its_second_kernel_s_loop_once_per_split(searched):
         assert first.grid_size(p) == second.loop == 2
         assert [str(c) for c in g.constraints] == [f"i1 = {p}0"]
         assert not [n for _, n in second.topo() if n.op in ("group_sum", "group_scale")]   # the loop sums them
-        check(g)
+        check_sizes(g)
         inputs = w.inputs(cfg, dtype=torch.float64, seed=3)
         (got,) = interp.run(g, inputs, torch.float64)
         assert torch.allclose(got, w.reference(*inputs), rtol=1e-9, atol=1e-9)
@@ -118,7 +119,7 @@ def test_the_tuning_report_shows_each_form_s_best_estimate(searched):
 
 def test_the_later_kernels_sizes_follow_from_the_first_kernels_grid_alone(searched):
     """What the tuner's space relies on to read a constrained form's later sizes once per grid (Space.broken)."""
-    from prism.ir.sizes import kernel_of, parallel_sizes
+    from prism.ir.sizes import kernel_of
     from prism.tune.space import Space
 
     w, cfg, result = searched("attention")

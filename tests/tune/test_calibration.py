@@ -41,7 +41,7 @@ def test_a_calibration_saves_loads_and_applies(tmp_path):
     path = cal.save(tmp_path / "sub" / "h100.json")
     back = load(path)
     assert back == cal
-    t = back.apply(H100)
+    t = H100.with_calibration(back)
     assert all(getattr(t, k) == pytest.approx(v) for k, v in values.items())
     assert t.name.startswith(H100.name) and cal.digest in t.name
     assert t.sms == H100.sms and t.peak_bandwidth == H100.peak_bandwidth        # limits are not fitted
@@ -96,9 +96,9 @@ def test_get_target_applies_the_shipped_calibration():
     cal = load(path)
     assert cal.kind == "h100" and cal.source["samples"] > 0
     t = get_target()
-    assert t == cal.apply(H100) == get_target("NVIDIA H100 80GB HBM3") == calibrated("h100")
+    assert t == H100.with_calibration(cal) == get_target("NVIDIA H100 80GB HBM3") == calibrated("h100")
     assert get_target(H100) is H100                                   # a Target passed in is used as is
-    assert get_target("h200") == (load(DATA / "h200.json").apply(H200) if (DATA / "h200.json").exists() else H200)
+    assert get_target("h200") == (H200.with_calibration(load(DATA / "h200.json")) if (DATA / "h200.json").exists() else H200)
 
 
 def test_a_constant_held_at_zero_is_a_term_turned_off_and_stays_so():

@@ -21,7 +21,8 @@ from prism import interp, verify
 from prism.codegen import compile_graph
 from prism.errors import ConstraintError, GraphError
 from prism.ir import KernelGraph
-from prism.ir.sizes import Constraint, Extent, check, parallel_sizes, violations
+from prism.ir.graph import check_sizes, parallel_sizes
+from prism.ir.sizes import Constraint, Extent, violations
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.result import SearchResult
 from prism.tune.report import Report
@@ -117,7 +118,7 @@ def test_a_launch_outside_the_constraints_raises():
     assert g.output_tensors[0].shape != REFERENCE.output_tensors[0].shape
     inputs = wl.get("attention").inputs(CFG, seed=1)
     with pytest.raises(ConstraintError, match="i1 = y0 does not hold at i1=2, y0=4"):
-        check(g)
+        check_sizes(g)
     with pytest.raises(ConstraintError, match="i1 = y0"):
         compile_graph(g)(*inputs)
     with warnings.catch_warnings():
@@ -125,7 +126,7 @@ def test_a_launch_outside_the_constraints_raises():
         opt = OptimizedGraph(REFERENCE, g, Report("cost model", "cpu"), "cpu", torch_op=False)
     with pytest.raises(ConstraintError, match="i1 = y0"):
         opt(*inputs)
-    check(class_d(CFG, 4, 2, 4))   # inside them: nothing to say
+    check_sizes(class_d(CFG, 4, 2, 4))   # inside them: nothing to say
 
 
 def test_constraints_travel_with_the_graph():
@@ -163,7 +164,7 @@ def test_the_tuner_instantiates_only_points_that_satisfy_a_graph_s_constraints(s
     for c in kept.sample(10, seed=1):
         g = kept.instantiate(c)
         assert g.constraints == only
-        check(g)
+        check_sizes(g)
     assert SearchResult.from_json(constrained.to_json()).graphs[0].constraints == only
 
 

@@ -1,0 +1,237 @@
+"""The table of ATen ops Prism lowers (`ATEN`, filled by the rule modules through `aten_op`) and what every rule
+works with: the `Lowering` being built (the kernel graph, each FX node's value, the inputs made so far), and the
+helpers rules share (torch's broadcasting over Prism dims, a view folded into a pending input, softmax).
+
+Two rule modules register into the table: prism.capture.lower (element-wise ops, reductions, norms, matmuls,
+views and slices; it also walks a graph through the table) and prism.capture.sdpa (attention). Both import this
+module and neither imports the other's rules, so adding a family of ops is one more module here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from prism.capture.layout import Pending, Source, Viewed, broadcast_form, groups, rows
+from prism.errors import UnsupportedOp
+from prism.ir import KernelGraph, Tensor
+
+__all__ = ["ATEN", "Deferred", "Handler", "Lowering", "Size", "Unavailable", "Value", "aten_op", "broadcast", "fold", "op_name",
+           "ranked", "softmax", "static_size", "where", "wrap"]
+
+@dataclass(frozen=True)
+class Deferred:
+    """rsqrt(y) or sigmoid(x): Prism has them only inside x * rsqrt(y) and x * sigmoid(x)."""
+
+    kind: str
+    arg: Any
+    node: Any
+
+
+Value = Any
+"""What a node lowers to: a Tensor, a Viewed tensor, a Pending input, a Deferred factor, a Python scalar, or a
+tuple of these (an op with several results)."""
+
+
+def op_name(node: Any) -> str:
+    """`aten.mm.default` for an OpOverload target, the function's name otherwise."""
+    target = node.target
+    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+_PRISM = str(Path(__file__).resolve().parents[1])
+
+
+def where(node: Any) -> str:
+    """The user's source line of `node`, as torch recorded it (the innermost frame outside Prism), or the
+    place the captured function was defined (`node.meta["prism_origin"]`, set by the capture)."""
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    lines = [t.strip() for t in trace if t.strip().startswith("File ") and _PRISM not in t]
+    origin = lines[-1] if lines else node.meta.get("prism_origin")
+    return f" ({origin})" if origin else ""
+
+
+Size = Callable[[Any], int]
+"""A size as an int: an int as it is, a symbolic size (torch.SymInt) at the sizes being lowered for."""
+
+
+def static_size(n: Any) -> int:
+    """The sizes of a graph with static shapes: a symbolic one is refused (prism.capture.dynamic binds them)."""
+    if isinstance(n, int):
+        return n
+    raise UnsupportedOp(f"a symbolic size {n} (dynamic shapes) where static sizes were expected")
+
+
+@dataclass
+class Lowering:
+    """The kernel graph being built, the Prism value of each FX node, and the inputs made so far. With
+    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.layout.rows).
+    `size` turns the sizes in the FX graph's metadata into ints (symbolic ones at the sizes lowered for)."""
+
+    graph: KernelGraph = field(default_factory=KernelGraph)
+    values: dict[Any, Any] = field(default_factory=dict)
+    sources: list[Source] = field(default_factory=list)
+    names: dict[Any, str] = field(default_factory=dict)  # preferred input names by FX node
+    as_rows: bool = False
+    size: Size = static_size
+    dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
+    _made: dict[Source, Tensor] = field(default_factory=dict)
+    _sliced: dict[tuple, Tensor] = field(default_factory=dict)  # prism.capture.lower._slice's, by (ref, dim, range)
+    node: Any = None  # the node being lowered, for messages
+
+    def fail(self, why: str, operand: Value = None) -> UnsupportedOp:
+        """The error for the node being lowered; with `operand`, it names the node that made that value as the
+        place to cut (the backend leaves it, and what it depends on, to torch: prism.capture.backend)."""
+        e = UnsupportedOp(f"{op_name(self.node)}: {why}{where(self.node)}")
+        e.node = next((n for n, v in self.values.items() if v is operand), None) if operand is not None else None
+        return e
+
+    def input(self, v: Pending) -> Tensor:
+        """The graph input for pending `v`, made on first use. Prism's ops take operands of one dtype: an input
+        of another float dtype is cast to the cone's by torch first (a float32 value in a float16 cone is
+        mostly an upcast of float16 data, cut from a norm, so the cast back is exact)."""
+        if self.dtype is not None and v.dtype != self.dtype and v.dtype.is_floating_point:
+            v = Pending(v.source.then("to", (str(self.dtype).removeprefix("torch."),)), v.shape, self.dtype)
+        if v.source not in self._made:
+            base = self.names.get(v.source.node) or getattr(v.source.node, "name", "in")
+            name = "".join(c if c.isalnum() else "_" for c in base).strip("_") or "in"
+            name = f"in_{name}" if not name[0].isalpha() else name
+            taken = {t.name for t in self.graph.inputs}
+            unique, k = name, 1
+            while unique in taken or unique[0] == "t" and unique[1:].isdigit():
+                k += 1
+                unique = f"{name}_{k}"
+            dtype = str(v.dtype).removeprefix("torch.")
+            self._made[v.source] = self.graph.input(v.shape, dtype, unique)
+            self.sources.append(v.source)
+        return self._made[v.source]
+
+    def tensor(self, v: Value) -> Tensor:
+        """`v` as a Prism tensor of its logical shape (an input made of a pending one)."""
+        if isinstance(v, Tensor):
+            return v
+        if isinstance(v, Pending):
+            return self.input(v)
+        if isinstance(v, Viewed):
+            raise self.fail(f"a view of an intermediate to {list(v.shape)} ({v.t.name} is {list(v.t.shape)}), "
+                            "where this op needs its operand's own shape")
+        if isinstance(v, Deferred):
+            raise self.fail(f"{v.kind} is supported only as a factor: x * {v.kind}(...)")
+        raise self.fail(f"expected a tensor, got {type(v).__name__} {v!r}")
+
+    def value(self, v: Value) -> Tensor | Viewed:
+        """`v` as a Prism tensor, possibly seen through views (an input enters as rows under `as_rows`)."""
+        if isinstance(v, Pending) and self.as_rows and rows(v.shape) != v.shape:
+            return wrap(self.input(fold(v, ("view", rows(v.shape)), rows(v.shape))), v.shape)
+        return v if isinstance(v, Viewed) else self.tensor(v)
+
+    def grouped(self, v: Value) -> tuple[Tensor, tuple[int, ...], list[list[int]]]:
+        """`v`'s Prism tensor, its logical shape and the grouping of the one in the other."""
+        v = self.value(v)
+        t, shape = (v.t, v.shape) if isinstance(v, Viewed) else (v, v.shape)
+        found = groups(t.shape, shape)
+        if found is None:
+            raise self.fail(f"a view of an intermediate to {list(shape)} that splits a dim of {t.name} "
+                            f"{list(t.shape)}; Prism views intermediates only by merging or splitting whole dims")
+        return t, shape, found
+
+    def dim(self, v: Value, d: int) -> tuple[Tensor, tuple[int, ...], int | None]:
+        """`v`'s tensor, its logical shape, and the Prism dim that is logical dim `d` alone (None: `d` has size 1,
+        so an op over it changes nothing)."""
+        t, shape, found = self.grouped(v)
+        if shape[d] == 1:
+            return t, shape, None
+        (k,) = [k for k, g in enumerate(found) if d in g]
+        if found[k] != [d]:
+            raise self.fail(f"an op over dim {d} of {list(shape)}, which a view merged into dim {k} of {t.name} "
+                            f"{list(t.shape)}")
+        return t, shape, k
+
+    def sizes(self, shape: Sequence[Any]) -> tuple[int, ...]:
+        """A shape from the FX graph's metadata, as ints."""
+        return tuple(self.size(n) for n in shape)
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        """The logical shape of `v`."""
+        return v.shape if isinstance(v, (Tensor, Pending, Viewed)) else self.tensor(v).shape
+
+
+def wrap(t: Tensor, shape: tuple[int, ...]) -> Tensor | Viewed:
+    """Tensor `t` seen with logical `shape` (the same elements in the same order)."""
+    return t if tuple(t.shape) == tuple(shape) else Viewed(t, tuple(shape))
+
+
+def fold(v: Pending, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Pending:
+    return Pending(v.source.then(*step), tuple(shape), v.dtype)
+
+
+Handler = Callable[..., Any]
+ATEN: dict[str, Handler] = {}
+
+
+def aten_op(*names: str) -> Callable[[Handler], Handler]:
+    """Register a handler for the ATen ops `names` (how prism.capture.sdpa adds its own)."""
+    def register(fn: Handler) -> Handler:
+        for n in names:
+            ATEN[n] = fn
+        return fn
+    return register
+
+
+
+def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
+    """Binary table op `name` between two tensor values, broadcasting as torch does. The operand that has the
+    result's logical shape (an intermediate if both do) fixes the Prism dims; the other is read in its
+    grouping: a pending input viewed to fit, an intermediate only if it already does."""
+    sa, sb = lw.shape(a), lw.shape(b)
+    try:
+        full = tuple(torch.broadcast_shapes(sa, sb))
+    except RuntimeError:
+        raise lw.fail(f"cannot broadcast {list(sa)} with {list(sb)}") from None
+    hosts = [v for v in (a, b) if lw.shape(v) == full]
+    if not hosts:  # both broadcast (a column against a row): only between operands of one rank, viewed as is
+        if len(sa) != len(sb):
+            a, b = (ranked(lw, a, len(sb)), b) if len(sa) < len(sb) else (a, ranked(lw, b, len(sa)))
+        return getattr(lw.graph, name)(lw.tensor(a), lw.tensor(b))
+    host = next((v for v in hosts if not isinstance(v, Pending)), hosts[0])
+    other = b if host is a else a
+    t, _, grouping = lw.grouped(host)
+    want = broadcast_form(lw.shape(other), full, grouping)
+    if want is None:
+        raise lw.fail(f"broadcasts {list(lw.shape(other))} against {list(full)}, which {t.name} holds as "
+                      f"{list(t.shape)}: no Prism broadcast reads that")
+    if isinstance(other, Pending):
+        o = lw.input(fold(other, ("view", want), want))
+    else:
+        o = lw.value(other)
+        o = o.t if isinstance(o, Viewed) else o
+        if tuple(o.shape) != want:
+            raise lw.fail(f"operands {list(t.shape)} and {list(o.shape)} hold {list(full)} and "
+                          f"{list(lw.shape(other))} in different Prism dims")
+    x, y = (t, o) if host is a else (o, t)
+    return wrap(getattr(lw.graph, name)(x, y), full)
+
+
+def ranked(lw: Lowering, v: Value, rank: int) -> Value:
+    """Pending `v` with size-1 dims in front up to `rank` (torch's broadcast between ranks)."""
+    if not isinstance(v, Pending):
+        raise lw.fail(f"broadcasts a rank-{len(lw.shape(v))} intermediate against rank {rank}; Prism "
+                      "broadcasts between equal ranks (inputs can be viewed, intermediates cannot)")
+    shape = (1,) * (rank - len(v.shape)) + v.shape
+    return fold(v, ("view", shape), shape)
+
+
+def softmax(g: KernelGraph, x: Tensor, dim: int) -> Tensor:
+    """exp(x - max x) / sum(exp(x - max x)) over `dim`."""
+    e = g.exp(g.sub(x, g.max(x, dim)))
+    return g.div(e, g.sum(e, dim))
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A result of a multi-result op that Prism does not compute (read it and the cone stays with torch)."""
+
+    what: str
