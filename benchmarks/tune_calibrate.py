@@ -150,11 +150,11 @@ def collect(args: argparse.Namespace) -> int:
         return 2
     from prism import workloads
     from prism.tune.compile import kept_workers
-    from prism.tune.target import TARGETS, kind_of
+    from prism.tune.target import TARGETS, gpu_kind
 
     device = torch.cuda.get_device_name()
     major, minor = torch.cuda.get_device_capability()
-    sheet = TARGETS[kind_of(device)].with_(arch=10 * major + minor)   # data-sheet constants: samples are raw
+    sheet = TARGETS[gpu_kind(device)].with_(arch=10 * major + minor)   # data-sheet constants: samples are raw
     samples: list[dict[str, Any]] = []
     start = time.time()
     with kept_workers():   # every config compiles on the same workers
@@ -182,10 +182,10 @@ def from_bench(args: argparse.Namespace) -> int:
     from prism.tune import Space, estimate
     from prism.tune.fit import Sample
     from prism.tune.space import Candidate
-    from prism.tune.target import TARGETS, kind_of
+    from prism.tune.target import TARGETS, gpu_kind
 
     run = json.loads(Path(args.bench).read_text())
-    sheet = TARGETS[kind_of(run["device"])]   # data-sheet constants: samples are raw
+    sheet = TARGETS[gpu_kind(run["device"])]   # data-sheet constants: samples are raw
     samples: list[dict[str, Any]] = []
     recombined = 0
     try:

@@ -337,6 +337,19 @@ def _interrupts(docs: list[Any]) -> str:
                               "ended within 2 s", "slowest s", "ended before the signal", "tracebacks"], rows))
 
 
+def _progress(docs: list[Any]) -> str:
+    """As benchmarks/compile_progress.py prints it: seconds after the first call until each kind of record."""
+    (doc,) = docs
+    keys = {"first_record_s": "first record", "first_region_s": "first region", "first_summary_s": "summary",
+            "total_s": "first outputs back"}
+    rows = [[what, *(f"{r[key]:.2f}" if r[key] is not None else "-" for r in doc["runs"])] for key, what in keys.items()]
+    first = doc["runs"][0]["records"]
+    return (f"{doc['snippet']}, {doc['cpus']} CPUs.\n\n"
+            + markdown_table(["seconds after the first call", *(f"run {k + 1}" for k in range(len(doc["runs"])))], rows)
+            + "\n\nThe first run's first records:\n\n"
+            + markdown_table(["s", "record"], [[f"{t:.2f}", f"`{m}`"] for t, m in first[:4]]))
+
+
 def _every_size(docs: list[Any]) -> str:
     """As benchmarks/every_size.py --model prints it, per file: the model's µs at each odd KV length."""
     parts = []
@@ -432,6 +445,11 @@ TABLES = [
         "OLD", f". {SEARCH_RUNS} {RESULTS}/search_compare_split_k"),),
         "Before: 95f4db7; after: outputs written once along a grid dim, and up to three kernel-level ops where a "
         "norm divides a projection.", _search_compare),
+    Table("Search time: each pass's rules in its own table", ("search_compare_pass_rules.json",), (_compare(
+        "OLD", f". --runs 1 --workers 2 --out {RESULTS}/search_compare_pass_rules"),),
+        "Before: df5a302; after: the node kinds' executor, encoding, emission and cost rules moved from the IR's "
+        "records into each pass's table, and the import circles broken (moved code: the same graphs).",
+        _search_compare),
     Table("Search throughput against workers: attention", ("search_scaling_attention.json",), (
         f"PYTHONPATH=. python benchmarks/search_scaling.py --workload attention --runs 3 --out "
         f"{RESULTS}/search_scaling_attention",),
@@ -462,6 +480,10 @@ TABLES = [
         "One DynamicGraph serves every KV length; at each odd length the model's estimate of what it serves, "
         "against the powers of two around it (p/2, p): scaled by length, and against the line through its "
         "neighbours.", _every_size),
+    Table("A compile said as it goes", ("compile_progress_cpu.json",), (
+        f"python benchmarks/compile_progress.py --out {RESULTS}/compile_progress_cpu.json",),
+        "The README's Llama snippet as pasted, cold (an empty result cache), with every record of the \"prism\" "
+        "logger at INFO timed from the first call of the compiled forward.", _progress),
     Table("Ctrl-C at random moments", ("interrupts_cpu.json",), (
         f"python benchmarks/interrupts.py --runs 50 --out {RESULTS}/interrupts_cpu.json",),
         "`prism tune` and `prism optimize` sent SIGINT (to the process group, as a terminal does) at a seeded "

@@ -4,7 +4,7 @@ from prism.codegen.aot import AotKernel, compile_aot, default_target
 from prism.codegen.emit import emit_kernel
 from prism.codegen.errors import CodegenError
 from prism.codegen.load import cache_dir, interpreting
-from prism.codegen.lower import to_custom
+from prism.codegen.one_op import to_custom
 from prism.codegen.plan import Buffer, Plan, Step, plan_graph
 from prism.codegen.runtime import Allocator, CompiledGraph, compile_graph
 from prism.codegen.spec import KernelSpec

@@ -6,7 +6,8 @@ write-back. Each node kind's rule (`EMIT`, keyed by kind) hands its node to the 
 accumulate, running_max, store), which it writes where the schedule places the node: a loader's load, an
 accumulator's init and update (its combine op's template), a saver's store; ops render through the op table
 (prism.codegen.render: a template, or a composite op's decomposition as one expression); this module adds
-only what Triton needs around them: addresses, padding masks, dtype conversions, and matmul shapes.
+only what Triton needs around them: dtype conversions and matmul shapes here, addresses and padding masks in
+prism.codegen.address, the parameters and the launcher in prism.codegen.signature.
 A ragged dim's mask compares each lane's global index with the dim's extent (prism.codegen.layout says why
 masked reductions and stores make such a kernel compute the program); for a dim the loop walks it is
 computed at the top of every iteration. A dim of runtime size (`sizes`) has its extent as an i32 argument, and
@@ -27,24 +28,23 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from prism.codegen.address import Addressing, along
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import MIN_DOT, Layout, Padded, TileDim
 from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
-from prism.codegen.split import rows, slots, splits
-from prism.codegen.spec import (COUNTER_DTYPE, RESERVED, SHORT_DTYPES, SIGNATURE_DTYPES, TL_DTYPES, KernelSpec, Param,
-                                Size, base_name, unique)
+from prism.codegen.signature import Signature, indent
+from prism.codegen.split import slots, splits
+from prism.codegen.spec import RESERVED, SHORT_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import (INSIDE, MAX, RUNNING_MAX, Accumulator, Compute, Loader, Online, RunningMax, Saver, kind_of,
                              rule_for)
 from prism.ir.ops import OPS, Shape, contracts, rescaling
 from prism.ir.printer import format_block
 
-__all__ = ["EMIT", "Emitter", "default_warps", "emit_kernel", "indent", "launcher", "phase", "update"]
+__all__ = ["EMIT", "Emitter", "default_warps", "emit_kernel", "phase", "update"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block (elements)."""
-_CONSTEXPRS = ("BLOCK", "TILE", "EXTENT")
-"""A tile dim's constexprs, in parameter order: its block, its real lanes, a ragged dim's extent."""
 _INFIX = re.compile(r"\{0\} ([-+*/]) \{1\}")
 """A combine op's template that is an infix operator on its two operands: its accumulator update reads as an
 augmented assignment (`acc += x`)."""
@@ -68,12 +68,7 @@ class _Scopes:
     store: list[str] = field(default_factory=list)
 
 
-def _at(d: int, rank: int) -> str:
-    """Index that puts a 1-D range along dim d of a rank-`rank` block: `[:, None]` etc."""
-    return "" if rank == 1 else "[" + ", ".join(":" if j == d else "None" for j in range(rank)) + "]"
-
-
-class Emitter:
+class Emitter(Addressing, Signature):
     """One block graph's kernel, generated line by line: each node kind's rule (`EMIT`) calls one of its verbs
     (load, op, accumulate, running_max, store)."""
 
@@ -125,58 +120,6 @@ class Emitter:
 
     def fresh(self, want: str) -> str:
         return unique(want, self.idents)
-
-    def lane_mask(self, t: TileDim) -> str:
-        """`mask_x0`: which lanes of a masked tile dim are real (defined once: `mask_lines`)."""
-        if t.name not in self.lane_masks:
-            self.lane_masks[t.name] = self.fresh(f"mask_{t.name.lower()}")
-        return self.lane_masks[t.name]
-
-    def full_mask(self, dims: tuple[TileDim, ...]) -> str | None:
-        rank = len(dims)
-        parts = [f"{self.lane_mask(t)}{_at(d, rank)}" for d, t in enumerate(dims) if t.masked]
-        return " & ".join(parts) if parts else None
-
-    def mask_lines(self) -> tuple[list[str], list[str]]:
-        """Every lane mask's definition: (those before the loop, those at the top of every iteration). A padded
-        dim's lanes are real below the tile; a ragged dim's where the global index is below its extent: lane j
-        of tile k (pid · LOOP + i, pid or i) has index k · TILE + j."""
-        top: list[str] = []
-        loop: list[str] = []
-        for name, mask in self.lane_masks.items():
-            t = self.layout.tile_dim(name)
-            lanes = f"tl.arange(0, {t.block_expr})"
-            conds = [f"{lanes} < TILE_{name}"] if t.padded else []
-            if t.ragged:
-                index = self.tile_index(t)
-                conds.append(f"{index + ' * ' + t.tile_expr + ' + ' if index else ''}{lanes} < EXTENT_{name}")
-            expr = " & ".join(f"({c})" for c in conds) if len(conds) > 1 else conds[0]
-            (loop if t.looped else top).append(f"{mask} = {expr}")
-        return top, loop
-
-    def tile_index(self, t: TileDim) -> str | None:
-        """Which tile of ragged dim `t` this block holds in this iteration: pid · LOOP + i, pid, or i; None for
-        the only one (a dim of runtime size split by nothing)."""
-        pid = self.pid(t.grid) if t.grid else None
-        return f"({pid} * LOOP + i)" if pid and t.looped else pid or ("i" if t.looped else None)
-
-    def size_of(self, t: TileDim, per: int = 1) -> Size:
-        """Where the launcher reads runtime-size dim `t`'s extent: the first loaded tensor dim of its class."""
-        for i in self.b.loaders:
-            for d, u in enumerate(self.layout.dims[i]):
-                if u is t:
-                    return Size(self.b.nodes[i].attrs["index"], d, per)
-        raise CodegenError(f"{self.name}: tile dim {t.name} has a runtime size but no input dim of it is loaded")
-
-    def pid(self, g: str) -> str:
-        self.pids.add(g)
-        return f"pid_{g}"
-
-    def stride_names(self, base: str, rank: int) -> list[str]:
-        if base not in self.strides:
-            sep = "_" if base[-1].isdigit() else ""
-            self.strides[base] = [self.fresh(f"stride_{base}{sep}{d}") for d in range(rank)]
-        return self.strides[base]
 
     # -- values ------------------------------------------------------------------------------------
 
@@ -253,7 +196,7 @@ class Emitter:
     def _lane0(self, name: str, dims: tuple[TileDim, ...], cut: list[int], lines: list[str]) -> str:
         """`name` (a tile of `dims`) with dims `cut` reduced to lane 0, keeping them as size-1 dims."""
         for d in cut:
-            lane0 = f"tl.arange(0, {dims[d].block}){_at(d, len(dims))} == 0"
+            lane0 = f"tl.arange(0, {dims[d].block}){along(d, len(dims))} == 0"
             new = self.fresh(f"{name}_s{d}")
             lines.append(f"{new} = tl.sum(tl.where({lane0}, {name}, 0.0), axis={d}, keep_dims=True)")
             name = new
@@ -276,35 +219,6 @@ class Emitter:
     def wanted(self, consumer: int, operand: int) -> str:
         node = self.b.nodes[consumer]
         return node.outputs[0].dtype if contracts(node.op) and not self.b.launch.gemv else self.compute
-
-    def address(self, base: str, dims: tuple[TileDim, ...], maps: Mapping[str, int], fmap: int | None,
-                lines: list[str], strides: list[str] | None = None) -> tuple[str, str | None, list[str]]:
-        """Pointers to this block's tile of tensor `base` (a loader's input or a saver's output), written to
-        `lines`: the tile dims `maps` gives grid dims start at the block's offset, the loop walks dim `fmap`.
-        Returns the pointers' name, the mask's (None: no padded lanes) and the strides' (`strides`: those of
-        `dims`, where `base` has more dims than the tile: a split-K partials buffer's leading one)."""
-        by_grid = {d: g for g, d in maps.items() if self.b.grid_size(g) > 1}
-        strides = strides or self.stride_names(base, len(dims))
-        offs = []
-        for d, t in enumerate(dims):
-            name = self.fresh(f"offs_{base}{'_' if base[-1].isdigit() else ''}{d}")
-            start = ""
-            if d in by_grid:
-                # a dim split by the grid and the loop: block stride is tile * LOOP, not tile
-                step = t.tile_expr if fmap != d or not self.looped else (
-                    "LOOP" if t.tile_expr == "1" else f"{t.tile_expr} * LOOP")
-                start = f"{self.pid(by_grid[d])}{'' if step == '1' else ' * ' + step} + "
-            lines.append(f"{name} = {start}tl.arange(0, {t.block_expr})")
-            offs.append(name)
-        ptrs = self.fresh(f"{base}_ptrs")
-        lines.append(_pointers(ptrs, base, offs, strides))
-        mask = self.full_mask(dims)
-        if mask:
-            name = self.fresh(f"mask_{base}")
-            # a dim the loop walks raggedly: its lanes' mask changes every iteration
-            (self.s.loop if any(t.looped for t in dims) else lines).append(f"{name} = {mask}")
-            mask = name
-        return ptrs, mask, strides
 
     # -- the verbs of the node kinds' rules (EMIT) -----------------------------------------------------
 
@@ -460,7 +374,7 @@ class Emitter:
                                    f"{MIN_DOT}), but its groups give {node.attrs['size']}")
             if OPS[node.op].family.rule is Shape.REDUCE and dims[node.attrs["dim"]].block > 1:
                 d = node.attrs["dim"]   # the reduced dim is padded for a later matmul: value in lane 0
-                expr = f"tl.where(tl.arange(0, {dims[d].block_expr}){_at(d, rank)} == 0, {expr}, 0.0)"
+                expr = f"tl.where(tl.arange(0, {dims[d].block_expr}){along(d, rank)} == 0, {expr}, 0.0)"
         self.define(i, f"t{i}", expr, self.compute, clean=False)
 
     def fusable(self, i: int) -> bool:
@@ -551,94 +465,6 @@ class Emitter:
                 f"if {done} == {per_row - 1}:  # the last: every partial of this tile is stored",
                 *indent(self.combined[split]), f"    tl.store({at}, 0)  # zero again for the next launch"]
 
-    def constexprs(self, body: list[str]) -> dict[str, int]:
-        """LOOP, then BLOCK_/TILE_/EXTENT_ of every tile dim the body mentions, in tile-dim order (not those
-        known only at launch: `runtime`)."""
-        classes = {t.name: (k, t) for k, t in enumerate(self.layout.classes)}
-        out = {"LOOP": self.b.loop} if self.looped and not self.runtime_loop else {}
-        names = set(re.findall(r"\b(?:BLOCK|TILE|EXTENT)_\w+\b", "\n".join(body)))
-        for n in sorted(names, key=lambda n: (classes[n.split("_", 1)[1]][0], _CONSTEXPRS.index(n.split("_")[0]))):
-            kind, (_, t) = n.split("_")[0], classes[n.split("_", 1)[1]]
-            if not (kind == "EXTENT" and t.runtime):
-                out[n] = {"BLOCK": t.block, "TILE": t.tile, "EXTENT": t.extent}[kind]
-        return out
-
-    def runtime(self, body: list[str]) -> list[tuple[str, Size]]:
-        """The i32 arguments counted at launch: EXTENT_ of every runtime-size dim the body mentions, then LOOP if
-        the loop walks one (its trip count: cdiv(extent, tile))."""
-        names = set(re.findall(r"\bEXTENT_\w+\b", "\n".join(body)))
-        out = [(f"EXTENT_{t.name}", self.size_of(t)) for t in self.layout.classes
-               if t.runtime and f"EXTENT_{t.name}" in names]
-        if self.looped and self.runtime_loop:
-            out.append(("LOOP", self.size_of(self.runtime_loop, self.runtime_loop.tile)))
-        return out
-
-    def grid_sizes(self) -> tuple[Size | None, ...]:
-        """Per grid dim, the blocks counted at launch (cdiv(extent, tile) of the runtime-size dim it splits), or
-        None for a fixed count."""
-        split = {t.grid: t for t in self.layout.classes if t.runtime and t.grid}
-        return tuple(self.size_of(split[g], split[g].tile) if g in split else None for g in self.b.grid_dims)
-
-    def unspecialized(self, runtime: list[tuple[str, Size]]) -> list[str]:
-        """The parameters Triton must not specialize on their values: the runtime arguments, and each stride of a
-        dim before a runtime-size dim (a row-major stride is a product of the sizes after it): else each extent
-        that is 1 or a multiple of 16 would compile a kernel of its own."""
-        if not runtime:
-            return []
-        out = [n for n, _ in runtime]
-        nodes = list(self.b.loaders) + list(self.b.savers)
-        for base, i in zip(self.bases + self.outs, nodes):
-            last = max((d for d, t in enumerate(self.layout.dims[i]) if t.runtime), default=0)
-            out += self.strides[base][:last]
-        return out
-
-    def params(self, constexprs: dict[str, int], runtime: Sequence[tuple[str, Size]] = ()) -> list[Param]:
-        """The kernel's parameters, in order: input pointers, output pointers, the strides of each, the sizes
-        counted at launch (`runtime`), constexprs."""
-        b = self.b
-        ins, outs, strides = [], [], []
-        for k, base in enumerate(self.bases):
-            a = b.nodes[b.loaders[k]].attrs
-            loop = "" if a["fmap"] is None else f", loop over dim {a['fmap']}"
-            ins.append(Param("in", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.in_dtypes[k]]],
-                             f"{self.labels[k]}: {self.in_dtypes[k]}{list(b.input_types[k].shape)}, "
-                             f"tiles {list(b.nodes[b.loaders[k]].outputs[0].shape)}{_maps(a['imap'])}{loop}"))
-        for k, base in enumerate(self.outs):
-            node = b.nodes[b.savers[k]]
-            sums, once = [f"pid_{g}" for g in b.summed(k)], [f"pid_{g}" for g in b.once(k)]
-            summed = (f", summed over {', '.join(sums)} (its partials, {self.parts[k]})" if sums else "") + \
-                (f", written once over {', '.join(once)} (the same tile in each)" if once else "")
-            outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.out_dtypes[k]]],
-                              f"output {k}: {self.out_dtypes[k]}{list(node.outputs[0].shape)}, "
-                              f"tiles {list(b.nodes[node.inputs[0][0]].outputs[0].shape)}"
-                              f"{_maps(node.attrs['omap'])}{summed}"))
-        for k, base in self.parts.items():
-            outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[self.compute]],
-                              f"output {k}'s partials: {self.compute}[{slots(b, b.summed(k))}, ...], a tile per "
-                              "block of its split"))
-        for split, base in self.counts.items():
-            outs.append(Param("out", [f"{base}_ptr"], [SIGNATURE_DTYPES[COUNTER_DTYPE]],
-                              f"{rows(b, split)} row counter(s) of the split over {', '.join(split)}, int32, zero "
-                              "between launches"))
-        labels = self.labels + [f"output {k}" for k in range(len(self.outs))]
-        labels += [f"output {k}'s partials" for k in self.parts] + [f"row counters {n}" for n in self.counts.values()]
-        for base, label in zip(self.buffers, labels):
-            names = self.stride_names(base, 1) if base in self.counts.values() else self.strides[base]
-            strides.append(Param("stride", names, ["i32"] * len(names), f"strides of {label}, in elements"))
-        sized = []
-        for n, size in runtime:
-            t = self.runtime_loop
-            what = (f"loop iterations: cdiv(EXTENT_{t.name}, {t.tile}), counted at launch" if n == "LOOP" and t
-                    else f"elements in the whole dim ({labels[size.arg]} dim {size.dim}), known at launch")
-            sized.append(Param("size", [n], ["i32"], what))
-        consts = []
-        for n, v in constexprs.items():
-            what = ("loop iterations" if n == "LOOP" else "real lanes" if n.startswith("TILE")
-                    else "elements in the whole dim, the last tile partial" if n.startswith("EXTENT")
-                    else "lanes, a power of two")
-            consts.append(Param("constexpr", [n], ["constexpr"], f"{v} {what}"))
-        return ins + outs + strides + sized + consts
-
     def function(self, name: str) -> tuple[list[str], list[str], dict[str, int], list[Param]]:
         """This block graph as a `@triton.jit` helper `name(pid_x, ..., pointers, strides, CONSTEXPRS)` that
         a kernel calls with its own program ids (prism.codegen.tail): its source lines, the program ids it
@@ -653,30 +479,6 @@ class Emitter:
         src = [f"# {line}" for line in format_block(self.b).splitlines()]
         src += ["@triton.jit", f"def {name}("] + indent(lines) + ["):"] + indent(body)
         return src, pids, constexprs, params
-
-    def spec(self, body: list[str]) -> KernelSpec:
-        constexprs, runtime = self.constexprs(body), self.runtime(body)
-        params = self.params(constexprs, runtime)
-        sig = {n: t for p in params for n, t in zip(p.names, p.types)}
-        lines = [p.line for p in params]
-        fixed = self.unspecialized(runtime)
-        src = [f"# {line}" for line in format_block(self.b).splitlines()]
-        src += [f"@triton.jit(do_not_specialize={fixed!r})" if fixed else "@triton.jit", f"def {self.name}("]
-        src += indent(lines) + ["):"] + indent(body)
-        note = f": {', '.join(self.counts.values())} must be zero (each launch leaves them so)" if self.counts else ""
-        grid_sizes = self.grid_sizes() if runtime else ()
-        src += ["", ""] + launcher(self.name, self.b.grid, [(a, len(self.strides[a])) for a in self.buffers],
-                                   constexprs, self.num_warps, self.num_stages, note, runtime, grid_sizes)
-        out_sizes = tuple(tuple(t.size for t in self.layout.dims[i]) for i in self.b.savers)
-        bounds = tuple((self.size_of(t), t.block) for t in self.layout.classes
-                       if t.runtime and not t.grid and not t.looped)
-        return KernelSpec(self.name, f"launch_{self.name}", "\n".join(src) + "\n", self.b.grid, sig, constexprs,
-                          tuple(self.in_dtypes), tuple(self.out_dtypes) + (self.compute,) * len(self.parts)
-                          + (COUNTER_DTYPE,) * len(self.counts),
-                          tuple(self.summed(k) for k in range(len(self.outs)))
-                          + (False,) * (len(self.parts) + len(self.counts)),
-                          self.num_warps, self.num_stages, tuple(runtime), grid_sizes, out_sizes, bounds)
-
 
 # ---- the rules: each node kind handed to the Emitter -------------------------------------------------
 
@@ -696,31 +498,6 @@ EMIT: dict[type, Callable[[Emitter, int, Any, Any], None]] = {
 """Each node kind's verb of the Emitter: (the emitter, the node's index, the node, its kind)."""
 
 
-def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], constexprs: dict[str, int],
-             num_warps: int, num_stages: int | None, note: str = "", runtime: Sequence[tuple[str, Size]] = (),
-             grid_sizes: Sequence[Size | None] = ()) -> list[str]:
-    """`launch_<name>(tensors...)`: the host side of kernel `name`, passing each tensor of `args` (name, rank) and
-    its strides, then the sizes counted from the tensors' shapes (`runtime`), then every constexpr, on `grid`
-    (where `grid_sizes` has a Size, its blocks are counted from the shapes too). It returns Triton's compiled
-    kernel, which prism.codegen.launch binds for launches without the binder."""
-    names = [a for a, _ in args]
-    meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={num_warps}"]
-    meta += [f"num_stages={num_stages}"] if num_stages is not None else []
-    if any(grid_sizes):
-        dims = [str(g) if s is None else s.source(names) for g, s in zip(grid, grid_sizes)]
-        grid_text = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-    else:
-        grid_text = str(grid)
-    return [f"def launch_{name}({', '.join(names)}):",
-            f'    """Launch {name} on a grid of {grid_text}{note}; returns the compiled kernel."""',
-            f"    return {name}[{grid_text}](",
-            f"        {', '.join(names)},",
-            *(f"        {', '.join(f'{a}.stride({d})' for d in range(rank))}," for a, rank in args),
-            *([f"        {', '.join(s.source(names) for _, s in runtime)},"] if runtime else []),
-            f"        {', '.join(meta)},",
-            "    )"]
-
-
 def update(kind: Accumulator, acc: str, prior: str, x: str) -> str:
     """The statement folding tile `x` into accumulator `acc` of `kind`, from `prior` (`acc`, or `acc` rescaled):
     its combine op's template (prism.ir.ops) on (prior, x), or `acc += x` where that template is an infix
@@ -734,27 +511,8 @@ def update(kind: Accumulator, acc: str, prior: str, x: str) -> str:
     return f"{acc} = {template.format(prior, x)}"
 
 
-def indent(items: list[str]) -> list[str]:
-    return [f"    {line}" for item in items for line in item.split("\n")]
-
-
-def _pointers(ptrs: str, base: str, offs: list[str], strides: list[str]) -> str:
-    """`x_ptrs = x_ptr + (offs_x0[:, None] * stride_x0 + ...)`, one term per line when long."""
-    rank = len(offs)
-    terms = [f"{o}{_at(d, rank)} * {s}" for d, (o, s) in enumerate(zip(offs, strides))]
-    head = f"{ptrs} = {base}_ptr + ("
-    if len(head) + sum(len(t) + 3 for t in terms) <= 100:
-        return f"{head}{' + '.join(terms)})"
-    pad = " " * (len(head) - 2)
-    return f"{head}{terms[0]}\n" + "\n".join(f"{pad}+ {t}" for t in terms[1:]) + ")"
-
-
 def phase(title: str) -> str:
     return f"# -- {title} ".ljust(76, "-")
-
-
-def _maps(m: dict[str, int]) -> str:
-    return "".join(f", pid_{g} -> dim {d}" for g, d in m.items())
 
 
 def default_warps(block: BlockGraph, layout: Layout | Padded) -> int:

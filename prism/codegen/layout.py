@@ -56,18 +56,14 @@ from typing import Mapping
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.spec import unique
-from prism.ir.block import BlockGraph
+from prism.ir.block import BlockGraph, next_pow2
 from prism.ir.kinds import COMPUTE, LOADER, SAVER, kind_of
 from prism.ir.ops import OPS, Shape
 
-__all__ = ["MIN_DOT", "TileDim", "Layout", "Padded", "next_pow2"]
+__all__ = ["MIN_DOT", "TileDim", "Layout", "Padded"]
 
 MIN_DOT = 16
 """The smallest M, N and K `tl.dot` compiles for (fp16/fp32 operands on sm_80+)."""
-
-
-def next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 @dataclass(frozen=True)

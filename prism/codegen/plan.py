@@ -22,7 +22,7 @@ import torch
 
 from prism.codegen.emit import emit_kernel
 from prism.codegen.errors import CodegenError
-from prism.codegen.lower import to_custom
+from prism.codegen.one_op import to_custom
 from prism.codegen.spec import COUNTER_DTYPE, KernelSpec
 from prism.codegen.split import rows, slots, splits
 from prism.codegen.tail import emit_tail

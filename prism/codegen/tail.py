@@ -34,8 +34,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from prism.codegen.emit import Emitter, indent, launcher, phase
+from prism.codegen.emit import Emitter, phase
 from prism.codegen.errors import CodegenError
+from prism.codegen.signature import indent, launcher
 from prism.codegen.spec import COUNTER_DTYPE, KernelSpec, Param
 from prism.ir.block import BlockGraph
 from prism.ir.printer import format_block

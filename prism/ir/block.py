@@ -27,11 +27,16 @@ from prism.ir.launch import Launch
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
 
-__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph", "Launch", "split"]
+__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph", "Launch", "next_pow2", "split"]
 
 GRID_DIMS = ("x", "y", "z")
 MAX_GRID_YZ = 65535
 """CUDA's limit on the blocks along grid dims y and z (x allows 2^31 - 1)."""
+
+
+def next_pow2(n: int) -> int:
+    """The least power of two at least `n` (1 for n <= 1): a tile's padded extent, a size bucket's top."""
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def split(extent: int, parts: int) -> int | None:
@@ -40,7 +45,7 @@ def split(extent: int, parts: int) -> int | None:
     tile but the last is whole, and the last holds at least one element); None when there is neither."""
     if extent % parts == 0:
         return extent // parts
-    t = 1 << (-(-extent // parts) - 1).bit_length()
+    t = next_pow2(-(-extent // parts))
     return t if -(-extent // t) == parts else None
 
 

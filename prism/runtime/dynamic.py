@@ -53,7 +53,7 @@ from prism.codegen.plan import Plan, plan_graph
 from prism.codegen.runtime import CompiledGraph
 from prism.errors import GraphError, InputError, MappingError
 from prism.ir import KernelGraph
-from prism.ir.block import GRID_DIMS
+from prism.ir.block import GRID_DIMS, next_pow2
 from prism.ir.ops import TORCH_DTYPES
 from prism.runtime.optimized import CUDA, EXECUTION_TEXT, OptimizedGraph, execution_mode
 from prism.tune.rank import rank_chunk
@@ -70,12 +70,7 @@ Dims = dict[str, list[tuple[int, int]]]
 
 def bucket(shapes: Sequence[Sequence[int]]) -> Shapes:
     """Every dim rounded up to a power of two: sizes in one bucket share a tuning."""
-    return tuple(tuple(_top_of(n) for n in s) for s in shapes)
-
-
-def _top_of(n: int) -> int:
-    """The top of `n`'s bucket: the least power of two at least `n`."""
-    return 1 << max(0, int(n) - 1).bit_length()
+    return tuple(tuple(next_pow2(n) for n in s) for s in shapes)
 
 
 def resize(program: KernelGraph, shapes: Shapes) -> KernelGraph:
@@ -214,7 +209,7 @@ class SizeBuckets:
         shapes = [list(t.shape) for t in program.inputs]
         for name, dims in self.dims.items():
             for i, d in dims:
-                shapes[i][d] = _top_of(values[name])
+                shapes[i][d] = next_pow2(values[name])
         if [list(t.shape) for t in program.inputs] == shapes:
             return program
         try:
@@ -321,7 +316,7 @@ class SizeBuckets:
         less when tuned there) and must be the same code, with the buffers and grids the sizes give: so nothing
         they compute depends on a size (a mean's 1/n, a tiling)."""
         values = self.values(program)
-        tops = {n: _top_of(v) for n, v in values.items()}
+        tops = {n: next_pow2(v) for n, v in values.items()}
         free = sorted(n for n in values if tops[n] > 2)
         if not free:
             return ("no dynamic size is declared" if not values else

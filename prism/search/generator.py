@@ -26,7 +26,7 @@ from prism.ir.ops import OPS, REDUCE, RUNNING, SCALED, contracts
 from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
-from prism.symbolic.sgraph import ACCUM, RUNNING_MAX, BOp, Labels, SGraph, match_binary
+from prism.symbolic.sgraph import ACCUM_OP, RUNNING_MAX_OP, BOp, Labels, SGraph, match_binary
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
@@ -37,7 +37,7 @@ __all__ = ["KERNEL_OPS", "Generator", "Limits", "Modes", "Structure", "chained_c
 KERNEL_OPS = 3
 """Kernel-level element-wise ops after the fused kernel for a target that divides a contraction by the root of a
 reduction (`default_kernel_ops`): split across blocks, its kernel sums X @ W and sum(X²)/d there, and eps, sqrt
-and the division can only come after. A chain of them runs as one kernel (prism.codegen.lower)."""
+and the division can only come after. A chain of them runs as one kernel (prism.codegen.one_op)."""
 
 
 def default_kernel_ops(target: Target) -> int:
@@ -377,15 +377,15 @@ class Generator:
         if s.post[i]:
             return []
         state, d = s.scale[i], OPS.get(op_of(s.terms[i]))
-        own = d.accumulator if d is not None and d.accumulator != ACCUM else None
+        own = d.accumulator if d is not None and d.accumulator != ACCUM_OP else None
         out = []
         if s.n_accums < self.limits.max_accums:
             if state is None:
-                out += [BOp(ACCUM, (i,))] + ([BOp(own, (i,))] if own else [])
+                out += [BOp(ACCUM_OP, (i,))] + ([BOp(own, (i,))] if own else [])
             elif state[0] == SCALED:
                 out.append(BOp(ONLINE.name, (i, state[1])))
         if d is not None and d.online.bound and state is None:
-            out.append(BOp(RUNNING_MAX, (i,)))
+            out.append(BOp(RUNNING_MAX_OP, (i,)))
         return out
 
     # -- emission ------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from prism.ir import KernelGraph
 from prism.search.result import SymbolicGraph
 from prism.symbolic.dims import AtomSpace, InvExtent
 from prism.symbolic.mapping import Mapping, RawMapping
-from prism.symbolic.sgraph import LOADER, BOp, SGraph
+from prism.symbolic.sgraph import LOAD_OP, BOp, SGraph
 from prism.symbolic.structure import Structure
 
 __all__ = ["Part", "groups", "joint_forms"]
@@ -148,7 +148,7 @@ def _structure(space: AtomSpace, combo: Sequence[SymbolicGraph], lifts: Sequence
         st = sg.structure
         index: list[int] = []
         for op in st.graph.ops:
-            if op.op == LOADER:
+            if op.op == LOAD_OP:
                 index.append(lift[op.attrs[0]])
                 continue
             bop = BOp(op.op, tuple(index[i] for i in op.inputs), tuple(_lifted(a, lift) for a in op.attrs))

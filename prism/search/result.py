@@ -16,7 +16,7 @@ from prism.ir.sizes import Constraint
 from prism.outputs import write_text
 from prism.provenance import build_id
 from prism.symbolic.mapping import Mapping
-from prism.symbolic.sgraph import LOADER
+from prism.symbolic.sgraph import LOAD_OP
 from prism.symbolic.structure import Structure, grouped_sums, instantiate, structure_from_json
 
 __all__ = ["FORMAT", "SearchResult", "SymbolicGraph"]
@@ -82,7 +82,7 @@ class SymbolicGraph:
         loop = "d_i" if self.mapping.loop else "1 (no loop)"
         lines = [f"sGraph grid=({', '.join('d_' + p for p in GRID_DIMS[:self.n_grid])}) loop={loop}"]
         for k, op in enumerate(g.ops):
-            if op.op == LOADER:
+            if op.op == LOAD_OP:
                 imap, fmap = loaders[op.attrs[0]]
                 rhs = f"load {names[op.attrs[0]]} imap={imap} fmap={fmap}"
             else:

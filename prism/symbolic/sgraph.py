@@ -20,9 +20,9 @@ from prism.ir.ops import OPS, RUNNING, Shape, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.terms import Term, leaf, mk
 
-__all__ = ["LOADER", "ACCUM", "RUNNING_MAX", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
+__all__ = ["LOAD_OP", "ACCUM_OP", "RUNNING_MAX_OP", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
 
-LOADER, ACCUM, RUNNING_MAX = kinds.LOADER.name, kinds.SUM.name, kinds.RUNNING_MAX.name
+LOAD_OP, ACCUM_OP, RUNNING_MAX_OP = kinds.LOADER.name, kinds.SUM.name, kinds.RUNNING_MAX.name
 """The block ops that are no table op: a loader, the plain accumulator (a sum; prism.ir.kinds.ACCUMULATORS
 has the others) and a running max."""
 
@@ -32,7 +32,7 @@ Labels = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class BOp:
-    """One block op: `op` is a table op, LOADER (attrs = (input index,)), RUNNING_MAX or an accumulator
+    """One block op: `op` is a table op, LOAD_OP (attrs = (input index,)), RUNNING_MAX_OP or an accumulator
     (prism.ir.kinds.ACCUMULATORS; the online one's inputs are its tensor and the running max)."""
 
     op: str
@@ -51,7 +51,7 @@ _OP_IDS: dict[str, int] = {}
 def _number_ops() -> None:
     """Op ids for the canonical order: the loader, the accumulators, the running max, then the table ops."""
     _OP_IDS.clear()
-    _OP_IDS.update((name, k) for k, name in enumerate([LOADER, *kinds.ACCUMULATORS, RUNNING_MAX, *OPS]))
+    _OP_IDS.update((name, k) for k, name in enumerate([LOAD_OP, *kinds.ACCUMULATORS, RUNNING_MAX_OP, *OPS]))
 
 
 def _union(uf: UnionFind, a: int, b: int, space: AtomSpace, labels: Labels | None) -> UnionFind | None:
@@ -99,7 +99,7 @@ def match_matmul(a: tuple[int, ...], b: tuple[int, ...], uf: UnionFind, space: A
 def op_dims(op: str, attrs: tuple, shapes: list[tuple[int, ...]], uf: UnionFind, space: AtomSpace,
             labels: Labels | None = None) -> tuple[tuple[int, ...], UnionFind] | None:
     """The result dims of a table op or an accumulator, and the unions it implies (None: incompatible)."""
-    rule = Shape.SAME if op in kinds.ACCUMULATORS or op == RUNNING_MAX else OPS[op].family.rule
+    rule = Shape.SAME if op in kinds.ACCUMULATORS or op == RUNNING_MAX_OP else OPS[op].family.rule
     return _DIMS[rule](shapes, attrs, uf, space, labels)
 
 
@@ -154,7 +154,7 @@ class SGraph:
         """One loader per kernel input, nothing else. `pinning`: whether a loader's tile may meet post-loop
         values (the generator turns it off where the program has no use for it: prism.search.generator)."""
         n = len(space.shapes)
-        return cls(space, tuple(BOp(LOADER, (), (i,)) for i in range(n)),
+        return cls(space, tuple(BOp(LOAD_OP, (), (i,)) for i in range(n)),
                    tuple(space.input_dims(i) for i in range(n)), (False,) * n,
                    tuple(leaf(i) for i in range(n)), (0,) * n, UnionFind.identity(len(space)), labels, (None,) * n,
                    tuple(frozenset((i,)) for i in range(n)), pinning=pinning)
@@ -171,7 +171,7 @@ class SGraph:
     def term(self, bop: BOp) -> Term:
         """The abstract term of `bop`'s result with every d_p = 1 (accumulators and a running max are then
         identities: over a loop of one tile, they are that tile)."""
-        if bop.op in kinds.ACCUMULATORS or bop.op == RUNNING_MAX:
+        if bop.op in kinds.ACCUMULATORS or bop.op == RUNNING_MAX_OP:
             return self.terms[bop.inputs[0]]
         return mk(bop.op, bop.attrs, *(self.terms[i] for i in bop.inputs))
 
@@ -183,7 +183,7 @@ class SGraph:
         if len(phases) != 1 and (not self.pinning or any(self.inv[i] is None for i in bop.inputs
                                                          if not self.post[i])):
             return "phase"      # a loop value meets a post-loop one, and it is not loop-invariant
-        if (accum or bop.op == RUNNING_MAX) and True in phases:
+        if (accum or bop.op == RUNNING_MAX_OP) and True in phases:
             return "phase"
         matched = op_dims(bop.op, bop.attrs, [self.dims[i] for i in bop.inputs], self.uf, self.space,
                           self.labels)
@@ -198,7 +198,7 @@ class SGraph:
             uses[i] += 1
         post = accum or True in phases
         pre = [self.inv[i] for i in bop.inputs if not self.post[i]]
-        structural = accum or bop.op == RUNNING_MAX
+        structural = accum or bop.op == RUNNING_MAX_OP
         inv = None if post or structural or None in pre else frozenset().union(*pre)
         invariant = self.invariant | (frozenset().union(*pre) if len(phases) == 2 else frozenset())
         summed = self.summed + ((self.inv[bop.inputs[0]],) if accum and self.inv[bop.inputs[0]] else ())

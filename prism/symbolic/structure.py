@@ -20,7 +20,7 @@ from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE, SUM
 from prism.ir.ops import OPS, rescaling
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
-from prism.symbolic.sgraph import LOADER, RUNNING_MAX, BOp, SGraph, attr_from_json, attr_json, op_dims
+from prism.symbolic.sgraph import LOAD_OP, RUNNING_MAX_OP, BOp, SGraph, attr_from_json, attr_json, op_dims
 
 __all__ = ["GROUP", "Structure", "check_shapes", "class_factor", "group_variant", "grouped_sums", "instantiate",
            "program_classes", "structure_from_json", "tail_rows", "tail_variant", "walk_variant"]
@@ -89,7 +89,7 @@ def _cone(g: SGraph, t: int) -> frozenset[int]:
             continue
         seen.add(k)
         op = g.ops[k]
-        if op.op == LOADER:
+        if op.op == LOAD_OP:
             out.add(op.attrs[0])
         stack.extend(op.inputs)
     return frozenset(out)
@@ -184,12 +184,12 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
                 raise MappingError(f"instantiate: a tile of {x.shape[d]} along dim {d} does not hold whole groups "
                                    f"of {m.group} (the group mapping's sums)")
             ts.append(b.apply(OPS[op.op].grouped, [x], {"dim": d, "size": m.group}))
-        elif op.op == LOADER:
+        elif op.op == LOAD_OP:
             imap, fmap = loaders[op.attrs[0]]
             ts.append(b.input(ins[op.attrs[0]], imap=imap, fmap=fmap))
         elif op.op in ACCUMULATORS:
             ts.append(b.accum(ts[op.inputs[0]], op.op, *(ts[i] for i in op.inputs[1:])))
-        elif op.op == RUNNING_MAX:
+        elif op.op == RUNNING_MAX_OP:
             ts.append(b.running_max(ts[op.inputs[0]]))
         else:
             ts.append(b.apply(op.op, [ts[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))

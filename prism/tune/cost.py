@@ -99,7 +99,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prism.codegen.emit import default_warps
 from prism.codegen.layout import Padded
-from prism.codegen.lower import to_custom
+from prism.codegen.one_op import to_custom
 from prism.codegen.split import slots
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import (INSIDE, LOADER, Accumulator, Compute, Loader, RunningMax, Saver, Schedule, kind_of,

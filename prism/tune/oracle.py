@@ -23,7 +23,7 @@ from prism.errors import InputError
 from prism.tune.fit import Sample, fit, predict
 from prism.tune.profile import spearman
 from prism.tune.space import Candidate
-from prism.tune.target import Target, kind_of
+from prism.tune.target import Target, gpu_kind
 
 __all__ = ["Regret", "Step", "before_compile", "left_out", "load", "read", "regrets", "steps"]
 
@@ -62,7 +62,7 @@ def read(paths: Sequence[str | Path], kind: str | None = None) -> tuple[list[Sam
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise InputError(f"{path}: not a file of measured candidates ({type(e).__name__}: {e})") from None
         device = str(data.get("device", ""))
-        if kind is not None and (not device or kind_of(device) != kind):
+        if kind is not None and (not device or gpu_kind(device) != kind):
             raise InputError(f"{path}: measured on {device or 'an unnamed device'}, not on an {kind.upper()}")
         devices.append(device)
     seen = Counter(group for _, samples in files for group in {s.group for s in samples})

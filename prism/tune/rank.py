@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from prism.codegen.lower import to_custom
+from prism.codegen.one_op import to_custom
 from prism.errors import MappingError
 from prism.search.result import SymbolicGraph
 from prism.tune.cost import cost_of, kernels_of, relaunched

@@ -63,7 +63,7 @@ from prism.ir.ops import TORCH_DTYPES, contracts
 from prism.ir.graph import parallel_sizes
 from prism.ir.sizes import grid_size_name, kernel_of, loop_size_name, violations
 from prism.symbolic.dims import UNIT
-from prism.symbolic.sgraph import LOADER, RUNNING_MAX
+from prism.symbolic.sgraph import LOAD_OP, RUNNING_MAX_OP
 from prism.symbolic.structure import tail_rows
 from prism.tune.target import H100, Target
 
@@ -164,7 +164,7 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def _next_pow2(n: np.ndarray | int) -> np.ndarray:
-    """The next power of two of each entry (at least 1), as code generation pads a tile dim."""
+    """prism.ir.block.next_pow2 of each entry, over an array (at least 1): as code generation pads a tile dim."""
     return np.left_shift(1, np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64))
 
 
@@ -211,7 +211,7 @@ class GraphSpace:
         self.variables = [self._variable(n, cs) for n, cs in zip(list(names) + ["loop"], split)]
         loaders, _ = st.problem().maps(m)
         self.ops = g.ops
-        self.fmap = {k: loaders[op.attrs[0]][1] for k, op in enumerate(g.ops) if op.op == LOADER}
+        self.fmap = {k: loaders[op.attrs[0]][1] for k, op in enumerate(g.ops) if op.op == LOAD_OP}
         dot_classes: set[int] = set()
         dot_units: set[tuple[int, int]] = set()
         for k, op in enumerate(g.ops):
@@ -228,7 +228,7 @@ class GraphSpace:
         # each class's extent and what splits it, and each tensor's dims as indices into `_padded_sizes`.
         self._classes = sorted(self.extent)
         slot = {c: i for i, c in enumerate(self._classes)}
-        carried = {g.uf.find(a) for k, op in enumerate(g.ops) if op.op in ACCUMULATORS or op.op == RUNNING_MAX
+        carried = {g.uf.find(a) for k, op in enumerate(g.ops) if op.op in ACCUMULATORS or op.op == RUNNING_MAX_OP
                    for a in g.dims[k] if a != UNIT}
         self._splits = [(self.extent[c], m.grid_of(c), c in m.loop, c in m.loop and c in carried)
                         for c in self._classes]
@@ -242,7 +242,7 @@ class GraphSpace:
 
         self._dims = [tuple(index(k, d, a) for d, a in enumerate(dims)) for k, dims in enumerate(g.dims)]
         self._tile_dims = sorted(set(self._dims))
-        self._dot_operands = [(self._dims[o], g.ops[o].op == LOADER and self.fmap[o] is not None)
+        self._dot_operands = [(self._dims[o], g.ops[o].op == LOAD_OP and self.fmap[o] is not None)
                               for op in g.ops if contracts(op.op) for o in op.inputs]
         # a GEMV launch's products (prism.ir.Launch): per matmul, the dims of a [..., M, K] and N of b
         self._products = [(self._dims[op.inputs[0]], self._dims[op.inputs[1]][-1]) for op in g.ops

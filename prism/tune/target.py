@@ -9,7 +9,7 @@ from typing import Any
 from prism.ir.block import MAX_GRID_YZ
 from prism.tune.calibration import DATA, Calibration, load
 
-__all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target", "kind_of"]
+__all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target", "gpu_kind"]
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,10 @@ def get_target(name: str | Target | None = None) -> Target:
     `H100` and `H200` themselves hold the data sheet's figures. A Target passed in is returned as is."""
     if isinstance(name, Target):
         return name
-    return calibrated(kind_of(name))
+    return calibrated(gpu_kind(name))
 
 
-def kind_of(name: str | None) -> str:
+def gpu_kind(name: str | None) -> str:
     """The TARGETS key a name means ("h200", "NVIDIA H200" -> "h200"); "h100" by default."""
     key = (name or "h100").lower()
     return next((k for k in TARGETS if k in key), "h100")

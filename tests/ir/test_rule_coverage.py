@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
-from prism.codegen import lower as codegen_lower
+from prism.codegen import one_op
 from prism.codegen import render
 from prism.errors import GraphError
 from prism.ir import kinds, ops
@@ -46,7 +46,7 @@ BY_RULE: dict[str, tuple[dict[Shape, Any], Callable[[Family], bool]]] = {
 }
 """Tables keyed by a family's shape rule, and which families each must cover."""
 BY_FAMILY: dict[str, tuple[dict[Family, Any], Callable[[Family], bool]]] = {
-    "prism.codegen.lower kernel-level lowering": (codegen_lower._LOWERING, lambda family: not family.elementwise),
+    "prism.codegen.one_op kernel-level lowering": (one_op._LOWERING, lambda family: not family.elementwise),
     "prism.verify.encode parallel forms": (encode._FORMS, PARALLEL),
 }
 """Tables keyed by the family itself."""
@@ -72,7 +72,7 @@ def test_a_missing_entry_is_named():
     assert gaps({"prism.symbolic.terms shapes": (shortened, needs)}, {}) == [
         ("prism.symbolic.terms shapes", "reduce (shape rule reduce)"),
         ("prism.symbolic.terms shapes", "max_reduce (shape rule reduce)")]
-    lowering, needs = BY_FAMILY["prism.codegen.lower kernel-level lowering"]
+    lowering, needs = BY_FAMILY["prism.codegen.one_op kernel-level lowering"]
     shortened = {f: low for f, low in lowering.items() if not f.contraction}
     assert gaps({}, {"lowering": (shortened, needs)}) == [("lowering", "matmul")]
 

@@ -6,7 +6,7 @@ import prism.workloads as wl
 from prism.ir.ops import OPS
 from prism.search.generator import KERNEL_OPS, Generator, Limits, default_kernel_ops, default_max_ops
 from prism.symbolic.dims import InvExtent
-from prism.symbolic.sgraph import ACCUM, BOp
+from prism.symbolic.sgraph import ACCUM_OP, BOp
 from search_helpers import d1_terms, target_for
 from tests.configs import small_cfg
 
@@ -39,7 +39,7 @@ def unordered(gen: Generator):
         if len(s.ops) >= gen.max_ops:
             continue
         n = len(s.ops)
-        ops = [BOp(ACCUM, (i,)) for i in range(n) if not s.post[i] and s.n_accums < gen.limits.max_accums]
+        ops = [BOp(ACCUM_OP, (i,)) for i in range(n) if not s.post[i] and s.n_accums < gen.limits.max_accums]
         for op, attrs in gen.vocab:
             if OPS[op].arity == 1:
                 ops += [BOp(op, (i,), attrs) for i in range(n)]

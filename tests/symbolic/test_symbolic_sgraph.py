@@ -8,7 +8,7 @@ from prism.errors import MappingError
 from prism.ir import KernelGraph
 from prism.symbolic.dims import UNIT, AtomSpace
 from prism.symbolic.mapping import Mapping, brute_force, enumerate_mappings
-from prism.symbolic.sgraph import ACCUM, RUNNING_MAX, BOp, SGraph
+from prism.symbolic.sgraph import ACCUM_OP, RUNNING_MAX_OP, BOp, SGraph
 from prism.symbolic.structure import Structure, instantiate, structure_from_json
 
 SPACE = AtomSpace(((4, 6), (6, 8)))  # X [n, d], W [d, e]
@@ -43,23 +43,23 @@ def test_sum_makes_a_unit_dim_that_broadcasts():
 def test_loop_phases_never_mix_and_accum_takes_loop_tensors_only():
     """A post-loop value meets only loop values computed from loaders alone (loop-invariant under some
     mapping): not a running max, nor anything computed from one."""
-    g = extend(SGraph.start(SPACE), BOp(ACCUM, (0,)))
+    g = extend(SGraph.start(SPACE), BOp(ACCUM_OP, (0,)))
     assert g.post == (False, False, True)
-    assert g.extend(BOp(ACCUM, (2,))) == "phase"
+    assert g.extend(BOp(ACCUM_OP, (2,))) == "phase"
     g2 = extend(g, BOp("square", (2,)))
     assert g2.post[-1]
     walked = extend(g, BOp("exp", (1,)), BOp("exp", (0,)))
     assert walked.inv == (frozenset({0}), frozenset({1}), None, frozenset({1}), frozenset({0}))
     assert walked.extend(BOp("matmul", (2, 3))).post[-1]         # exp(W) is W's alone: it may be invariant
     assert walked.extend(BOp("add", (2, 4))) == "phase"          # X is summed by the loop: never invariant
-    assert SGraph.start(SPACE, pinning=False).extend(BOp(ACCUM, (0,))).extend(BOp("matmul", (2, 1))) == "phase"
-    running = extend(SGraph.start(SPACE), BOp("max", (0,), (1,)), BOp(ACCUM, (2,)), BOp(RUNNING_MAX, (2,)))
+    assert SGraph.start(SPACE, pinning=False).extend(BOp(ACCUM_OP, (0,))).extend(BOp("matmul", (2, 1))) == "phase"
+    running = extend(SGraph.start(SPACE), BOp("max", (0,), (1,)), BOp(ACCUM_OP, (2,)), BOp(RUNNING_MAX_OP, (2,)))
     assert running.inv[-1] is None and running.extend(BOp("sub", (4, 3))) == "phase"
 
 
 def test_a_loaders_tile_meets_post_loop_values_only_if_the_loop_leaves_it_alone():
     """acc(X) @ W pins W: every mapping then leaves W's dims to the grid (prism.symbolic.mapping)."""
-    g = extend(SGraph.start(SPACE), BOp(ACCUM, (0,)), BOp("matmul", (2, 1)))
+    g = extend(SGraph.start(SPACE), BOp(ACCUM_OP, (0,)), BOp("matmul", (2, 1)))
     assert g.post[-1] and g.invariant == frozenset({1})
     st = Structure(g, (3,))
     w_classes = {g.uf.find(a) for a in SPACE.input_dims(1)}
@@ -69,7 +69,7 @@ def test_a_loaders_tile_meets_post_loop_values_only_if_the_loop_leaves_it_alone(
 
 
 def test_accum_is_transparent_in_the_abstract_term():
-    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)), BOp(ACCUM, (2,)))
+    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)), BOp(ACCUM_OP, (2,)))
     assert g.terms[3] == g.terms[2] == ("matmul", (), ("in", (0,)), ("in", (1,)))
 
 
@@ -83,8 +83,8 @@ def test_concrete_labels_must_agree_when_dims_match():
 
 def fused_rmsnorm_like():
     """accum(X @ W) / accum(sum(X, 1)) -- a toy that exercises every op kind instantiation needs."""
-    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)), BOp("sum", (0,), (1,)), BOp(ACCUM, (2,)),
-               BOp(ACCUM, (3,)), BOp("div", (4, 5)))
+    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)), BOp("sum", (0,), (1,)), BOp(ACCUM_OP, (2,)),
+               BOp(ACCUM_OP, (3,)), BOp("div", (4, 5)))
     return Structure(g, (6,))
 
 

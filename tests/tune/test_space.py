@@ -9,7 +9,7 @@ import pytest
 
 import prism.workloads as wl
 from prism.codegen.layout import Layout, Padded
-from prism.codegen.lower import to_custom
+from prism.codegen.one_op import to_custom
 from prism.errors import MappingError
 from prism.ir import Launch
 from prism.tune.space import (GEMV_PER_THREAD, GEMV_ROWS, MAX_NUMEL, STAGE_VALUES, TRITON_STAGES, WARPS, Candidate,

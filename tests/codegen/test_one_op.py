@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 import prism
 from prism import interp
 from prism.codegen import to_custom
-from prism.codegen.lower import ROW
+from prism.codegen.one_op import ROW
 from tests.strategies import kernel_graphs
 
 

@@ -15,8 +15,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from prism.codegen.errors import CodegenError
-from prism.codegen.layout import next_pow2
-from prism.ir.block import MAX_GRID_YZ, BlockGraph
+from prism.ir.block import MAX_GRID_YZ, BlockGraph, next_pow2
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST
