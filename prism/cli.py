@@ -707,8 +707,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     As the process's entry point (`argv` None) an interrupted run ends the process at once (`_end`): Python's
     exit joins every process pool's manager thread, and one whose workers were killed mid-task could wait on them
-    for minutes (`prism tune`, about one Ctrl-C in 20). So does a Ctrl-C that lands while a finished run exits.
-    The workers watch their parent and exit with it (prism.pool)."""
+    for minutes (`prism tune`, about one Ctrl-C in 20). A finished run ends through `_finish`, and a Ctrl-C that
+    lands while it does ends it at once too. The workers watch their parent and exit with it (prism.pool)."""
     if argv is None:
         signal.signal(signal.SIGINT, _Interrupts.handler)
     try:
@@ -723,6 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _interrupted(argv)
     if argv is None:
         signal.signal(signal.SIGINT, lambda *_: _end(EXIT_INTERRUPTED))
+        _finish(code)
     return code
 
 
@@ -734,6 +735,18 @@ def _interrupted(argv: Sequence[str] | None) -> int:
         _Interrupts.end()
     print("prism: interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+def _finish(code: int) -> None:
+    """End a finished run's process with `code` the way Python's exit would, with a Ctrl-C meanwhile still ending it
+    as interrupted: first the threads an exit waits for (pools' manager threads), then the exit handlers (pools shut
+    down, temporary folders removed, logging flushed), then `_end`. Python's own exit goes on to put SIGINT back to
+    its default, and a Ctrl-C landing after that killed the process by the signal instead of exit 130."""
+    import atexit
+
+    threading._shutdown()        # type: ignore[attr-defined]  # what Python's exit does first
+    atexit._run_exitfuncs()
+    _end(code)
 
 
 def _end(code: int) -> None:

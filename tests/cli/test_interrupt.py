@@ -120,6 +120,34 @@ def test_ctrl_c_that_library_code_swallows_still_ends_the_command(tmp_path):
     assert proc.stderr.read() == "prism: interrupted\n"
 
 
+FINISHING = """
+import atexit, sys, threading, time
+from pathlib import Path
+import prism.cli as cli
+
+folder = Path(sys.argv[1])
+
+def check(args):  # a run that leaves an exit handler, a thread still working, and its output unflushed
+    print("done", end="\\n", flush=False)
+    atexit.register(lambda: (folder / "handler").write_text("ran"))
+    threading.Thread(target=lambda: (time.sleep(0.5), (folder / "thread").write_text("ran"))).start()
+    return 2
+
+cli._check = check
+sys.argv = ["prism", "check", "rmsnorm"]
+raise SystemExit(cli.main())
+"""
+
+
+def test_a_finished_run_exits_as_python_would_with_its_code(tmp_path):
+    """The entry point ends a finished run itself (so that a Ctrl-C during the exit still exits 130): the threads
+    an exit waits for are waited for, the exit handlers run, the output is flushed, and the code is the run's."""
+    done = subprocess.run([sys.executable, "-c", FINISHING, str(tmp_path)], cwd=tmp_path, env=child_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "done\n", "")
+    assert (tmp_path / "handler").read_text() == (tmp_path / "thread").read_text() == "ran"
+
+
 @pytest.mark.parametrize("interrupted", [False, True])
 def test_a_run_that_fails_after_a_ctrl_c_is_interrupted_not_a_bug(interrupted, monkeypatch, capsys):
     """A Ctrl-C that lands inside an extension module's import (numpy's, under torch's) can come back as an
