@@ -21,7 +21,7 @@ from prism.ir.kinds import (AFTER, BEFORE, INSIDE, MAX, Accumulator, Compute, Ki
                              kind_of, rule_for)
 from prism.ir.ops import OPS, TORCH, TORCH_DTYPES, rescaling
 
-__all__ = ["program_fn", "run", "run_block"]
+__all__ = ["RUN", "UPDATE", "program_fn", "run", "run_block"]
 
 _PRECISIONS = (torch.float32, torch.float64)
 _WIDER = {"float16": _PRECISIONS, "bfloat16": _PRECISIONS, "float32": (torch.float64,), "float64": ()}
