@@ -7,6 +7,7 @@ it can: `from prism import pool` is prism.pool; `from prism.ir import Tensor` is
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import prism
@@ -73,6 +74,14 @@ def test_the_ir_imports_no_pass():
     outside = {(m, n) for m, p in MODULES.items() if m.startswith("prism.ir") for n in imports(p)
                if not n.startswith(IR_MAY_IMPORT)}
     assert not outside, sorted(outside)
+
+
+def test_the_ir_holds_no_triton_text():
+    """Triton's expressions are code generation's (prism.codegen.templates): no string in prism/ir writes `tl.`."""
+    found = [(m, node.lineno) for m, p in MODULES.items() if m.startswith("prism.ir")
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"\btl\.\w+\(", node.value)]
+    assert not found, found
 
 
 def test_a_circle_is_found():

@@ -465,6 +465,11 @@ TABLES = [
         "Before: 6f08cd6; after: the space's tilings filtered per variable, the ranking on the tuning's worker "
         "pool. Both trees tune the same saved search results on a CPU; a speed-up must not change the choice.",
         _tune_compare),
+    Table("Tuning, before and after each pass's rules in its own table", ("tune_compare_pass_rules.json",), (
+        "python benchmarks/tune_compare.py OLD NEW --search-dir DIR --jobs rmsnorm:0,swiglu:1,attention:0,attention:1 "
+        f"--runs 1 --workers 2 --out {RESULTS}/tune_compare_pass_rules",),
+        "Before: df5a302; after: 5cb8e1c. Moved code must keep every choice; the seconds are one run each on a "
+        "2-core machine that was running tests at the same time, so they compare nothing.", _tune_compare),
     Table("Ranking a tuning space by climbing", ("rank_climb.json",), ("python benchmarks/rank_climb.py",),
           "The cost model's ranking of every tiling of each config's space, against ranking a stratified sample "
           "and hill climbing from its best, and against a uniform sample.", _rank_climb),

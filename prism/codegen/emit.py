@@ -35,6 +35,7 @@ from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.signature import Signature, indent
 from prism.codegen.split import slots, splits
 from prism.codegen.spec import RESERVED, SHORT_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
+from prism.codegen.templates import template
 from prism.ir.block import MAX_GRID_YZ, BlockGraph
 from prism.ir.kinds import (INSIDE, MAX, RUNNING_MAX, Accumulator, Compute, Loader, Online, RunningMax, Saver, kind_of,
                              rule_for)
@@ -321,13 +322,13 @@ class Emitter(Addressing, Signature):
             extra += ', input_precision="ieee"'
         if self.compute == "float64":
             extra += ", out_dtype=tl.float64"
-        template = OPS[node.op].triton
+        dot = template(node.op)
         lead = math.prod(t.block for t in dims[:-2])
         if rank == 2 or (rank == 3 and lead > 1):
-            return template.format(av, bv, extra=extra)
+            return dot.format(av, bv, extra=extra)
         # tl.dot takes 2-D or 3-D blocks: fold the batch dims into one (none at all if they are all 1)
         ar, br = (self.fold(s, name, lead) for s, name in ((a, av), (b, bv)))
-        return f"tl.reshape({template.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
+        return f"tl.reshape({dot.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
 
     def gemv(self, a: int, b: int, rank: int, k_padded: bool) -> str:
         """a @ b as a multiply and a sum over K in the compute dtype (a GEMV launch, prism.ir.Launch): the product
@@ -502,13 +503,13 @@ def update(kind: Accumulator, acc: str, prior: str, x: str) -> str:
     """The statement folding tile `x` into accumulator `acc` of `kind`, from `prior` (`acc`, or `acc` rescaled):
     its combine op's template (prism.ir.ops) on (prior, x), or `acc += x` where that template is an infix
     operator. CodegenError names the accumulator whose combine op has no template."""
-    template = OPS[kind.combine].triton if kind.combine in OPS else ""
-    if not template:
+    text = template(kind.combine)
+    if not text:
         raise CodegenError(f"{kind.name}: its combine op {kind.combine!r} has no Triton template to update it with")
-    infix = _INFIX.fullmatch(template)
+    infix = _INFIX.fullmatch(text)
     if prior == acc and infix:
         return f"{acc} {infix.group(1)}= {x}"
-    return f"{acc} = {template.format(prior, x)}"
+    return f"{acc} = {text.format(prior, x)}"
 
 
 def phase(title: str) -> str:

@@ -1,4 +1,4 @@
-"""A table op as one Triton expression: its template (`OpDef.triton`), or its decomposition's templates.
+"""A table op as one Triton expression: its template (prism.codegen.templates), or its decomposition's templates.
 
 The emitter renders each compute node through `render`; a composite op (rms_norm, silu, gelu) becomes one
 expression over its operands, as `x / tl.sqrt(tl.sum(x * x, axis=1, keep_dims=True) * 0.015625 + 1e-06)`.
@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from prism.codegen.errors import CodegenError
 from prism.codegen.layout import TileDim
+from prism.codegen.templates import template
 from prism.ir.ops import OPS, Shape
 
 __all__ = ["Expr", "TritonBuilder", "UNIT", "literal", "render"]
@@ -48,8 +49,8 @@ def literal(v: float) -> str:
 
 def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Expr:
     """Table op `op` on operand expressions `args` (matmul excluded: the emitter writes `tl.dot` itself)."""
-    d = OPS[op]
-    if not d.triton:
+    d, text = OPS[op], template(op)
+    if not text:
         return d.decompose(TritonBuilder(masks), *args, **attrs)
     rule = d.family.rule
     if rule not in _RESULT_DIMS:
@@ -68,7 +69,7 @@ def render(op: str, args: list[Expr], attrs: dict[str, Any], masks: Masks) -> Ex
         args = [x, args[1]]
         fields["scales"] = _block_shape(args[1].dims, attrs["dim"], [args[1].dims[attrs["dim"]].block_expr, "1"])
         fields["shape"] = _block_shape(x.dims)
-    return Expr(_fill(d.triton, [a.text for a in args], fields), _RESULT_DIMS[rule](args, attrs),
+    return Expr(_fill(text, [a.text for a in args], fields), _RESULT_DIMS[rule](args, attrs),
                 d.zero_preserving and all(a.clean for a in args))
 
 

@@ -2,9 +2,10 @@
 
 An `OpDef` holds the op's family (operand count, shape rule, attribute check, how verification terms write
 the family), its traits as data (commutative, linear, FLOPs per element, zero-preserving, its part in the
-online softmax), its torch meaning, its Triton template, its verification term and, for a composite op, its
-decomposition into other ops of the table. A pass with no entry of its own for an op uses the decomposition
-instead: the torch meanings of rms_norm, silu and gelu, the Triton code of all three, the verification terms
+online softmax), its torch meaning, its verification term and, for a composite op, its decomposition into other
+ops of the table; its Triton expression is code generation's (prism.codegen.templates). A pass with no entry of its
+own for an op uses the decomposition instead: the torch meanings of rms_norm, silu and gelu, the Triton code of all
+three, the verification terms
 and search closure of rms_norm (silu and gelu stay single terms there: they are element-wise, and the
 family's rules cover them).
 
@@ -168,12 +169,10 @@ class OnlineRule:
 class OpDef:
     """One op. `attrs` names its non-tensor arguments in positional order; `defaults` gives optional ones.
 
-    Meanings: `torch_fn(*tensors, **attrs)` is the reference meaning (the executor's and the tests'); `triton`
-    a `str.format` template over operand texts `{0}`, `{1}` and the attributes by name (matmul's `{extra}`:
-    the accumulator and precision arguments the code generator adds); `term` names its verification term
-    (None: verification expands `decompose`, or writes the op with parallel ops, as
+    Meanings: `torch_fn(*tensors, **attrs)` is the reference meaning (the executor's and the tests'); `term`
+    names its verification term (None: verification expands `decompose`, or writes the op with parallel ops, as
     prism.verify.encode.PARALLEL_FORMS says). `decompose(f, *operands, **attrs)` writes the op with other
-    table ops through a pass's `Builder` f; a missing torch meaning or template comes from it.
+    table ops through a pass's `Builder` f; a missing torch meaning or Triton expression comes from it.
 
     Traits: `commutative` (operands may be swapped), `linear` (f(a + b) = f(a) + f(b), operands taken
     jointly), `linear_first` (linear in its first operand, the second held fixed), `flops` (vector FLOPs
@@ -191,7 +190,6 @@ class OpDef:
     torch_fn: Callable[..., torch.Tensor] | None = None
     attrs: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)
-    triton: str = ""
     term: str | None = None
     decompose: Callable[..., Any] | None = None
     commutative: bool = False
@@ -421,18 +419,6 @@ def _group_max(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
 def _group_scale(x: torch.Tensor, s: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     return (_grouped(x, dim, size) * s.unsqueeze(dim + 1)).reshape(x.shape)
 
-
-def _group_triton(reduce: str) -> str:
-    """A group op's template: Triton's reduction `reduce` (sum, max) over the groups. `{groups}`: the tile's block
-    shape with dim split into (groups, size), written by the renderer (prism.codegen.render), which needs `size`
-    to be a power of two so that the padded block splits evenly."""
-    return f"tl.{reduce}(tl.reshape({{0}}, {{groups}}), axis={{dim}})"
-
-
-
-GROUP_SCALE_TRITON = "tl.reshape(tl.reshape({0}, {groups}) * tl.reshape({1}, {scales}), {shape})"
-"""`{scales}`: the scales' block shape with (groups, 1) at dim; `{shape}`: the operand's block shape."""
-
 # ---- the table -----------------------------------------------------------------------------------
 
 OPS: dict[str, OpDef] = {}
@@ -492,58 +478,58 @@ def op(name: str) -> OpDef:
 
 for _d in [
     OpDef("matmul", MATMUL, "batched matmul: a's last dim times b's second-last", torch.matmul,
-          triton="tl.dot({0}, {1}{extra})", term="matmul", zero_preserving=True,
+          term="matmul", zero_preserving=True,
           online=OnlineRule((Passes((SCALED, None), SCALED, along=-1),))),   # (e^-m·a) @ b = e^-m·(a @ b), m per row
-    OpDef("exp", UNARY, "e**x", torch.exp, triton="tl.exp({0})", term="exp", flops=4,
+    OpDef("exp", UNARY, "e**x", torch.exp, term="exp", flops=4,
           online=OnlineRule((Passes((SHIFTED,), SCALED),))),                 # e^(x-m) = e^-m·e^x
     OpDef("silu", UNARY, "x * sigmoid(x)", term="silu", decompose=_silu, flops=6, zero_preserving=True),
     OpDef("gelu", UNARY, "x * Phi(x), the exact (erf) form", term="gelu", decompose=_gelu, flops=8,
           zero_preserving=True),
-    OpDef("relu", UNARY, "max(x, 0)", torch.relu, triton="tl.maximum({0}, 0.0)", term="relu",
+    OpDef("relu", UNARY, "max(x, 0)", torch.relu, term="relu",
           zero_preserving=True),
-    OpDef("sqrt", UNARY, "square root", torch.sqrt, triton="tl.sqrt({0})", term="sqrt", flops=4,
+    OpDef("sqrt", UNARY, "square root", torch.sqrt, term="sqrt", flops=4,
           zero_preserving=True),
-    OpDef("square", UNARY, "x * x", torch.square, triton="{0} * {0}", term="square", zero_preserving=True),
-    OpDef("neg", UNARY, "-x", torch.neg, triton="-{0}", term="neg", linear=True, zero_preserving=True),
-    OpDef("add", BINARY, "a + b, broadcasting size-1 dims", torch.add, triton="{0} + {1}", term="add",
+    OpDef("square", UNARY, "x * x", torch.square, term="square", zero_preserving=True),
+    OpDef("neg", UNARY, "-x", torch.neg, term="neg", linear=True, zero_preserving=True),
+    OpDef("add", BINARY, "a + b, broadcasting size-1 dims", torch.add, term="add",
           commutative=True, linear=True, zero_preserving=True,
           online=OnlineRule((Passes((SCALED, SCALED), SCALED),))),           # e^-m·a + e^-m·b = e^-m·(a + b)
-    OpDef("sub", BINARY, "a - b, broadcasting size-1 dims", torch.sub, triton="{0} - {1}", term="sub",
+    OpDef("sub", BINARY, "a - b, broadcasting size-1 dims", torch.sub, term="sub",
           linear=True, zero_preserving=True,
           online=OnlineRule((Passes((None, RUNNING), SHIFTED),               # x - m
                              Passes((SCALED, SCALED), SCALED)))),            # e^-m·a - e^-m·b = e^-m·(a - b)
-    OpDef("mul", BINARY, "a * b, broadcasting size-1 dims", torch.mul, triton="{0} * {1}", term="mul",
+    OpDef("mul", BINARY, "a * b, broadcasting size-1 dims", torch.mul, term="mul",
           commutative=True, linear_first=True, zero_preserving=True,
           online=OnlineRule((Passes((SCALED, None), SCALED),))),             # e^-m·a · b = e^-m·(a·b)
-    OpDef("div", BINARY, "a / b, broadcasting size-1 dims", torch.div, triton="{0} / {1}", term="div",
+    OpDef("div", BINARY, "a / b, broadcasting size-1 dims", torch.div, term="div",
           linear_first=True, flops=4,
           online=OnlineRule((Passes((SCALED, None), SCALED),), ratio=True)),  # e^-m·a / b = e^-m·(a / b)
     OpDef("sum", REDUCE, "sum over dim, kept as size 1", lambda x, dim: x.sum(dim=dim, keepdim=True),
-          attrs=("dim",), triton="tl.sum({0}, axis={dim}, keep_dims=True)", term="sum", zero_preserving=True,
+          attrs=("dim",), term="sum", zero_preserving=True,
           grouped="group_sum",
           online=OnlineRule((Passes((SCALED,), SCALED, along="dim"),))),     # sum(e^-m·a, d) = e^-m·sum(a, d)
     OpDef("max", MAX_REDUCE, "max over dim, kept as size 1", lambda x, dim: x.amax(dim=dim, keepdim=True),
-          attrs=("dim",), triton="tl.max({0}, axis={dim}, keep_dims=True)", term="max", pad=-math.inf,
+          attrs=("dim",), term="max", pad=-math.inf,
           accumulator="accum_max", online=OnlineRule(bound=True)),              # x - max(x, d) <= 0
     OpDef("group_sum", GROUP, "sum of the contiguous groups of `size` along dim: out[..., j] = sum_k x[..., k*size+j]",
-          _group_sum, attrs=("dim", "size"), triton=_group_triton("sum"), zero_preserving=True),
+          _group_sum, attrs=("dim", "size"), zero_preserving=True),
     OpDef("group_max", GROUP, "max of the contiguous groups of `size` along dim: out[..., j] = max_k x[..., k*size+j]",
-          _group_max, attrs=("dim", "size"), triton=_group_triton("max"), pad=-math.inf, accumulator="accum_max",
+          _group_max, attrs=("dim", "size"), pad=-math.inf, accumulator="accum_max",
           online=OnlineRule(bound=True)),
     OpDef("group_scale", GROUP_SCALE, "x times one scale per group of `size` along dim: "
           "out[..., k*size+j] = x[..., k*size+j] * s[..., k]", _group_scale, attrs=("dim", "size"),
-          triton=GROUP_SCALE_TRITON, linear_first=True, zero_preserving=True),
+          linear_first=True, zero_preserving=True),
     OpDef("rms_norm", ROWWISE, "x / sqrt(mean(x**2 over the last dim) + eps)", attrs=("eps",),
           defaults={"eps": 0.0}, decompose=_rms_norm, flops=4),
     OpDef("mul_scalar", SCALAR, "x * value for a constant", lambda x, value: x * value, attrs=("value",),
-          triton="{0} * {value}", term="scale", linear=True, zero_preserving=True,
+          term="scale", linear=True, zero_preserving=True,
           online=OnlineRule((Passes((SCALED,), SCALED),))),                  # (e^-m·a)·c = e^-m·(a·c)
     OpDef("add_scalar", SCALAR, "x + value for a constant", lambda x, value: x + value, attrs=("value",),
-          triton="{0} + {value}", term="shift"),
+          term="shift"),
     OpDef("maximum", BINARY, "the larger of a and b, broadcasting size-1 dims", torch.maximum,
-          triton="tl.maximum({0}, {1})", term="maximum", commutative=True),
-    OpDef("sigmoid", UNARY, "1 / (1 + e**-x)", torch.sigmoid, triton="tl.sigmoid({0})", term="sigmoid", flops=4),
-    OpDef("erf", UNARY, "the error function", torch.erf, triton="tl.erf({0})", term="erf", flops=4,
+          term="maximum", commutative=True),
+    OpDef("sigmoid", UNARY, "1 / (1 + e**-x)", torch.sigmoid, term="sigmoid", flops=4),
+    OpDef("erf", UNARY, "the error function", torch.erf, term="erf", flops=4,
           zero_preserving=True),
 ]:
     register(_d)

@@ -13,6 +13,7 @@ import torch
 
 from prism.codegen.layout import TileDim
 from prism.codegen.render import Expr, render as render_expr
+from prism.codegen.templates import template
 from prism.ir.ops import MATMUL, OPS
 
 TL = SimpleNamespace(
@@ -37,14 +38,14 @@ ARGS = {
 def render(name, operands, attrs):
     """The op with operands named a0, a1 (unpadded tiles) as the emitter renders it."""
     if OPS[name].family is MATMUL:  # the emitter writes tl.dot's extra arguments itself
-        return OPS[name].triton.format("a0", "a1", extra="")
+        return template(name).format("a0", "a1", extra="")
     exprs = [Expr(f"a{k}", tuple(TileDim(f"A{k}D{d}", n, n) for d, n in enumerate(t.shape)), True)
              for k, t in enumerate(operands)]
     return render_expr(name, exprs, attrs, masks=lambda dims: None).text
 
 
 def test_every_op_has_a_lowering():
-    missing = [n for n, d in OPS.items() if not d.triton and not d.decompose]
+    missing = [n for n, d in OPS.items() if not template(n) and not d.decompose]
     assert not missing, f"ops with neither a Triton template nor a decomposition: {missing}"
 
 

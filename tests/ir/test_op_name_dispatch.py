@@ -21,6 +21,7 @@ TABLES = {
     "prism/ir/ops.py": "the op table",
     "prism/capture/lower.py": "the ATen table: which ATen op is which op of the table",
     "prism/verify/axioms.py": "the axioms, one equation per line over named ops",
+    "prism/codegen/templates.py": "the Triton templates, one expression per op",
 }
 ALLOWED: dict[str, str] = {}
 """Files outside the tables that may dispatch on op names, and why: at most two (today none: the search's

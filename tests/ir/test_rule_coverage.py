@@ -20,6 +20,7 @@ import pytest
 
 from prism.codegen import one_op
 from prism.codegen import render
+from prism.codegen.templates import template
 from prism.errors import GraphError
 from prism.ir import kinds, ops
 from prism.ir.ops import FAMILIES, OPS, RUNNING, SCALED, SHIFTED, Family, OpDef, Shape
@@ -33,7 +34,7 @@ def _has(keep: Callable[[OpDef], bool]) -> Callable[[Family], bool]:
 
 SEARCHED = _has(lambda d: d.term is not None or d.decompose is not None)
 TERMED = _has(lambda d: d.term is not None)
-TEMPLATED = _has(lambda d: bool(d.triton) and not d.family.contraction)
+TEMPLATED = _has(lambda d: bool(template(d.name)) and not d.family.contraction)
 PARALLEL = _has(lambda d: d.term is None and d.decompose is None)
 
 BY_RULE: dict[str, tuple[dict[Shape, Any], Callable[[Family], bool]]] = {
