@@ -83,8 +83,8 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
 
     def steps(nodes: list[int], table: Mapping[type, Step]) -> list[tuple[int, Any, Kind, Step]]:
         """Each node with its kind and its kind's rule, looked up once for every block and iteration."""
-        return [(i, block.nodes[i], kind_of(block.nodes[i]),
-                 rule_for(table, kind_of(block.nodes[i]), "the reference executor")) for i in nodes]
+        kinds = [(i, block.nodes[i], kind_of(block.nodes[i])) for i in nodes]
+        return [(i, node, kind, rule_for(table, kind, "the reference executor")) for i, node, kind in kinds]
 
     before, inside, after = (steps(sched.at(p), RUN) for p in (BEFORE, INSIDE, AFTER))
     update = steps([i for i, _, kind, _ in after if isinstance(kind, Accumulator)], UPDATE)
