@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch._dynamo.exc import RestartAnalysis
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from prism.capture import against
@@ -125,6 +126,9 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                 return _fuse(aten, device, record, opts, watch)
         try:
             return _traced(gm, example_inputs, fuse, opts)
+        except RestartAnalysis:  # Dynamo's signal to trace the frame again (a float made a tensor): not a failure
+            history.remove(record)
+            raise
         except Exception as e:  # AOTAutograd could not trace it (a data-dependent op): torch runs it as it is
             why = f"its sizes are symbolic ({symbolic}) and tracing it to ATen failed ({type(e).__name__}: {e})"
             record["left"].append({"what": "the whole graph", "why": why})

@@ -171,8 +171,11 @@ def _reduced(lw: Lowering, a: Any, dims: Any, keepdim: bool, op: Callable[[Tenso
         out = list(shape)
         out[d] = 1
         v = wrap(t if k is None else op(t, k), tuple(out))
-    if keepdim:
-        return v
+    return v if keepdim else _squeezed(lw, v, dims)
+
+
+def _squeezed(lw: Lowering, v: Value, dims: Sequence[int]) -> Tensor | Viewed:
+    """`v` without its logical `dims` (each of size 1); the Prism tensor is the same."""
     shape = tuple(n for d, n in enumerate(lw.shape(v)) if d not in dims)
     v = lw.value(v)
     return wrap(v.t if isinstance(v, Viewed) else v, shape)
@@ -183,6 +186,33 @@ def _reduce(lw: Lowering, a: Any, dims: Any, keepdim: bool = False, dtype: Any =
     n = math.prod(lw.shape(a)[d] for d in _dims(lw, a, dims))
     out = _reduced(lw, a, dims, keepdim, lw.graph.sum)
     return _map(lw, out, lambda t: lw.graph.mul_scalar(t, 1.0 / n)) if op_name(lw.node).startswith("aten.mean") else out
+
+
+@aten_op("aten.var_mean.correction", "aten.var.correction")
+def _var_mean(lw: Lowering, a: Any, dims: Any = None, *, correction: Any = None,
+              keepdim: bool = False) -> Tensor | Viewed | tuple:
+    """Variance (Bessel's `correction`, 1 unless given) and, for var_mean, the mean: two passes, the mean
+    first and the squares of the centred values summed, as layer_norm is written here (Inductor decomposes
+    layer_norm to var_mean)."""
+    dims = _dims(lw, a, dims)
+    n = math.prod(lw.shape(a)[d] for d in dims)
+    correction = 1 if correction is None else correction
+    if n - correction <= 0:
+        raise lw.fail(f"a variance of {n} value(s) with correction {correction} divides by {n - correction}")
+    g = lw.graph
+    mean = _map(lw, _reduced(lw, a, dims, True, g.sum), lambda t: g.mul_scalar(t, 1.0 / n))
+    squares = _map(lw, broadcast(lw, "sub", a, mean), g.square)
+    var = _map(lw, _reduced(lw, squares, dims, keepdim, g.sum), lambda t: g.mul_scalar(t, 1.0 / (n - correction)))
+    if op_name(lw.node).startswith("aten.var."):
+        return var
+    return var, mean if keepdim else _squeezed(lw, mean, dims)
+
+
+@aten_op("aten.var_mean.dim", "aten.var.dim")
+def _var_mean_unbiased(lw: Lowering, a: Any, dims: Any = None, unbiased: bool = True,
+                       keepdim: bool = False) -> Tensor | Viewed | tuple:
+    """The older spelling: `unbiased` is a correction of 1, else 0."""
+    return _var_mean(lw, a, dims, correction=int(unbiased), keepdim=keepdim)
 
 
 @aten_op("aten.amax.default")

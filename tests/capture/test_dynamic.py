@@ -41,6 +41,24 @@ def test_dynamic_batch_sizes_run_through_one_compiled_graph(options):
     assert len(record["replaced"]) == 2 and all("per size bucket" in r["chosen"] for r in record["replaced"])
 
 
+def test_a_layer_norm_with_symbolic_sizes_is_fused_as_inductor_decomposes_it(options, monkeypatch):
+    """A LayerNorm before a Linear, sizes symbolic, the rest Inductor (the default): AOTAutograd first asks Dynamo
+    to trace again (the eps, a float, became a tensor: RestartAnalysis, which is not a failure), and Inductor's
+    decompositions give var_mean, which is Prism's: one region, nothing left to torch, eager's values."""
+    monkeypatch.setattr(pc.OPTIONS, "rest", "inductor")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.Linear(32, 16))
+    torch._dynamo.reset()
+    start = len(pc.history)
+    f = torch.compile(model, backend="prism", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 9):
+            x = torch.randn(n, 32)
+            torch.testing.assert_close(f(x), model(x))
+    (record,) = pc.history[start:]
+    assert record["left"] == [] and len(record["replaced"]) == 1, record
+
+
 def _silu_linear_at(features: int, rows: tuple[int, ...]) -> dict:
     """silu(x Wᵀ) (W: [features/2, features]) compiled with dynamic sizes and called at each of `rows`, matching
     eager at each: the compile's history record."""

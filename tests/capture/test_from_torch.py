@@ -87,6 +87,26 @@ def test_softmax_is_captured_max_subtracted_and_stays_finite_at_large_logits():
     assert torch.equal(got, user(x, b))
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.var_mean(x, -1, keepdim=True),
+    lambda x: torch.var_mean(x, -1, correction=0),
+    lambda x: x.var(-1, keepdim=True, unbiased=True) + x,
+    lambda x: x.var(-1, keepdim=True, unbiased=False) + x,
+    lambda x: torch.var_mean(x, (1, 2)),
+], ids=["var_mean", "correction 0", "var unbiased", "var biased", "two dims"])
+def test_variance_and_mean_are_captured_with_their_correction(fn):
+    """var_mean (Inductor's decomposition of layer_norm) and var, in both spellings: the mean, and the centred
+    squares summed over n - correction, with the shapes torch gives."""
+    x = torch.randn(2, 6, 32)
+    graph = prism.from_torch(fn, x)
+    want = fn(x)
+    want = want if isinstance(want, tuple) else (want,)
+    got = prism.interp.run(graph, [x])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.reshape(w.shape), w)
+
+
 @pytest.mark.parametrize("fn, op", [
     (lambda x: x.sort(-1).values @ x.t(), "aten.sort"),
     (lambda x: torch.sin(x) @ x, "aten.sin"),
