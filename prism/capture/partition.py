@@ -93,14 +93,16 @@ class Cone:
         return found, Cone(self.roots, [n for n in self.nodes if n not in found])
 
     def _upstream(self, node: Any) -> set[Any]:
-        """`node` and the cone's nodes it depends on (none where `node` is not the cone's)."""
+        """`node` and the cone's nodes it depends on (none where `node` is not the cone's), with the pieces
+        (getitems) of every value of several results among them: a piece is a tensor the cone can read, the
+        value it comes from (native_layer_norm's output, mean and rstd) is not."""
         members, found, stack = set(self.nodes), set(), [node]
         while stack:
             n = stack.pop()
             if n in members and n not in found:
                 found.add(n)
                 stack.extend(n.all_input_nodes)
-        return found
+        return found | {n for n in self.nodes if op_name(n) == "getitem" and n.args[0] in found}
 
     def detach(self, node: Any) -> tuple[set[Any], Cone] | None:
         """Where `node` cannot be lowered over one of its operands computed in the cone apart from the others (a

@@ -572,3 +572,24 @@ def test_a_cone_is_detached_from_only_at_one_of_its_nodes():
     assert cone.detach(None) is None and cone.detach(next(iter(graph.nodes))) is None
     left, rest = cone.detach(nodes[-1])
     assert len(left) == 1 and len(rest.nodes) == 2 and rest.matmuls == 1
+
+
+class _TwoDimNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.proj = torch.nn.LayerNorm((4, 16)), torch.nn.Linear(16, 32)
+
+    def forward(self, x):
+        return self.proj(self.norm(x).relu())
+
+
+def test_a_cut_at_an_op_of_several_results_leaves_its_pieces_with_it(options):
+    """A layer_norm over two dims is not Prism's: the cut leaves it to torch together with its getitem (the
+    cone reads that piece, a tensor, not native_layer_norm's tuple), and the rest of the cone is fused."""
+    torch.manual_seed(0)
+    got, want, record = _compile(_TwoDimNorm(), torch.randn(3, 4, 16))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    (region,) = record["replaced"]
+    assert {"aten.relu.default", "aten.addmm.default"} <= set(region["ops"]), region["ops"]
+    (cut,) = [r for r in record["left"] if r["what"].startswith("2 op(s) cut")]
+    assert set(cut["ops"]) == {"getitem", "aten.native_layer_norm.default"} and "over 2 dims" in cut["why"], cut
