@@ -60,7 +60,7 @@ class OptimizedGraph:
         self.program = program
         self.graph = graph
         self.report = report
-        if compiled is not None:   # kernels it shares with other sizes (prism.runtime.dynamic), not its own
+        if compiled is not None:   # kernels it shares with other sizes (prism.runtime.buckets), not its own
             self.compiled = compiled
         self.search_result = search_result
         """The SearchResult this was tuned from (None when it came from the result cache)."""
@@ -75,7 +75,7 @@ class OptimizedGraph:
         self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = self.as_op() if torch_op else None
         """This graph as a torch custom op, `op(list_of_tensors) -> list_of_tensors` (prism.runtime.torch_op):
         what torch.compile traces in its place. Made here, not on first use: tracing must not build it. None
-        for the graphs a DynamicGraph serves one size with (prism.runtime.dynamic): its own op calls them."""
+        for the graphs a DynamicGraph serves one size with (prism.runtime.buckets): its own op calls them."""
 
     @cached_property
     def compiled(self) -> CompiledGraph:

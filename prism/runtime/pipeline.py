@@ -21,7 +21,7 @@ from prism.ir import KernelGraph
 from prism.progress import Progress
 from prism.provenance import build_id
 from prism.runtime.cache import ResultCache, cache_key
-from prism.runtime.dynamic import DynamicGraph, SizeBuckets, parse_dynamic
+from prism.runtime.buckets import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
 from prism.search.options import SearchOptions
@@ -101,7 +101,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any 
     (`prism.search.search`: its joint forms), the kernel writing every output is tuned from it.
 
     dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the dims
-        under one name always have one size). Returns a DynamicGraph (prism.runtime.dynamic), callable at any
+        under one name always have one size). Returns a DynamicGraph (prism.runtime.buckets), callable at any
         sizes of those dims: the search is done once, the tuning once per size bucket (powers of two).
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
@@ -195,7 +195,7 @@ class _Job:
 
 def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: torch.device, search_result: Any,
              job: _Job) -> DynamicGraph:
-    """superoptimize with dynamic dims: every size of them through one SizeBuckets (prism.runtime.dynamic)."""
+    """superoptimize with dynamic dims: every size of them through one SizeBuckets (prism.runtime.buckets)."""
     if len(graph.outputs) > 1:
         raise InputError(f"superoptimize: dynamic sizes need a program with one output (this one has "
                          f"{len(graph.outputs)}); optimize each output on its own")
