@@ -105,9 +105,9 @@ class OptimizedGraph:
         """The program's outputs (a list) for `tensors`, given by position in the program's input order.
 
         On a GPU, calls with the signature of the first call (shapes, dtypes, strides, device) take the
-        lean path: no binder, one C launch for all kernels (prism.codegen.launch). Under torch.compile the call is
-        the custom op `self.op` instead, so the compiled code has no graph break. Inference only: inputs
-        that require grad (with grad enabled) are refused.
+        lean path: no binder, one C launch for all kernels (prism.codegen.direct_launch). Under torch.compile
+        the call is the custom op `self.op` instead, so the compiled code has no graph break. Inference only:
+        inputs that require grad (with grad enabled) are refused.
         """
         if kwargs:
             names = ", ".join(t.name for t in self.program.inputs)
