@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from prism.capture.layout import Source
+from prism.capture.views import Source
 from prism.capture.lower import lower
 from prism.errors import PrismError, UnsupportedOp
 from prism.ir import KernelGraph
