@@ -21,7 +21,7 @@ import json
 import torch
 
 import prism.workloads as wl
-from prism.bench.report import markdown_table
+from prism.bench.paper_report import markdown_table
 from prism.bench.search import config_text
 from prism.codegen import compile_graph
 from prism.tune import estimate

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from prism.bench.gpu import SLOWER, against, format_table, num_text, ratio, with_tvm
-from prism.bench.report import markdown, markdown_table
+from prism.bench.paper_report import markdown, markdown_table
 from prism.bench.search import config_text
 
 __all__ = ["NOT_RECORDED", "page", "write_benchmarks_page"]
@@ -198,7 +198,7 @@ def _tvm_cpu(docs: list[Any]) -> str:
 
 
 def _report(plots: bool) -> Callable[[list[Any]], str]:
-    """A `prism bench` report (prism.bench.report.markdown) inside this page: its title dropped, its sections one
+    """A `prism bench` report (prism.bench.paper_report.markdown) inside this page: its title dropped, its sections one
     level down, its plots linked in the results folder if `plots` (they are kept there), else left out. A run that
     recorded no choices measured no generality table."""
     def render(docs: list[Any]) -> str:
