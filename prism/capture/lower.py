@@ -475,7 +475,7 @@ IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"
 
 def input_strides(sources: Sequence[Source]) -> tuple[tuple[int, ...], ...] | None:
     """The strides a lowered program's inputs are passed with (`lower`'s sources, `Source.strides`): what its
-    tuning reads them in (prism.tune.options.TuneOptions.strides). None where one is not known."""
+    tuning reads them in (prism.options.TuneOptions.strides). None where one is not known."""
     strides = tuple(s.strides() for s in sources)
     return None if any(s is None for s in strides) else strides  # type: ignore[return-value]
 
