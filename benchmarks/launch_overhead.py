@@ -7,7 +7,7 @@ Columns, µs per call (host-bound loops: N calls, then one synchronize, so the f
 spends when the GPU keeps up):
   generic   CompiledGraph.run_generic: full input check, one allocation per buffer, Triton's kernel[grid]
   bound     CompiledGraph.__call__ once bound: cached-signature check, outputs allocated, one workspace,
-            CompiledKernel.run per kernel (prism.codegen.launch)
+            CompiledKernel.run per kernel (prism.codegen.direct_launch)
   replay    one CUDA-graph replay of the same call (device time of the kernels and the gaps between them)
   eager op  one torch eager op (x + 1 on the first input), for scale: the host cost of a torch call here
 """

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from prism import workloads as wl  # noqa: E402
 from prism.bench.gpu import GPUOptions, search_result  # noqa: E402
-from prism.tune.options import RANK_LIMIT, RANK_SAMPLE  # noqa: E402
+from prism.options import RANK_LIMIT, RANK_SAMPLE  # noqa: E402
 from prism.tune.rank import climb, rank  # noqa: E402
 from prism.tune.space import Space  # noqa: E402
 from prism.tune.target import H100  # noqa: E402

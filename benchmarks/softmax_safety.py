@@ -20,7 +20,7 @@ import json
 import torch
 
 import prism.workloads as wl
-from prism.bench.report import markdown_table
+from prism.bench.paper_report import markdown_table
 from prism.codegen import compile_graph
 from prism.tune.profile import input_copies, timings
 from prism.tune.safety import overflow_risk

@@ -22,7 +22,7 @@ import json
 import torch
 
 import prism.workloads as wl
-from prism.bench.report import markdown_table
+from prism.bench.paper_report import markdown_table
 from prism.codegen import compile_graph
 from prism.tune.profile import input_copies, kernel_profile, timings
 from prism.workloads.attention import default_split

@@ -21,8 +21,8 @@ import json
 import torch
 
 import prism.workloads as wl
-from prism.bench.report import markdown_table
-from prism.bench.search import config_text
+from prism.bench.paper_report import markdown_table
+from prism.bench.paper_search import config_text
 from prism.codegen import compile_graph
 from prism.tune import estimate
 from prism.tune.profile import input_copies, timings

@@ -54,8 +54,8 @@ for path in (HERE, HERE.parent):
 from gpu_bench import search_options  # noqa: E402  (the same search arguments)
 
 from prism.bench.gpu import num_text, search_result  # noqa: E402
-from prism.bench.report import markdown_table  # noqa: E402
-from prism.bench.search import config_text  # noqa: E402
+from prism.bench.paper_report import markdown_table  # noqa: E402
+from prism.bench.paper_search import config_text  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

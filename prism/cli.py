@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from prism.errors import InputError, PrismError
 
 if TYPE_CHECKING:
-    from prism.search.options import SearchOptions
+    from prism.options import SearchOptions
 
 __all__ = ["main", "load_program", "Program"]
 
@@ -214,7 +214,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _search_options(args: argparse.Namespace) -> SearchOptions:
     """The search's options from the command line's flags (those a command has; the rest keep their defaults)."""
-    from prism.search.options import SearchOptions
+    from prism.options import SearchOptions
 
     given = {"time_limit": getattr(args, "time_limit", None), "workers": args.workers,
              "max_block_ops": getattr(args, "max_block_ops", None), "modes": getattr(args, "modes", None) or None}

@@ -67,7 +67,7 @@ class IllFormedTerm(VerificationError):
     when not live, operands that do not broadcast. Raised when the term is built, before any proof.
 
     `need`: where the term means something for some parallel sizes only, what those sizes must satisfy
-    (a prism.verify.sizes.Need, from which a proof under size constraints starts); None otherwise."""
+    (a prism.verify.size_constraints.Need, from which a proof under size constraints starts); None otherwise."""
 
     def __init__(self, message: str, need: object = None) -> None:
         super().__init__(message)

@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 import prism.workloads as wl
 from prism.bench.generality import measure_choices
 from prism.bench.gpu import GPUOptions, GPUUnavailable, measure_gpu, require_gpu
-from prism.bench.report import machine, write_report
-from prism.bench.search import SEARCHES, Plan, measure_search
+from prism.bench.paper_report import machine, write_report
+from prism.bench.paper_search import SEARCHES, Plan, measure_search
 from prism.errors import InputError
 from prism.outputs import write_text
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import prism.workloads as wl
 from prism.bench.gpu import num_text
-from prism.bench.search import NAMES, Plan, config_text, graphs_text, saved_or_searched, search_path, seconds_text
+from prism.bench.paper_search import NAMES, Plan, config_text, graphs_text, saved_or_searched, search_path, seconds_text
 
 __all__ = ["CHOICE_BUDGET", "GENERALITY_COLUMNS", "generality_rows", "measure_choice", "measure_choices"]
 

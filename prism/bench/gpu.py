@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import prism.workloads as wl
 from prism.codegen.split import SPLIT_K
-from prism.bench.search import config_text, saved_or_searched
+from prism.bench.paper_search import config_text, saved_or_searched
 from prism.errors import PrismError
 from prism.provenance import build_id
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from prism.bench.gpu import SLOWER, against, format_table, num_text, ratio, with_tvm
-from prism.bench.report import markdown, markdown_table
-from prism.bench.search import config_text
+from prism.bench.paper_report import markdown, markdown_table
+from prism.bench.paper_search import config_text
 
 __all__ = ["NOT_RECORDED", "page", "write_benchmarks_page"]
 
@@ -198,7 +198,7 @@ def _tvm_cpu(docs: list[Any]) -> str:
 
 
 def _report(plots: bool) -> Callable[[list[Any]], str]:
-    """A `prism bench` report (prism.bench.report.markdown) inside this page: its title dropped, its sections one
+    """A `prism bench` report (prism.bench.paper_report.markdown) inside this page: its title dropped, its sections one
     level down, its plots linked in the results folder if `plots` (they are kept there), else left out. A run that
     recorded no choices measured no generality table."""
     def render(docs: list[Any]) -> str:
@@ -401,9 +401,9 @@ TABLES = [
         "python benchmarks/search_tables.py --json results.json",
         f"python -m prism bench --out {RESULTS} --report-only"),
         "The search times, unique graphs and ablation of the paper's evaluation (§7.3-7.5), measured on a CPU, "
-        "beside the paper's published figures (as `prism.bench.search` holds them; the only figures on this page not "
-        "read from a result file). `search_tables.py` has since been replaced by `python -m prism bench --out "
-        "DIR` (the same measurements); the second command rewrites the report from the stored records.",
+        "beside the paper's published figures (as `prism.bench.paper_search` holds them; the only figures on this "
+        "page not read from a result file). `search_tables.py` has since been replaced by `python -m prism bench "
+        "--out DIR` (the same measurements); the second command rewrites the report from the stored records.",
         _report(plots=True)),
     Table("Generality: every program end to end", ("generality_cpu/results.json",), (
         "prism bench --quick --out /tmp/bench-gen --workers 2 -q",),

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.capture.layout import Pending, Source, Viewed, broadcast_form, groups, rows
+from prism.capture.views import Pending, Source, Viewed, broadcast_form, groups, rows
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 
@@ -68,7 +68,7 @@ def static_size(n: Any) -> int:
 @dataclass
 class Lowering:
     """The kernel graph being built, the Prism value of each FX node, and the inputs made so far. With
-    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.layout.rows).
+    `as_rows`, inputs of rank 3 or more enter as rows where the op allows (prism.capture.views.rows).
     `size` turns the sizes in the FX graph's metadata into ints (symbolic ones at the sizes lowered for)."""
 
     graph: KernelGraph = field(default_factory=KernelGraph)

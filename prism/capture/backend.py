@@ -44,7 +44,7 @@ from prism.capture.ahead import Ahead
 from prism.capture.aten import op_name
 from prism.capture.background import Pending, submit
 from prism.capture.guarded import Guarded
-from prism.capture.layout import STEPS
+from prism.capture.views import STEPS
 from prism.capture.lower import input_strides, lower
 from prism.capture.partition import Cone, cones, hoisted, out_of_place, regions
 from prism.capture.watch import Watch

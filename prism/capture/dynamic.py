@@ -9,7 +9,7 @@ new binding the cone is lowered again at those sizes (prism.capture.lower: milli
 (views, casts) included, so what runs is exactly what the static path would have built at those sizes. The
 program then goes through one `SizeBuckets` per program structure, shared by all the cones that have it
 (every layer's attention): tuned once per bucket of sizes, the bucket's choice reused inside it
-(prism.runtime.dynamic); where a bucket's best is Prism's unfused program, the op runs the cone's own ATen ops
+(prism.runtime.buckets); where a bucket's best is Prism's unfused program, the op runs the cone's own ATen ops
 instead. The op returns the root's value in its own shape and strides, computed from the input sizes, so tracing
 (the fake) and running agree. A size Prism fails on at run time (its lowering, its bucket's tuning or kernels
 raise) is never the user's error: that size runs the cone's ATen ops, and the cone's `history`
@@ -33,11 +33,11 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from prism.capture.layout import Source
+from prism.capture.views import Source
 from prism.capture.lower import lower
 from prism.errors import PrismError, UnsupportedOp
 from prism.ir import KernelGraph
-from prism.runtime.dynamic import Recent, SizeBuckets
+from prism.runtime.buckets import Recent, SizeBuckets
 
 __all__ = ["Region", "standalone", "symbolic"]
 

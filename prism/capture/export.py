@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from prism.capture.layout import Source
+from prism.capture.views import Source
 from prism.capture.lower import lower
 from prism.errors import InputError, UnsupportedOp
 from prism.ir import KernelGraph

@@ -2,7 +2,7 @@
 but attention (prism.capture.sdpa), and `lower`, which walks a graph through the table both fill.
 
 Each ATen op that Prism can express has one entry in the table (prism.capture.aten.ATEN): a function from the
-op's arguments (already lowered) to a Prism value. Views are layout, never computed (prism.capture.layout): a view of a graph input
+op's arguments (already lowered) to a Prism value. Views are layout, never computed (prism.capture.views): a view of a graph input
 (`permute`, `view`, `expand`) folds into the input, recorded as a `Source` (the FX node and the steps to apply
 to its value); a view of an intermediate keeps the Prism tensor and changes its logical shape, and the ops
 after it (broadcasts, reductions) work on whole groups of logical dims. A cone is lowered with its inputs
@@ -29,7 +29,7 @@ import torch
 from prism.capture import sdpa  # noqa: F401  (its rules register into the table: attention)
 from prism.capture.aten import (ATEN, Deferred, Handler, Lowering, Size, Unavailable, Value, aten_op, broadcast, fold,
                                 op_name, ranked, softmax, static_size, where, wrap)
-from prism.capture.layout import Pending, Source, Viewed, rows
+from prism.capture.views import Pending, Source, Viewed, rows
 from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
@@ -475,7 +475,7 @@ IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"
 
 def input_strides(sources: Sequence[Source]) -> tuple[tuple[int, ...], ...] | None:
     """The strides a lowered program's inputs are passed with (`lower`'s sources, `Source.strides`): what its
-    tuning reads them in (prism.tune.options.TuneOptions.strides). None where one is not known."""
+    tuning reads them in (prism.options.TuneOptions.strides). None where one is not known."""
     strides = tuple(s.strides() for s in sources)
     return None if any(s is None for s in strides) else strides  # type: ignore[return-value]
 

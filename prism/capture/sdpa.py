@@ -6,7 +6,7 @@ results (log-sum-exp, seeds); all are read through their schema by argument name
 (more query heads than KV heads, `enable_gqa` or a CPU op that takes it as given) is written the way the GQA
 workload is: Q [b, hq, s, e] viewed as [b, hk, g·s, e], the g = hq / hk query heads of each KV head as rows,
 so K and V are read once per KV head and never repeated. `is_causal` becomes an additive mask input built by
-torch from the shapes (prism.capture.layout, step "causal"), with torch's top-left alignment; a float
+torch from the shapes (prism.capture.views, step "causal"), with torch's top-left alignment; a float
 `attn_mask` is added to the logits (expanded over the query heads of a group when hq > hk), and a boolean one
 (True: attend) first becomes that float mask, 0 where it is True and -inf where not (step "additive"). Dropout,
 or a result other than the output, leaves the cone with torch.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from prism.capture.layout import Pending, Source, Viewed
+from prism.capture.views import Pending, Source, Viewed
 from prism.capture.aten import Lowering, Unavailable, aten_op, broadcast, fold, op_name, softmax, wrap
 
 __all__ = ["ATTENTION_OPS"]

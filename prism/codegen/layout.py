@@ -45,7 +45,7 @@ exp(-inf - -inf) = NaN (neutral empty blocks are future work). A grid dim or the
 runtime size must split nothing else, else its count, right for that dim, would be wrong for another; a group
 op over it would need its group count, a mean its 1/E (render refuses both, as for a ragged dim). What codegen
 cannot see is a constant of the block graph computed from a size (a mean's 1/E folded into a scalar): the
-caller must check that the kernels generated at two sizes are the same code (prism.runtime.dynamic does).
+caller must check that the kernels generated at two sizes are the same code (prism.runtime.buckets does).
 Mutants that count wrong (an extent one short, a trip count or a grid rounded down) are caught by the tests.
 """
 

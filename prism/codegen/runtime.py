@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from prism.codegen.aot import AotKernel, compile_aot, describe
-from prism.codegen.launch import BoundGraph
+from prism.codegen.direct_launch import BoundGraph
 from prism.codegen.load import interpreting, load_module, write_module
 from prism.codegen.plan import BUFFER_DTYPES, Plan, plan_graph
 from prism.codegen.spec import KernelSpec
@@ -45,7 +45,7 @@ class CompiledGraph:
         self.graph, self.plan = graph, plan
         self.allocate: Allocator = allocate or _allocate
         self.bound: dict[int, BoundGraph] = {}
-        """Per CUDA device index, the kernels bound by the first call there (prism.codegen.launch)."""
+        """Per CUDA device index, the kernels bound by the first call there (prism.codegen.direct_launch)."""
         self.kept: dict[tuple[torch.device, int], torch.Tensor] = {}
         """The plan's persistent buffers (a tail kernel's row counters) per device: zeroed once, then kept."""
 

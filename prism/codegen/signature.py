@@ -26,7 +26,7 @@ def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], cons
     """`launch_<name>(tensors...)`: the host side of kernel `name`, passing each tensor of `args` (name, rank) and
     its strides, then the sizes counted from the tensors' shapes (`runtime`), then every constexpr, on `grid`
     (where `grid_sizes` has a Size, its blocks are counted from the shapes too). It returns Triton's compiled
-    kernel, which prism.codegen.launch binds for launches without the binder."""
+    kernel, which prism.codegen.direct_launch binds for launches without the binder."""
     names = [a for a, _ in args]
     meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={num_warps}"]
     meta += [f"num_stages={num_stages}"] if num_stages is not None else []

@@ -3,7 +3,7 @@
 Custom op k of a kernel graph (numbered from 0 in the graph's topological order) has one parallel size per
 grid dim, named x{k}, y{k}, z{k}, and its loop range, i{k}: the names verification writes its terms with
 (prism.verify.encode). Most graphs are proved equal to their program for all sizes; some only for sizes
-that satisfy a few relations (prism.verify.sizes derives them): `Constraint`s, each `lhs = rhs` or
+that satisfy a few relations (prism.verify.size_constraints derives them): `Constraint`s, each `lhs = rhs` or
 `lhs | rhs` (lhs divides rhs), both sides a positive integer times a product of named sizes. A graph
 carries the constraints its proof needs (`KernelGraph.constraints`); whatever picks sizes (the tuner's
 space, numeric tests) keeps to them, and a launch checks them (`check`): outside them the graph computes

@@ -60,7 +60,7 @@ class OptimizedGraph:
         self.program = program
         self.graph = graph
         self.report = report
-        if compiled is not None:   # kernels it shares with other sizes (prism.runtime.dynamic), not its own
+        if compiled is not None:   # kernels it shares with other sizes (prism.runtime.buckets), not its own
             self.compiled = compiled
         self.search_result = search_result
         """The SearchResult this was tuned from (None when it came from the result cache)."""
@@ -75,7 +75,7 @@ class OptimizedGraph:
         self.op: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = self.as_op() if torch_op else None
         """This graph as a torch custom op, `op(list_of_tensors) -> list_of_tensors` (prism.runtime.torch_op):
         what torch.compile traces in its place. Made here, not on first use: tracing must not build it. None
-        for the graphs a DynamicGraph serves one size with (prism.runtime.dynamic): its own op calls them."""
+        for the graphs a DynamicGraph serves one size with (prism.runtime.buckets): its own op calls them."""
 
     @cached_property
     def compiled(self) -> CompiledGraph:
@@ -105,9 +105,9 @@ class OptimizedGraph:
         """The program's outputs (a list) for `tensors`, given by position in the program's input order.
 
         On a GPU, calls with the signature of the first call (shapes, dtypes, strides, device) take the
-        lean path: no binder, one C launch for all kernels (prism.codegen.launch). Under torch.compile the call is
-        the custom op `self.op` instead, so the compiled code has no graph break. Inference only: inputs
-        that require grad (with grad enabled) are refused.
+        lean path: no binder, one C launch for all kernels (prism.codegen.direct_launch). Under torch.compile
+        the call is the custom op `self.op` instead, so the compiled code has no graph break. Inference only:
+        inputs that require grad (with grad enabled) are refused.
         """
         if kwargs:
             names = ", ".join(t.name for t in self.program.inputs)

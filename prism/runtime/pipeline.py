@@ -18,17 +18,16 @@ import torch
 
 from prism.errors import InputError, PrismError, check_positive
 from prism.ir import KernelGraph
+from prism.options import SearchOptions, TuneOptions
 from prism.progress import Progress
 from prism.provenance import build_id
+from prism.runtime.buckets import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.cache import ResultCache, cache_key
-from prism.runtime.dynamic import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
-from prism.search.options import SearchOptions
 from prism.tune.report import UNFUSED, Report, Status
 from prism.tune.target import get_target
 from prism.tune.cost import estimate
-from prism.tune.options import TuneOptions
 from prism.tune.tuner import tune, tuning_target
 
 __all__ = ["cached_search", "cached_searches", "check_search_result", "chosen", "superoptimize", "resolve_device",
@@ -101,7 +100,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any 
     (`prism.search.search`: its joint forms), the kernel writing every output is tuned from it.
 
     dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the dims
-        under one name always have one size). Returns a DynamicGraph (prism.runtime.dynamic), callable at any
+        under one name always have one size). Returns a DynamicGraph (prism.runtime.buckets), callable at any
         sizes of those dims: the search is done once, the tuning once per size bucket (powers of two).
 
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
@@ -113,7 +112,7 @@ def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any 
     cache: True (the default file, see `prism.runtime.cache`), False, a path, or a ResultCache.
     search_options: `prism.search.search`'s (a SearchOptions, or a dict of its fields: time_limit,
         max_block_ops, workers, ...).
-    tune_options: the tuning's (prism.tune.options.TuneOptions, or a dict of its fields): budget
+    tune_options: the tuning's (prism.options.TuneOptions, or a dict of its fields): budget
         (candidates compiled ahead of time and, on a GPU, timed, before refinement around the best),
         time_budget (seconds of tuning after which no more candidates are refined or timed), target (the
         GPU the cost model assumes without one: "h100", the default, or "h200"), compile (False skips
@@ -195,7 +194,7 @@ class _Job:
 
 def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: torch.device, search_result: Any,
              job: _Job) -> DynamicGraph:
-    """superoptimize with dynamic dims: every size of them through one SizeBuckets (prism.runtime.dynamic)."""
+    """superoptimize with dynamic dims: every size of them through one SizeBuckets (prism.runtime.buckets)."""
     if len(graph.outputs) > 1:
         raise InputError(f"superoptimize: dynamic sizes need a program with one output (this one has "
                          f"{len(graph.outputs)}); optimize each output on its own")

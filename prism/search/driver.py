@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from prism.errors import InputError
 from prism.ir import KernelGraph, serialize
+from prism.options import SearchOptions
 from prism.pool import fewer_collections, importable
 from prism.progress import Progress, report
 from prism.search.cluster import RayWorkers
@@ -32,7 +33,6 @@ from prism.search.generator import Generator, Limits, default_kernel_ops, defaul
 from prism.search.parallel import (Check, Checker, Workers, concrete_task, default_verify, generate_task, mirage_task,
                                    prefilter_task, verify_task)
 from prism.search.joint import joint_forms
-from prism.search.options import SearchOptions
 from prism.search.result import SearchResult, SymbolicGraph
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import AtomSpace
@@ -62,7 +62,7 @@ def search(graph: KernelGraph, options: SearchOptions | None = None, *, verify: 
            progress: Progress | None = None, **changes: Any) -> SearchResult:
     """Search fused µGraphs equal to `graph` for all grid sizes and loop ranges.
 
-    options: its limits, checks and workers (prism.search.options.SearchOptions; default: its defaults);
+    options: its limits, checks and workers (prism.options.SearchOptions; default: its defaults);
         keyword arguments change them (`search(g, time_limit=60, workers=2)`).
     verify: f(reference, candidate, *, timeout) -> object with `.equal`, `.reason`; default (None)
         `prism.verify.equivalent`, imported only where candidates are verified (with worker processes,

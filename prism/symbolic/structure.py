@@ -300,7 +300,7 @@ def grouped_sums(st: Structure, m: Mapping) -> dict[int, int]:
     """{op: data dim} of the reductions a group mapping sums in groups: for each output kept as partials along one
     data dim d, the reduction over d (one with a group form, OpDef.grouped) whose value it saves, directly or
     through a sum accumulator that is its only consumer. Not an online sum's: each split's sums are rescaled by
-    the second kernel's group ops over the splits, and under a group count (prism.verify.sizes.Count) the
+    the second kernel's group ops over the splits, and under a group count (prism.verify.size_constraints.Count) the
     verifier knows a split's width only as a quotient of sizes, not as the groups a grid dim concatenated."""
     folds = st.problem().partials(m) if m.partials else None
     out: dict[int, int] = {}

@@ -1,8 +1,8 @@
 """Parameter instantiation and choice: grid sizes and loop ranges, the cost model, compiling, timing."""
 
+from prism.options import TuneOptions
 from prism.tune.compile import CompileResult, compile_many
 from prism.tune.cost import Cost, KernelCost, KernelWork, estimate, kernels_of
-from prism.tune.options import TuneOptions
 from prism.tune.profile import spearman
 from prism.tune.report import COST_MODEL, GPU_PROFILE, Entry, Report
 from prism.tune.space import Candidate, GraphSpace, Space

@@ -604,7 +604,7 @@ class Space:
         self.result, self.program, self.target = result, program, target
         self.strides = strides
         """The strides the program's inputs are passed with (None: row-major): the layout the cost model reads
-        them in (prism.tune.options.TuneOptions.strides)."""
+        them in (prism.options.TuneOptions.strides)."""
         self.shapes, self.dtype = shapes, dtype or inputs[0].dtype
         self.names = [t.name for t in inputs]
         """The program's input names, which instantiated candidates take (the searched program's, given shapes)."""

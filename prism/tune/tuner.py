@@ -44,6 +44,7 @@ from prism import pool
 from prism.errors import MappingError, PrismError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
+from prism.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.progress import Progress
 from prism.progress import report as report_progress
 from prism.search.parallel import running
@@ -53,7 +54,6 @@ from prism.tune.rank import Ranked, climb
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
 from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
-from prism.tune.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
 from prism.tune.target import Target, get_target
 
 __all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY",
@@ -128,7 +128,7 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
          cluster: Any = None, **changes: Any) -> Tuned:
     """Pick the best (graph, grid, loop, warps, stages) of `result` (a SearchResult) for `program`'s shapes.
 
-    options: what it tries and spends (prism.tune.options.TuneOptions: budget, seed, refine, time_budget,
+    options: what it tries and spends (prism.options.TuneOptions: budget, seed, refine, time_budget,
         compile, target, ...); keyword arguments change them (`tune(result, program, budget=8)`).
     gpu: time candidates on `device` (CUDA-graph replay); else rank them by the cost model.
     workers: worker processes for ranking and compiling (default: all cores).

@@ -8,7 +8,7 @@ another only for some sizes, shows in the terms' types (prism.verify.types): eac
 extent over the sizes of the parallel dims that split it, and a term whose extents agree only for some
 sizes is ill formed (NotEncodable here). Broadcasting is made explicit with `bcast`, against extents of 1
 only. A graph that is valid only for some sizes can be encoded under assumptions about them (`Assumed`,
-prism.verify.sizes): a parallel dim written as a product of others, a group op's group count made a
+prism.verify.size_constraints): a parallel dim written as a product of others, a group op's group count made a
 parallel dim of its own.
 """
 
@@ -25,7 +25,7 @@ from prism.ir.kinds import (ACCUMULATORS, INVARIANT, LOADER, LOOP, MAX, SUM, Acc
 from prism.ir.ops import GROUP, GROUP_SCALE, OPS, Family, OpDef, Shape, watch
 from prism.ir.sizes import ONE, Extent, grid_size_name, loop_size_name
 from prism.verify import expr as E
-from prism.verify.sizes import Assumed, Cancel, Need, Whole
+from prism.verify.size_constraints import Assumed, Cancel, Need, Whole
 
 __all__ = ["ENCODE", "Encoding", "FOR_ALL_SIZES", "NotEncodable", "PARALLEL_FORMS", "encode"]
 
@@ -35,7 +35,7 @@ FOR_ALL_SIZES = Assumed()
 
 class NotEncodable(Exception):
     """The graph computes a well-defined function only for some parallel sizes (a shape coincidence);
-    `need` says what those sizes satisfy, where it is known (prism.verify.sizes)."""
+    `need` says what those sizes satisfy, where it is known (prism.verify.size_constraints)."""
 
     def __init__(self, message: str, need: Need | None = None) -> None:
         super().__init__(message)
@@ -100,7 +100,7 @@ class _Block:
     def term(self, op: str, *args: E.Term, attrs: tuple[Any, ...] = ()) -> E.Term:
         """Term `op` on `args`. A parallel op over a dim the assumptions write as a product of dims is the
         same op over each of them: part by the outer one first and comb by the inner one first, so that
-        member a·f + b of the product is member b of member a (prism.verify.sizes)."""
+        member a·f + b of the product is member b of member a (prism.verify.size_constraints)."""
         if op not in E.PARALLEL:
             return E.make(op, *args, attrs=attrs)
         *head, p = attrs
@@ -256,7 +256,7 @@ def _split(x: E.Term, d: int, pdims: list[str]) -> E.Term:
 
 Form = Callable[..., E.Term]
 """A parallel form: the term of a group op on operand terms, given the term dim it groups, the group size and
-the size assumptions it is encoded under (prism.verify.sizes)."""
+the size assumptions it is encoded under (prism.verify.size_constraints)."""
 
 
 def _grouped(op: OpDef) -> Form:

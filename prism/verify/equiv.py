@@ -6,7 +6,7 @@ looked at, so an accepted candidate is correct at every size (paper Definition 1
 "no proof found": the axioms are sound but not complete.
 
 With `constrained=True`, a candidate that is a valid µGraph only for some sizes is proved, where it can be,
-under size constraints derived from why it is not valid for all (prism.verify.sizes): the verdict's
+under size constraints derived from why it is not valid for all (prism.verify.size_constraints): the verdict's
 `constraints` then say for which sizes it is equal, and whoever runs it must keep to them (prism.ir.sizes).
 """
 
@@ -22,7 +22,7 @@ from prism.ir.sizes import Constraint, describe
 from prism.verify import egraph
 from prism.verify import expr as E
 from prism.verify.encode import NotEncodable, encode
-from prism.verify.sizes import Assumed, Need, options
+from prism.verify.size_constraints import Assumed, Need, options
 
 __all__ = ["Verdict", "equivalent", "equivalent_all"]
 
@@ -106,9 +106,10 @@ def equivalent_all(reference: KernelGraph, candidates: Sequence[KernelGraph], *,
 
 
 def _encodings(candidate: KernelGraph, need: Need) -> Iterator[tuple[Assumed, tuple[E.Term, ...]]]:
-    """The candidate's encodings under sets of assumptions (prism.verify.sizes), in the order they are tried: sets
-    grow one assumption at a time from the refusals, breadth first, each refusal's options weakest first, so
-    that fewer and weaker constraints come before more and stronger ones (at most MAX_ENCODINGS sets tried)."""
+    """The candidate's encodings under sets of assumptions (prism.verify.size_constraints), in the order they are
+    tried: sets grow one assumption at a time from the refusals, breadth first, each refusal's options weakest
+    first, so that fewer and weaker constraints come before more and stronger ones (at most MAX_ENCODINGS sets
+    tried)."""
     queue: deque[tuple[Assumed, Need]] = deque([(Assumed(), need)])
     encodings = 0
     while queue and encodings < MAX_ENCODINGS:

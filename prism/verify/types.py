@@ -13,7 +13,7 @@ exist; `bcast` needs extent 1; operands of one op must be of one family and have
 where one is broadcast; a contraction needs equal extents. A dim of extent 1 cannot be split (it would be
 well formed only when the size is 1). A refusal that some sizes would lift (extents equal for some sizes, a
 split of an extent that is 1 for some) says what they must satisfy (`IllFormedTerm.need`): a proof under
-size constraints starts there (prism.verify.sizes).
+size constraints starts there (prism.verify.size_constraints).
 
 Axioms preserve types (their numeric test checks every instance), so a well-formed term's e-class holds
 only well-formed terms of its type, and two terms of different types are never proved equal.
@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from prism.errors import IllFormedTerm
 from prism.ir.ops import Shape
 from prism.ir.sizes import ONE, Extent
-from prism.verify.sizes import Cancel, Divisible
+from prism.verify.size_constraints import Cancel, Divisible
 
 __all__ = ["Extent", "ONE", "TermType", "Extents", "Typing", "input_type", "step", "KNOWN", "RULES", "parallel",
            "bcast"]

@@ -1,5 +1,5 @@
 """Split-KV attention forms that compute the program only when their parallel sizes are related (classes
-A-D), built by hand at small sizes: what proofs under size constraints (prism.verify.sizes) are tested
+A-D), built by hand at small sizes: what proofs under size constraints (prism.verify.size_constraints) are tested
 on (tests/verify/test_size_constraints.py) and what the soundness fuzz mutates (benchmarks/fuzz_soundness.py
 --constrained).
 

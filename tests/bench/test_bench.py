@@ -11,8 +11,8 @@ import pytest
 import prism.workloads as wl
 from prism.bench import GPUUnavailable, load_results, run, write_report
 from prism.bench.gpu import COLUMNS, format_table
-from prism.bench.report import markdown
-from prism.bench.search import Plan, Run, config_text
+from prism.bench.paper_report import markdown
+from prism.bench.paper_search import Plan, Run, config_text
 from prism.errors import InputError, PrismError
 
 ROOT = Path(__file__).resolve().parents[2]

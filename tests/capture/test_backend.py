@@ -393,7 +393,7 @@ def test_reduce_overhead_replays_prisms_ops_in_inductors_cuda_graphs(options, mo
 def test_a_region_is_tuned_for_its_inputs_layout(options):
     """A `Linear`'s weight reaches its region through a transpose: read as [in, out] with the input features
     contiguous, and the region is tuned for those strides (TuneOptions.strides), which its record says."""
-    from prism.capture.layout import Source
+    from prism.capture.views import Source
 
     torch.manual_seed(0)
     module, x = torch.nn.Linear(32, 48, bias=False), torch.randn(4, 32)

@@ -81,7 +81,7 @@ def test_a_size_prism_fails_on_runs_torchs_ops_and_history_says_so(options, monk
     choice whose tiles cannot split a new batch did) is never the user's error: that size runs the cone's ATen
     ops, matches eager, and the cone's history entry names the size and the error; other sizes run Prism's."""
     from prism.errors import MappingError
-    from prism.runtime.dynamic import SizeBuckets
+    from prism.runtime.buckets import SizeBuckets
 
     real = SizeBuckets.get
 

@@ -1,4 +1,4 @@
-"""What real models emit, lowered: views of intermediates kept as shapes (prism.capture.layout), rows for 3-D
+"""What real models emit, lowered: views of intermediates kept as shapes (prism.capture.views), rows for 3-D
 activations, torch's attention ops, layer norm, GELU's tanh form. Each captured program runs in the reference
 executor against torch; what cannot be lowered names its reason."""
 
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import prism
 from prism.capture import capture
-from prism.capture.layout import broadcast_form, groups
+from prism.capture.views import broadcast_form, groups
 from prism.errors import UnsupportedOp
 
 

@@ -149,7 +149,7 @@ def searched_safe_split_kv(tail: bool = False) -> Callable[[], Case]:
     `tail`, kernel 2 runs in the last block of each batch entry of kernel 1 (prism.codegen.tail)."""
     def make() -> Case:
         from prism.search import search
-        from prism.search.signature import signature
+        from prism.search.canonical import signature
         from tests.configs import SMALL_ATT
 
         w = prism.workloads.get("attention")
@@ -201,7 +201,7 @@ def searched_split_kv_partials() -> Case:
     """The search's split-KV attention with partials (kernel 1's splits side by side, then group_sum kernels
     and the division), at 2 batches × 2 splits and a loop of 2."""
     from prism.search import search
-    from prism.search.signature import signature
+    from prism.search.canonical import signature
     from tests.configs import SMALL_ATT, limits
 
     w = prism.workloads.get("attention")

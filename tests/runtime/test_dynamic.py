@@ -1,5 +1,5 @@
 """`prism.superoptimize(program, dynamic=...)`: one DynamicGraph for every size of its dynamic dims, searched
-once and tuned once per size bucket (prism.runtime.dynamic)."""
+once and tuned once per size bucket (prism.runtime.buckets)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import prism
 from prism.errors import InputError
 from prism.codegen import CodegenError
 from prism.codegen.plan import plan_graph
-from prism.runtime.dynamic import SizeBuckets, bucket
+from prism.runtime.buckets import SizeBuckets, bucket
 from prism.tune.space import instantiate
 from tests.child import interpreted
 
@@ -80,7 +80,7 @@ def test_a_choice_that_is_no_valid_point_at_a_new_size_moves_to_a_valid_one_near
     report = dg.at(q, kt, v).report
     assert report.best.candidate.loop == 37 and report.best.estimate_us > 0
     assert "the model's best of the points near its tiles" in report.notes[-1], report.notes
-    monkeypatch.setattr(prism.runtime.dynamic.GraphSpace, "tilings", lambda self: [])
+    monkeypatch.setattr(prism.runtime.buckets.GraphSpace, "tilings", lambda self: [])
     q, kt, v = inputs(36, gen)                           # no valid point of the sGraph at 36: tuned there
     (out,) = dg(q, kt, v)
     torch.testing.assert_close(out, torch.softmax(q @ kt * 0.25, -1) @ v, rtol=1e-5, atol=1e-5)
@@ -186,11 +186,11 @@ def test_calls_that_do_not_fit_are_input_errors():
 INTERPRETED = textwrap.dedent("""
     import json, warnings, torch
     warnings.simplefilter("ignore")
-    import prism.codegen.runtime, prism.runtime.dynamic
-    from prism.runtime.dynamic import bucket
+    import prism.codegen.runtime, prism.runtime.buckets
+    from prism.runtime.buckets import bucket
     from tests.runtime.test_dynamic import attention, dynamic, inputs
     made = []   # every plan generated (by a bucket, or by a graph's own compile)
-    for module in (prism.codegen.runtime, prism.runtime.dynamic):
+    for module in (prism.codegen.runtime, prism.runtime.buckets):
         real = module.plan_graph
         module.plan_graph = lambda *a, real=real, **k: made.append(1) or real(*a, **k)
     dg = dynamic(attention(37))
@@ -248,7 +248,7 @@ def test_a_bucket_is_tuned_at_its_top_sizes():
 
 def test_what_a_program_keeps_per_size_is_bounded():
     """A decode loop calls at a new size every step: the least recently used sizes are dropped."""
-    from prism.runtime.dynamic import Recent
+    from prism.runtime.buckets import Recent
 
     kept = Recent(3)
     for n in range(5):

@@ -10,7 +10,7 @@ import torch
 
 import prism
 from prism.codegen import compile_graph
-from prism.codegen.launch import ALIGN, BoundGraph
+from prism.codegen.direct_launch import ALIGN, BoundGraph
 from prism.errors import InputError
 from prism.codegen.plan import BUFFER_DTYPES
 from prism.runtime import superoptimize
@@ -259,7 +259,7 @@ def test_c_launcher_plans_follow_the_compiled_signatures(monkeypatch, form):
     from triton.compiler import ASTSource
 
     from prism.codegen import default_target
-    from prism.codegen.launch import native_steps
+    from prism.codegen.direct_launch import native_steps
 
     w = prism.workloads.get("attention")
     cg = compile_graph(w.fused(ATT, **FORMS[form]))

@@ -9,7 +9,7 @@ import prism.workloads as wl
 from prism import verify
 from prism.ir import KernelGraph
 from prism.search import search
-from prism.search.signature import signature
+from prism.search.canonical import signature
 from prism.tune.safety import overflow_risk
 from tests.codegen.cases import softmax_matmul_program
 from tests.configs import SMALL_ATT

@@ -10,7 +10,7 @@ from prism import interp
 from prism.errors import InputError, MappingError, SerializationError
 from prism.provenance import build_id
 from prism.search import SearchResult, default_verify, search
-from prism.search.signature import signature
+from prism.search.canonical import signature
 from tests.configs import limits, small_cfg
 
 

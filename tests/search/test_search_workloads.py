@@ -4,7 +4,7 @@ import pytest
 
 import prism.workloads as wl
 from prism.search import search
-from prism.search.signature import signature
+from prism.search.canonical import signature
 from tests.configs import limits, small_cfg
 
 

@@ -10,7 +10,7 @@ from prism import verify
 from prism.ir.block import GRID_DIMS
 from prism.search import search
 from prism.search.result import SymbolicGraph
-from prism.search.signature import signature
+from prism.search.canonical import signature
 from prism.symbolic.mapping import Mapping
 from tests.configs import SMALL_ATT, limits
 

@@ -9,8 +9,8 @@ import torch
 import prism
 from prism.errors import InputError
 from prism.ir import BlockGraph, KernelGraph, Launch
+from prism.options import SWEEP, TuneOptions
 from prism.tune.cost import estimate, kernels_of, order_of
-from prism.tune.options import SWEEP, TuneOptions
 from prism.tune.profile import random_inputs
 from prism.tune.report import Report
 from prism.tune.tuner import _swept

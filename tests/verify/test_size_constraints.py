@@ -1,4 +1,4 @@
-"""Proofs under size constraints (prism.verify.sizes): split-KV attention forms that compute the program only
+"""Proofs under size constraints (prism.verify.size_constraints): split-KV attention forms that compute the program only
 when their parallel sizes are related (prism.workloads.constrained: classes A-D), each proved under the
 constraints it needs and refused without them.
 
@@ -170,10 +170,10 @@ def test_the_tuner_instantiates_only_points_that_satisfy_a_graph_s_constraints(s
 
 def test_a_group_count_over_a_factored_size_is_constrained_in_the_graph_s_sizes():
     """A Count whose extent names the fresh dim f of a Factor(r, (q, f)) states its constraint with f written
-    r/q (prism.verify.sizes: at s', s'[f] = s[r]/s[q]). The constrained soundness fuzz
+    r/q (prism.verify.size_constraints: at s', s'[f] = s[r]/s[q]). The constrained soundness fuzz
     (benchmarks/fuzz_soundness.py --constrained) found `equivalent` raising a ConstraintError there instead of
     giving a verdict: the constraint named the fresh 'y0_per_y1', which no launch can check."""
-    from prism.verify.sizes import Assumed, Count, Factor, Whole, options
+    from prism.verify.size_constraints import Assumed, Count, Factor, Whole, options
 
     assumed = Assumed((Factor("y0", ("y1", "y0_per_y1")),))
     extent = Extent(8).times((("y0_per_y1", 1), ("y1", 1), ("i0", -1)))

@@ -16,8 +16,8 @@ from typing import Any, Callable, NamedTuple
 import prism.workloads as wl
 from prism.bench.generality import GENERALITY_COLUMNS, generality_rows
 from prism.bench.gpu import format_table
-from prism.bench.search import (NAMES, NO_FIGURE, PAPER_ABLATION, PAPER_GRAPHS, PAPER_THREADS, PAPER_TIME, Plan, Run,
-                                config_text, graphs_text, seconds_text)
+from prism.bench.paper_search import (NAMES, NO_FIGURE, PAPER_ABLATION, PAPER_GRAPHS, PAPER_THREADS, PAPER_TIME,
+                                      Plan, Run, config_text, graphs_text, seconds_text)
 
 __all__ = ["machine", "markdown", "markdown_table", "write_report"]
 
