@@ -14,6 +14,7 @@ __all__ = [
     "VerificationError",
     "IllFormedTerm",
     "UnsupportedOp",
+    "CodegenError",
     "check_positive",
 ]
 
@@ -60,6 +61,11 @@ class UnsupportedOp(PrismError):
     FX node it failed at, where known (the backend then keeps what comes after it)."""
 
     node = None
+
+
+class CodegenError(PrismError):
+    """A graph, or a launch of it, that code generation cannot (yet) turn into Triton; the message says which
+    part."""
 
 
 class IllFormedTerm(VerificationError):

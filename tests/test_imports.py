@@ -84,6 +84,18 @@ def test_the_ir_holds_no_triton_text():
     assert not found, found
 
 
+def test_every_module_name_is_one_module_and_no_package():
+    """A reader who meets `layout.py` or `options.py` finds one module, not one per package; and no module is
+    named as a package is (`prism/codegen/runtime.py` beside `prism.runtime`)."""
+    modules = [p for p in ROOT.rglob("*.py") if p.name != "__init__.py"]
+    packages = {p.parent.name for p in ROOT.rglob("__init__.py")}
+    seen: dict[str, list[str]] = {}
+    for p in modules:
+        seen.setdefault(p.stem, []).append(str(p.relative_to(ROOT)))
+    assert not {k: v for k, v in seen.items() if len(v) > 1}
+    assert not [p for p in modules if p.stem in packages]
+
+
 def test_a_circle_is_found():
     assert circle({"target": {"calibration"}, "calibration": {"cost"}, "cost": {"target"}}) == [
         "calibration", "cost", "target", "calibration"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from prism.codegen.errors import CodegenError
 from prism.codegen.layout import Layout, TileDim
 from prism.codegen.spec import Size
+from prism.errors import CodegenError
 from prism.ir.block import BlockGraph
 
 __all__ = ["Addressing", "along"]

@@ -12,8 +12,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from prism.codegen.errors import CodegenError
 from prism.codegen.spec import KernelSpec
+from prism.errors import CodegenError
 
 __all__ = ["AotKernel", "compile_aot", "default_target", "cubin_attributes", "describe"]
 

@@ -54,8 +54,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from prism.codegen.errors import CodegenError
 from prism.codegen.spec import unique
+from prism.errors import CodegenError
 from prism.ir.block import BlockGraph, next_pow2
 from prism.ir.kinds import COMPUTE, LOADER, SAVER, kind_of
 from prism.ir.ops import OPS, Shape

@@ -21,12 +21,11 @@ from typing import Mapping
 import torch
 
 from prism.codegen.emit import emit_kernel
-from prism.codegen.errors import CodegenError
 from prism.codegen.one_op import to_custom
 from prism.codegen.spec import COUNTER_DTYPE, KernelSpec
 from prism.codegen.split import rows, slots, splits
 from prism.codegen.tail import emit_tail
-from prism.errors import InputError
+from prism.errors import CodegenError, InputError
 from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph

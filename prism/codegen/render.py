@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from prism.codegen.errors import CodegenError
 from prism.codegen.layout import TileDim
 from prism.codegen.templates import template
+from prism.errors import CodegenError
 from prism.ir.ops import OPS, Shape
 
 __all__ = ["Expr", "TritonBuilder", "UNIT", "literal", "render"]

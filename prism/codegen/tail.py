@@ -35,9 +35,9 @@ import math
 from typing import Sequence
 
 from prism.codegen.emit import Emitter, phase
-from prism.codegen.errors import CodegenError
 from prism.codegen.signature import indent, launcher
 from prism.codegen.spec import COUNTER_DTYPE, KernelSpec, Param
+from prism.errors import CodegenError
 from prism.ir.block import BlockGraph
 from prism.ir.printer import format_block
 

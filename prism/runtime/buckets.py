@@ -48,10 +48,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.codegen import CodegenError
+from prism.codegen.compiled import CompiledGraph
 from prism.codegen.plan import Plan, plan_graph
-from prism.codegen.runtime import CompiledGraph
-from prism.errors import GraphError, InputError, MappingError
+from prism.errors import CodegenError, GraphError, InputError, MappingError
 from prism.ir import KernelGraph
 from prism.ir.block import GRID_DIMS, next_pow2
 from prism.ir.ops import TORCH_DTYPES

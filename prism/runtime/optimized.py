@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.codegen.runtime import CompiledGraph, check_inputs
+from prism.codegen.compiled import CompiledGraph, check_inputs
 from prism.errors import InputError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES

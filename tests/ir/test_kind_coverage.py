@@ -14,8 +14,7 @@ from typing import Any, Iterable
 import pytest
 
 from prism.codegen.emit import EMIT, update
-from prism.codegen.errors import CodegenError
-from prism.errors import GraphError
+from prism.errors import CodegenError, GraphError
 from prism.interp.executor import RUN, UPDATE
 from prism.ir.kinds import ACCUMULATORS, COMPUTE, KINDS, Accumulator, Kind, rule_for
 from prism.ir.ops import OPS

@@ -186,11 +186,11 @@ def test_calls_that_do_not_fit_are_input_errors():
 INTERPRETED = textwrap.dedent("""
     import json, warnings, torch
     warnings.simplefilter("ignore")
-    import prism.codegen.runtime, prism.runtime.buckets
+    import prism.codegen.compiled, prism.runtime.buckets
     from prism.runtime.buckets import bucket
     from tests.runtime.test_dynamic import attention, dynamic, inputs
     made = []   # every plan generated (by a bucket, or by a graph's own compile)
-    for module in (prism.codegen.runtime, prism.runtime.buckets):
+    for module in (prism.codegen.compiled, prism.runtime.buckets):
         real = module.plan_graph
         module.plan_graph = lambda *a, real=real, **k: made.append(1) or real(*a, **k)
     dg = dynamic(attention(37))
