@@ -33,10 +33,10 @@ from prism.codegen.layout import MIN_DOT, Layout, Padded, TileDim
 from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.signature import Signature, indent
 from prism.codegen.split import slots, splits
-from prism.codegen.spec import RESERVED, SHORT_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
+from prism.codegen.spec import MAX_GRID_YZ, RESERVED, SHORT_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
 from prism.codegen.templates import template
 from prism.errors import CodegenError
-from prism.ir.block import MAX_GRID_YZ, BlockGraph
+from prism.ir.block import BlockGraph
 from prism.ir.kinds import (INSIDE, MAX, RUNNING_MAX, Accumulator, Compute, Loader, Online, RunningMax, Saver, kind_of,
                              rule_for)
 from prism.ir.ops import OPS, Shape, contracts, rescaling

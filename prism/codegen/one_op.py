@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from prism.codegen.spec import MAX_GRID_YZ
 from prism.errors import CodegenError
-from prism.ir.block import MAX_GRID_YZ, BlockGraph, next_pow2
+from prism.ir.block import BlockGraph, next_pow2
 from prism.ir.builder import Ref, Tensor
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import LOOP, POST

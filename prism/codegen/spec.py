@@ -8,13 +8,15 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["COUNTER_DTYPE", "KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES",
-           "TL_DTYPES"]
+__all__ = ["COUNTER_DTYPE", "MAX_GRID_YZ", "KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED",
+           "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
 SIGNATURE_DTYPES = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64", "int32": "*i32"}
 SHORT_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+MAX_GRID_YZ = 65535
+"""CUDA's limit on the blocks along grid dims y and z of a launch (x allows 2^31 - 1)."""
 COUNTER_DTYPE = "int32"
 """The dtype of the row counters by which the last block of a row is known (prism.codegen.tail, split-K)."""
 RESERVED = {"tl", "triton", "i", "grid", "torch", "acc"} | {n for n in dir(builtins) if n.islower()}

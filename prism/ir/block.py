@@ -27,11 +27,9 @@ from prism.ir.launch import Launch
 from prism.ir.printer import format_block
 from prism.ir.serialize import BLOCK_FORMAT, Stored
 
-__all__ = ["GRID_DIMS", "MAX_GRID_YZ", "BlockGraph", "Launch", "next_pow2", "split"]
+__all__ = ["GRID_DIMS", "BlockGraph", "Launch", "next_pow2", "split"]
 
 GRID_DIMS = ("x", "y", "z")
-MAX_GRID_YZ = 65535
-"""CUDA's limit on the blocks along grid dims y and z (x allows 2^31 - 1)."""
 
 
 def next_pow2(n: int) -> int:

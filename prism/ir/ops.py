@@ -92,10 +92,7 @@ class Family:
     contracts a dim of one operand with a dim of the other (matmul), the one property every pass that treats
     matmul apart asks for. `elementwise`: each output element is computed from the operands' elements at its
     position.
-    `egg` is the egglog constructor of the family's verification terms; `shared`: one constructor for the
-    whole family, with the op's term name first, so that one rule covers the family (egglog's cost per
-    iteration grows with the rule count). `term_attrs` gives the kind of each term attribute ("dim",
-    "const"), one per op attribute.
+    How the family's ops are written as verification terms is the verifier's (prism.verify.expr.FAMILY_TERMS).
     """
 
     name: str
@@ -103,9 +100,6 @@ class Family:
     rule: Shape
     check: Callable[[OpDef, tuple[TType, ...], dict[str, Any]], dict[str, Any]]
     elementwise: bool = False
-    egg: str = ""
-    shared: bool = False
-    term_attrs: tuple[str, ...] = ()
 
     @property
     def contraction(self) -> bool:
@@ -348,12 +342,11 @@ def _check_group_scale(op: OpDef, types: tuple[TType, ...], attrs: dict[str, Any
 
 # ---- the families --------------------------------------------------------------------------------
 
-UNARY = Family("unary", 1, Shape.SAME, _no_attrs, elementwise=True, egg="Unary", shared=True)
-SCALAR = Family("scalar", 1, Shape.SAME, _check_scalar, elementwise=True, egg="ConstOp", shared=True,
-                term_attrs=("const",))
-BINARY = Family("binary", 2, Shape.BROADCAST, _no_attrs, elementwise=True, egg="Binary", shared=True)
-REDUCE = Family("reduce", 1, Shape.REDUCE, _check_dim, egg="Sum", term_attrs=("dim",))
-MAX_REDUCE = Family("max_reduce", 1, Shape.REDUCE, _check_dim, egg="Max", term_attrs=("dim",))
+UNARY = Family("unary", 1, Shape.SAME, _no_attrs, elementwise=True)
+SCALAR = Family("scalar", 1, Shape.SAME, _check_scalar, elementwise=True)
+BINARY = Family("binary", 2, Shape.BROADCAST, _no_attrs, elementwise=True)
+REDUCE = Family("reduce", 1, Shape.REDUCE, _check_dim)
+MAX_REDUCE = Family("max_reduce", 1, Shape.REDUCE, _check_dim)
 """A max over a dim: shaped like a sum, but with none of a sum's algebra (not linear)."""
 GROUP = Family("group", 1, Shape.GROUP, _check_group)
 """A sum over the groups of a dim: its extent G·size read as G contiguous groups of `size`, added element-wise
@@ -366,7 +359,7 @@ GROUP_SCALE = Family("group_scale", 2, Shape.GROUP_SCALE, _check_group_scale)
 combine rescales each split's partial sums (groups of d along a dim) by exp(m_split - m_max), one value per
 split; broadcasting cannot stretch s that way. Verification writes it member by member over the parallel
 dims that concatenated the groups (part both, multiply, comb)."""
-MATMUL = Family("matmul", 2, Shape.CONTRACT, _no_attrs, egg="MatMul")
+MATMUL = Family("matmul", 2, Shape.CONTRACT, _no_attrs)
 ROWWISE = Family("rowwise", 1, Shape.SAME, _check_eps)
 """An op over whole rows (the last dim) with a constant eps: composite, so it has no terms of its own."""
 FAMILIES = (UNARY, SCALAR, BINARY, REDUCE, MAX_REDUCE, GROUP, GROUP_SCALE, MATMUL, ROWWISE)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Sequence
 
+from prism.codegen.spec import MAX_GRID_YZ
 from prism.errors import MappingError
 from prism.ir import BlockGraph, KernelGraph, Launch
-from prism.ir.block import GRID_DIMS, MAX_GRID_YZ
+from prism.ir.block import GRID_DIMS
 from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE, SUM
 from prism.ir.ops import OPS, rescaling
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
-from prism.ir.block import MAX_GRID_YZ
+from prism.codegen.spec import MAX_GRID_YZ
 from prism.tune.calibration import DATA, Calibration, load
 
 __all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target", "gpu_kind"]

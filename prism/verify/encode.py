@@ -228,7 +228,7 @@ def apply(op: str, args: list[E.Term], attrs: Mapping[str, Any], assumed: Assume
     if d.family.rule is Shape.BROADCAST:
         args = _broadcast(*args)
     term_attrs = tuple(_axis(args[0].type.rank, attrs[a]) if kind == "dim" else attrs[a]
-                       for kind, a in zip(d.family.term_attrs, d.attrs))
+                       for kind, a in zip(E.family_terms(d).attrs, d.attrs))
     return E.make(d.term, *args, attrs=term_attrs)
 
 

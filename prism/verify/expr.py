@@ -15,7 +15,8 @@ from typing import Iterator, Sequence, Union
 
 from prism.errors import IllFormedTerm, VerificationError
 from prism.ir.kinds import reducers
-from prism.ir.ops import OPS, OpDef, watch
+from prism.ir import ops
+from prism.ir.ops import OPS, Family, OpDef, watch
 from prism.verify import types
 from prism.verify.types import TermType, Typing, input_type, step
 
@@ -56,6 +57,38 @@ class TermOp:
     op: OpDef | None = None
 
 
+@dataclass(frozen=True)
+class FamilyTerms:
+    """How the ops of one op family are written as terms: `egg`, the egglog constructor; `shared`: one
+    constructor for the whole family, with the op's term name first, so that one rule covers the family
+    (egglog's cost per iteration grows with the rule count); `attrs`: the kind of each term attribute ("dim",
+    "const"), one per op attribute."""
+
+    egg: str
+    shared: bool = False
+    attrs: tuple[str, ...] = ()
+
+
+FAMILY_TERMS: dict[Family, FamilyTerms] = {
+    ops.UNARY: FamilyTerms("Unary", shared=True),
+    ops.SCALAR: FamilyTerms("ConstOp", shared=True, attrs=("const",)),
+    ops.BINARY: FamilyTerms("Binary", shared=True),
+    ops.REDUCE: FamilyTerms("Sum", attrs=("dim",)),
+    ops.MAX_REDUCE: FamilyTerms("Max", attrs=("dim",)),
+    ops.MATMUL: FamilyTerms("MatMul"),
+}
+"""The term constructors of the families whose ops have terms (the others' ops are written through a
+decomposition or a parallel form: prism.verify.encode)."""
+
+
+def family_terms(d: OpDef) -> FamilyTerms:
+    """The terms of op `d`'s family; a family without them is named (a new op's family needs an entry)."""
+    if d.family not in FAMILY_TERMS:
+        raise VerificationError(f"op {d.name} has a term ({d.term}) but its family {d.family.name} has no term "
+                                f"constructor in prism.verify.expr.FAMILY_TERMS")
+    return FAMILY_TERMS[d.family]
+
+
 PARALLEL: tuple[str, ...] = ()
 """The parallel ops: part, comb, the accumulator kinds' reducers (red, redmax, ...), once, repl."""
 _VAR = TermOp("var", 0, ("name", "shape"), "Var")
@@ -78,13 +111,13 @@ def _derive() -> None:
     constructor (`(Unary "exp" t)`), so that a rule about the whole family is one egglog rule instead of one per
     op."""
     global UNARY, CONST_UNARY, BINARY, COMMUTATIVE, LINEAR_UNARY, LINEAR_BINARY, LINEAR_FIRST, PARALLEL
-    ops = [d for d in OPS.values() if d.term is not None]
+    table = [d for d in OPS.values() if d.term is not None]
     PARALLEL = ("part", "comb", *reducers(), "once", "repl")
     TERMS.clear()
     TERMS.update({t.name: t for t in [
         _VAR,
-        *(TermOp(d.term, d.arity, d.family.term_attrs, d.family.egg, d.family.shared, types.RULES[d.family.rule], d)
-          for d in ops),
+        *(TermOp(d.term, d.arity, family_terms(d).attrs, family_terms(d).egg, family_terms(d).shared,
+                 types.RULES[d.family.rule], d) for d in table),
         TermOp("bcast", 1, ("dim",), "Bcast", rule=types.bcast),
         *(TermOp(n, 1, ("dim", "pdim") if n in ("part", "comb") else ("pdim",), n.capitalize(), rule=types.parallel)
           for n in PARALLEL)]})
@@ -92,10 +125,10 @@ def _derive() -> None:
     _BY_EGG.update({(t.egg, t.name if t.family else None): t for t in TERMS.values()})
 
     def terms(keep) -> tuple[str, ...]:
-        return tuple(d.term for d in ops if keep(d))
+        return tuple(d.term for d in table if keep(d))
 
-    UNARY = terms(lambda d: d.family.elementwise and d.arity == 1 and not d.family.term_attrs)
-    CONST_UNARY = terms(lambda d: d.family.elementwise and d.arity == 1 and d.family.term_attrs == ("const",))
+    UNARY = terms(lambda d: d.family.elementwise and d.arity == 1 and not family_terms(d).attrs)
+    CONST_UNARY = terms(lambda d: d.family.elementwise and d.arity == 1 and family_terms(d).attrs == ("const",))
     BINARY = terms(lambda d: d.family.elementwise and d.arity == 2)
     COMMUTATIVE = terms(lambda d: d.commutative)
     LINEAR_UNARY = terms(lambda d: d.linear and d.arity == 1)

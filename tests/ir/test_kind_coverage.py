@@ -91,3 +91,18 @@ def test_gaps_name_an_accumulator_no_pass_can_read():
     """A min accumulator whose combine op and reducer term exist nowhere: every pass that reads them says so."""
     acc = Accumulator("accum_min", combine="minimum", identity=math.inf, reducer="redmin")
     assert gaps([acc]) == [("accum_min", p) for p in ("executor", "verify encoding", "codegen emission")]
+
+
+def test_every_op_with_a_term_has_its_familys_constructor_and_a_missing_one_is_named():
+    """The egglog constructor of each op family is the verifier's table (prism.verify.expr.FAMILY_TERMS), not
+    the IR's: every op with a term finds its family there, and a family missing from it is named."""
+    import dataclasses
+
+    from prism.errors import VerificationError
+    from prism.verify.expr import family_terms
+
+    with_terms = [d for d in OPS.values() if d.term is not None]
+    assert with_terms and all(family_terms(d).egg for d in with_terms)
+    stray = dataclasses.replace(OPS["exp"], family=dataclasses.replace(OPS["exp"].family, name="new_family"))
+    with pytest.raises(VerificationError, match="family new_family has no term constructor"):
+        family_terms(stray)
