@@ -21,15 +21,35 @@ from typing import Any
 import torch
 
 MODELS = ("llama", "qwen2", "phi3", "gpt2")
+SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=256)
+TINY = SMALL | dict(num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+"""Any other family's config: its defaults with these sizes (names a config does not have set attributes no
+layer reads), and FAMILY's changes, which make the sizes agree where a family derives one from another."""
+FAMILY: dict[str, dict[str, Any]] = {
+    "codegen": dict(rotary_dim=8), "gptj": dict(rotary_dim=8), "gpt_neox": dict(rotary_pct=0.5),
+    "minicpm3": dict(num_key_value_heads=4), "plbart": dict(num_attention_heads=4, decoder_attention_heads=4),
+}
+DERIVED = {"falcon": ("head_dim",)}
+"""Sizes a family's config derives and will not be given."""
+
+
+def config(name: str, layers: int = 2) -> Any:
+    """A small config of `transformers` family `name` (a key of its causal-LM auto mapping)."""
+    import transformers as tf
+
+    sizes = TINY | {"num_hidden_layers": layers} | FAMILY.get(name, {})
+    return tf.AutoConfig.for_model(name, **{k: v for k, v in sizes.items() if k not in DERIVED.get(name, ())})
 
 
 def model(name: str, layers: int = 2, dtype: torch.dtype = torch.float32) -> Any:
-    """A `transformers` causal LM with a small random config (seeded: the same weights every time)."""
+    """A `transformers` causal LM with a small random config (seeded: the same weights every time): one of
+    MODELS, or any family `config` can make small."""
     import transformers as tf
 
     torch.manual_seed(0)
-    small = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                 num_attention_heads=4, max_position_embeddings=256)
+    if name not in MODELS:
+        return tf.AutoModelForCausalLM.from_config(config(name, layers)).to(dtype).eval()
+    small = SMALL | dict(num_hidden_layers=layers)
     configs = {
         "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**small, num_key_value_heads=2)),
         "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**small, num_key_value_heads=2)),

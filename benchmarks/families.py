@@ -1,0 +1,152 @@
+"""Every family `transformers` ships a causal-LM class for, through `torch.compile(backend="prism")` on the CPU.
+
+    python benchmarks/families.py                          # every family, results/families_cpu.json
+    python benchmarks/families.py --family gemma2 olmo2    # some of them
+    python benchmarks/families.py --table                  # the stored results as a table
+
+Each family is built from a small random config (examples/hf_decode.py's `config`: 64 hidden, 4 heads, 2 layers;
+no weights are downloaded), run eagerly and through the backend on the same prompt (batch 2, 8 tokens) and one
+decode step with a KV cache, each family in a fresh process with a time limit. The backend runs with the tests'
+settings (the rest eager, 2 candidates, the tests' search limits), and the families of one run share a result
+cache, as a user's models share Prism's: a region that two families have alike is searched once.
+
+Per family: a status (`match`: the backend's logits are eager's within 1e-4; `differs`; `crash`: the compiled
+model raised; `timeout`; `eager fails` or `no small config`: the family itself could not run here, with torch's
+or transformers' reason; `too large`: its small config still has more than --max-params parameters), the largest
+|logits - eager|, the graphs compiled, the regions fused, the cones left to torch with the reasons, and the left
+cones that hold a norm (which the family test wants fused, or a named reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "families_cpu.json"
+NORM_OPS = ("aten.rsqrt", "aten.var_mean", "aten.native_layer_norm", "aten.layer_norm", "aten.rms_norm")
+"""ATen ops that mark a norm (a left cone holding one has left a norm to torch)."""
+
+CHILD = r"""
+import json, runpy, sys, time, warnings
+import torch
+warnings.filterwarnings("ignore")
+import transformers
+transformers.logging.set_verbosity_error()
+import prism.capture as pc
+
+name, max_params, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+hf = runpy.run_path(root + "/examples/hf_decode.py")
+pc.OPTIONS.rest, pc.OPTIONS.budget = "eager", 2
+pc.OPTIONS.search = {"time_limit": 900.0, "max_grid": 1}
+def say(**out):
+    print("RESULT " + json.dumps(out, default=str), flush=True)
+    sys.exit(0)
+try:
+    config = hf["config"](name)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+except Exception as e:
+    say(status="no small config", why=f"{type(e).__name__}: {e}"[:300])
+if params > max_params:
+    say(status="too large", why=f"{params:,} parameters in its small config", params=params)
+prompt = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(1))
+try:
+    want, _ = hf["decode"](hf["model"](name), prompt, 2)
+except Exception as e:
+    say(status="eager fails", why=f"{type(e).__name__}: {e}"[:300], params=params)
+torch._dynamo.reset()
+start, t0 = len(pc.history), time.perf_counter()
+try:
+    got, _ = hf["decode"](hf["compiled"](hf["model"](name)), prompt, 2)
+except Exception as e:
+    say(status="crash", why=f"{type(e).__name__}: {e}"[:600], params=params, seconds=time.perf_counter() - t0)
+seconds = time.perf_counter() - t0
+error = max(float((g - w).abs().max()) for g, w in zip(got, want))
+graphs = pc.history[start:]
+left = [{"what": r["what"], "why": r["why"], "ops": sorted(set(r.get("ops", [])))} for g in graphs for r in g["left"]]
+say(status="match" if error <= 1e-4 else "differs", error=error, params=params, seconds=seconds,
+    graphs=len(graphs), fused=sum(len(g["replaced"]) for g in graphs), left=left)
+"""
+
+
+def run(name: str, timeout: float, max_params: int, env: dict[str, str]) -> dict:
+    """One family in a fresh process (its own process group, killed whole at the time limit)."""
+    start = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-c", CHILD, name, str(max_params), str(ROOT)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return {"family": name, "status": "timeout", "why": f"no result within {timeout:.0f} s", "seconds": timeout}
+    results = [line[len("RESULT "):] for line in out.splitlines() if line.startswith("RESULT ")]
+    if not results:
+        tail = (err.strip().splitlines() or ["(no output)"])[-1]
+        return {"family": name, "status": "crash", "why": f"the process ended ({p.returncode}): {tail}"[:600],
+                "seconds": time.perf_counter() - start}
+    return {"family": name} | json.loads(results[-1])
+
+
+def norms_left(result: dict) -> list[str]:
+    """The reasons of the left cones that hold a norm."""
+    return [r["why"] for r in result.get("left", []) if any(o.startswith(NORM_OPS) for o in r["ops"])]
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| family | status | max \\|logits - eager\\| | graphs | regions fused | cones left | norms left | s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        error = f"{r['error']:.1e}" if "error" in r else ""
+        seconds = f"{r['seconds']:.0f}" if "seconds" in r else ""
+        status = r["status"] if r["status"] in ("match", "differs") else f"{r['status']}: {r.get('why', '')}"
+        status = status.replace("|", "\\|").replace("\n", " ")
+        left = [x for x in r.get("left", []) if x["why"] != "not in a cone Prism took"]
+        lines.append(f"| {r['family']} | {status} | {error} | {r.get('graphs', '')} | {r.get('fused', '')} | "
+                     f"{len(left) if 'left' in r else ''} | {len(norms_left(r)) if 'left' in r else ''} | {seconds} |")
+    return "\n".join(lines)
+
+
+def families() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", nargs="*", help="families to run (default: every one)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per family")
+    ap.add_argument("--max-params", type=int, default=3_000_000)
+    ap.add_argument("--out", type=Path, default=OUT, help="results JSON (families run now replace their entries)")
+    ap.add_argument("--table", action="store_true", help="print the stored results as a table and run nothing")
+    args = ap.parse_args()
+    stored = json.loads(args.out.read_text()) if args.out.exists() else {"results": []}
+    by_name = {r["family"]: r for r in stored["results"]}
+    if not args.table:
+        import transformers
+        import torch
+
+        stored |= {"transformers": transformers.__version__, "torch": torch.__version__, "cores": os.cpu_count(),
+                   "command": "python benchmarks/families.py " + " ".join(sys.argv[1:])}
+        with tempfile.TemporaryDirectory(prefix="prism-families-") as tmp:
+            env = os.environ | {"PRISM_CACHE_DIR": tmp}
+            for name in args.family or families():
+                by_name[name] = run(name, args.timeout, args.max_params, env)
+                r = by_name[name]
+                print(f"{name}: {r['status']} {r.get('why', '')} {r.get('error', '')}", file=sys.stderr, flush=True)
+                stored["results"] = sorted(by_name.values(), key=lambda r: r["family"])
+                args.out.write_text(json.dumps(stored, indent=1) + "\n")
+    print(table(sorted(by_name.values(), key=lambda r: r["family"])))
+
+
+if __name__ == "__main__":
+    main()
