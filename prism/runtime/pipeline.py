@@ -26,9 +26,9 @@ from prism.runtime.cache import ResultCache, cache_key
 from prism.runtime.optimized import OptimizedGraph
 from prism.search.cluster import RayWorkers, check_backend
 from prism.tune.report import UNFUSED, Report, Status
-from prism.tune.target import get_target
+from prism.tune.target import device_target
 from prism.tune.cost import estimate
-from prism.tune.tuner import tune, tuning_target
+from prism.tune.tuner import tune
 
 __all__ = ["cached_search", "cached_searches", "check_search_result", "chosen", "superoptimize", "resolve_device",
            "target_key"]
@@ -60,10 +60,8 @@ def resolve_device(device: Any) -> torch.device:
 
 def target_key(device: torch.device, target: Any = None) -> str:
     """What a result was chosen for: the GPU it was timed on, or the cost model's target."""
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"cuda:{torch.cuda.get_device_name(device)}:sm_{major}{minor}"
-    return f"cost-model:{get_target(target).name}"
+    t = device_target(device, target)
+    return f"cuda:{torch.cuda.get_device_name(device)}:sm_{t.arch}" if device.type == "cuda" else f"cost-model:{t.name}"
 
 
 def _open_cache(cache: Any) -> ResultCache | None:
@@ -211,7 +209,7 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
         chosen, report, _ = _optimize(program, dev, found[0], job)
         return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False)
 
-    target = tuning_target(dev.type == "cuda", dev, job.tune.target)
+    target = device_target(dev, job.tune.target)
     return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target, dims))
 
 
@@ -249,7 +247,7 @@ def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[Kerne
             reports.append(report)
             members.append(ks)
     joined.output(*(outs[k] for k in range(len(graph.outputs))))
-    target = tuning_target(dev.type == "cuda", dev, job.tune.target)
+    target = device_target(dev, job.tune.target)
     report = Report.joined(reports, baseline_us=estimate(graph, target, strides=job.tune.strides).seconds * 1e6,
                            outputs=members)
     report.notes = _events(store, run) + report.notes

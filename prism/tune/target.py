@@ -9,7 +9,7 @@ from typing import Any
 from prism.codegen.spec import MAX_GRID_YZ
 from prism.tune.calibration import DATA, Calibration, load
 
-__all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "get_target", "gpu_kind"]
+__all__ = ["Target", "H100", "H200", "TARGETS", "calibrated", "device_target", "get_target", "gpu_kind"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,17 @@ def get_target(name: str | Target | None = None) -> Target:
     if isinstance(name, Target):
         return name
     return calibrated(gpu_kind(name))
+
+
+def device_target(device: Any = None, target: Target | str | None = None) -> Target:
+    """The Target a tuning is for: a CUDA `device`'s own (its name and compute capability; candidates are timed
+    on it), else `target` (the cost model's; its default GPU when None)."""
+    import torch
+
+    if device is not None and torch.device(device).type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return get_target(torch.cuda.get_device_name(device)).with_(arch=10 * major + minor)
+    return get_target(target)
 
 
 def gpu_kind(name: str | None) -> str:

@@ -54,9 +54,9 @@ from prism.tune.rank import Ranked, climb
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
 from prism.tune.safety import overflow_risk
 from prism.tune.space import Candidate, Space
-from prism.tune.target import Target, get_target
+from prism.tune.target import Target, device_target
 
-__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "tuning_target", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY",
+__all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY",
            "RANK_LIMIT", "RANK_SAMPLE", "REFINE_BAND", "REFINE_ROUNDS"]
 
 EXPLORE_BAND = 4.0
@@ -139,7 +139,7 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
     budget, seed, compile = opts.budget, opts.seed, opts.compile
     log = log or (lambda s: None)
     refine = (budget // 2 if gpu else 0) if opts.refine is None else int(opts.refine)
-    target = tuning_target(gpu, device, opts.target)
+    target = device_target(device if gpu else None, opts.target)
     report = Report(GPU_PROFILE if gpu else COST_MODEL, target.name)
     report.floor_us = floor_seconds(program, target) * 1e6
     clock = _Clock(opts.time_budget)
@@ -370,20 +370,6 @@ def _seeds(trial: _Trial, space: Space, picks: Sequence[_Pick]) -> list[_Pick]:
                      and (p.entry.risk is None) == (best.entry.risk is None)), key=key):
         forms.setdefault(space.form(p.entry.candidate.graph, p.entry.candidate.grid), p)
     return [best] + [p for p in forms.values() if p is not best and key(p) <= REFINE_BAND * key(best)]
-
-
-def tuning_target(gpu: bool, device: Any = None, target: Target | str | None = None) -> Target:
-    """The Target a tuning is for: the CUDA device candidates are timed on, or without a GPU `target` (the
-    cost model's default GPU when None)."""
-    return _gpu_target(device) if gpu else get_target(target)
-
-
-def _gpu_target(device: Any) -> Target:
-    """The Target of the CUDA device candidates are timed on (its name and compute capability)."""
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    return get_target(torch.cuda.get_device_name(device)).with_(arch=10 * major + minor)
 
 
 def _pick(space: Space, c: Candidate, origin: str, target: Target, report: Report) -> _Pick | None:

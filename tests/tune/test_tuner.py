@@ -469,7 +469,7 @@ def test_the_gpu_branch_keeps_the_fastest_measured_and_reports_the_rank_correlat
         cg.graph_estimate = compiled[id(graph)]
         return cg
 
-    monkeypatch.setattr(tuner, "_gpu_target", lambda device: H100)
+    monkeypatch.setattr(tuner, "device_target", lambda device, target=None: H100)
     monkeypatch.setattr(prism.codegen, "compile_graph", fake_compile_graph)
     monkeypatch.setattr(profile, "bench_graph", lambda fn, copies, **k: fake_bench(fn, copies))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
