@@ -12,12 +12,12 @@ from typing import Any
 from prism import errors
 from prism.provenance import VERSION as __version__
 
-__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "SearchOptions", "SearchResult", "Tensor", "TuneOptions",
-           "errors", "from_torch", "interp", "search", "superoptimize", "verify", "workloads"]
+__all__ = ["BlockGraph", "KernelGraph", "OptimizedGraph", "RunOptions", "SearchOptions", "SearchResult", "Tensor",
+           "TuneOptions", "errors", "from_torch", "interp", "search", "superoptimize", "verify", "workloads"]
 
 _HOME = {"BlockGraph": "prism.ir", "KernelGraph": "prism.ir", "Tensor": "prism.ir", "OptimizedGraph": "prism.runtime",
          "superoptimize": "prism.runtime", "SearchResult": "prism.search", "SearchOptions": "prism.search",
-         "TuneOptions": "prism.tune", "from_torch": "prism.capture"}
+         "TuneOptions": "prism.tune", "RunOptions": "prism.options", "from_torch": "prism.capture"}
 _SUBPACKAGES = ("interp", "verify", "workloads")
 
 

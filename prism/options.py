@@ -10,6 +10,9 @@ the result cache keys a search by it (`SearchOptions.key`).
 `TuneOptions`: how `prism.tune.tune` chooses among a search's graphs; `tune`, `superoptimize` and the
 benchmarks pass one object.
 
+`RunOptions`: where and how one `superoptimize` call runs (the device, the result cache, dynamic dims, the
+tuning's workers, local processes or Ray), beside its search's and tuning's options.
+
 Each is built by `of(options, who, **changes)` from an instance, a dict of its fields, or None (the defaults),
 with keyword arguments as changes, so that `search(g, time_limit=5)` and `search(g, SearchOptions(time_limit=5))`
 are one call (as are `tune(result, program, budget=8)` and `tune(result, program, TuneOptions(budget=8))`); a
@@ -26,7 +29,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 
 from prism.errors import InputError, check_positive
 
-__all__ = ["RANK_LIMIT", "RANK_SAMPLE", "SWEEP", "SearchOptions", "Settings", "TuneOptions"]
+__all__ = ["RANK_LIMIT", "RANK_SAMPLE", "SWEEP", "RunOptions", "SearchOptions", "Settings", "TuneOptions"]
 
 S = TypeVar("S", bound="Settings")
 
@@ -193,3 +196,35 @@ class TuneOptions(Settings):
                                       or not low <= value <= high):
                 raise InputError(f"{who}: {name} must be a number from {low} to {high}, got {value!r}")
         return self if self.strides is None else dataclasses.replace(self, strides=tuple(map(tuple, self.strides)))
+
+
+@dataclass(frozen=True)
+class RunOptions(Settings):
+    """Where and how one `prism.superoptimize` call runs.
+
+    device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu".
+    cache: True (the default file, prism.runtime.cache), False, a path, or a ResultCache.
+    dynamic: dims whose sizes change from call to call, by name ({"kv": ["K.1", "V.1"]}); the call then returns
+        a DynamicGraph (prism.runtime.buckets).
+    workers: worker processes for the tuning (the search's are its options').
+    backend, ray_address: "ray" runs the search (unless its options say otherwise) and the ahead-of-time
+        compiles as Ray tasks, on the cluster at ray_address or a local Ray (prism.search.cluster); "local"
+        (the default) in worker processes here.
+    """
+
+    device: Any = None
+    cache: Any = True
+    dynamic: Mapping[str, Any] | None = None
+    workers: int | None = None
+    backend: str = "local"
+    ray_address: str | None = None
+
+    WHAT: ClassVar[str] = "run options"
+
+    def checked(self, who: str = "superoptimize") -> RunOptions:
+        from prism.search.cluster import check_backend
+
+        if self.workers is not None:
+            check_positive(who, "workers", self.workers, whole=True)
+        check_backend(who, self.backend, self.ray_address)
+        return self

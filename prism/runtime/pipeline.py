@@ -10,21 +10,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.errors import InputError, PrismError, check_positive
+from prism.errors import InputError, PrismError
 from prism.ir import KernelGraph
-from prism.options import SearchOptions, TuneOptions
+from prism.options import RunOptions, SearchOptions, TuneOptions
 from prism.progress import Progress
 from prism.provenance import build_id
 from prism.runtime.buckets import DynamicGraph, SizeBuckets, parse_dynamic
 from prism.runtime.cache import ResultCache, cache_key
 from prism.runtime.optimized import OptimizedGraph
-from prism.search.cluster import RayWorkers, check_backend
+from prism.search.cluster import RayWorkers
 from prism.tune.report import UNFUSED, Report, Status
 from prism.tune.target import device_target
 from prism.tune.cost import estimate
@@ -87,84 +87,84 @@ def _load_result(search_result: Any):
     return search_result
 
 
-def superoptimize(graph: KernelGraph, *, search_result: Any = None, device: Any = None, cache: Any = True,
-                  dynamic: dict[str, Any] | None = None, search_options: SearchOptions | dict[str, Any] | None = None,
-                  tune_options: TuneOptions | dict[str, Any] | None = None, workers: int | None = None,
-                  backend: str = "local", ray_address: str | None = None, log: Callable[[str], None] | None = None,
+def superoptimize(graph: KernelGraph, options: RunOptions | dict[str, Any] | None = None, *,
+                  search_result: Any = None, search_options: SearchOptions | dict[str, Any] | None = None,
+                  tune_options: TuneOptions | dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
                   progress: Progress | None = None, **changes: Any) -> OptimizedGraph | DynamicGraph:
     """The fastest verified fused form of `graph` found, as an OptimizedGraph. A program with several outputs
     is searched and tuned one output at a time, and outputs whose parts share forms also jointly, as one kernel
     (`_per_output`); the chosen kernels are joined into one graph. Given a search result of such a program
     (`prism.search.search`: its joint forms), the kernel writing every output is tuned from it.
 
-    dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the dims
-        under one name always have one size). Returns a DynamicGraph (prism.runtime.buckets), callable at any
-        sizes of those dims: the search is done once, the tuning once per size bucket (powers of two).
-
+    options: where and how the call runs (prism.options.RunOptions, or a dict of its fields); each field may
+        also be given as a keyword (`superoptimize(g, device="cpu", cache=False)`):
+        device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu". On the CPU candidates
+            are ranked by the cost model (`prism.tune.cost`) and the result runs in Triton's interpreter
+            or the reference executor; the report says which.
+        cache: True (the default file, see `prism.runtime.cache`), False, a path, or a ResultCache.
+        dynamic: dims whose sizes change from call to call, by name: {"kv": ["K.1", "V.1"]} (INPUT.DIM; the
+            dims under one name always have one size). Returns a DynamicGraph (prism.runtime.buckets),
+            callable at any sizes of those dims: the search is done once, the tuning once per size bucket.
+        workers: worker processes for the tuning (the search's are its options').
+        backend, ray_address: "ray" runs the search (unless search_options say otherwise) and the
+            ahead-of-time compiles as Ray tasks, on the cluster at ray_address or a local Ray
+            (prism.search.cluster); "local" (the default) in worker processes here.
     search_result: a SearchResult (or a path to a saved one) to tune instead of searching; it may have
         been searched at other sizes of the same program (another program is an InputError). It is part
         of the cache key: a cached answer is reused only for the same graphs.
-    device: None (a GPU if torch sees one, else the CPU), "cuda[:i]" or "cpu". On the CPU candidates
-        are ranked by the cost model (`prism.tune.cost`) and the result runs in Triton's interpreter
-        or the reference executor; the report says which.
-    cache: True (the default file, see `prism.runtime.cache`), False, a path, or a ResultCache.
     search_options: `prism.search.search`'s (a SearchOptions, or a dict of its fields: time_limit,
         max_block_ops, workers, ...).
     tune_options: the tuning's (prism.options.TuneOptions, or a dict of its fields): budget
         (candidates compiled ahead of time and, on a GPU, timed, before refinement around the best),
         time_budget (seconds of tuning after which no more candidates are refined or timed), target (the
         GPU the cost model assumes without one: "h100", the default, or "h200"), compile (False skips
-        ahead-of-time compilation on the CPU: faster, less informed), seed. Keyword arguments change them
-        (`superoptimize(g, budget=8)`).
-    workers: worker processes for the tuning (the search's are its options').
-    backend, ray_address: "ray" runs the search (unless search_options say otherwise) and the
-        ahead-of-time compiles as Ray tasks, on the cluster at ray_address or a local Ray
-        (prism.search.cluster); "local" (the default) in worker processes here.
+        ahead-of-time compilation on the CPU: faster, less informed), seed. Keyword arguments that are not
+        run options change them (`superoptimize(g, budget=8)`).
     log, progress: one line per step, and (phase, done, total) calls (`prism.progress`) while the
         search and the tuner run.
     """
-    dev, job = _prepared(graph, device, cache, search_options, tune_options, workers, backend, ray_address, log,
-                         progress, changes)
-    if dynamic is not None:
-        return _dynamic(graph, parse_dynamic(graph, dynamic), dev, search_result, job)
+    dev, job = _prepared(graph, options, search_options, tune_options, log, progress, changes)
+    if job.run.dynamic is not None:
+        return _dynamic(graph, parse_dynamic(graph, dict(job.run.dynamic)), dev, search_result, job)
     chosen_graph, report, result = _chosen(graph, dev, search_result, job)
     return OptimizedGraph(graph, chosen_graph, report, dev, result)
 
 
-def chosen(graph: KernelGraph, *, device: Any = None, search_result: Any = None, **options: Any
-           ) -> tuple[KernelGraph, Report, Any]:
-    """What `superoptimize(graph, device=device, search_result=search_result, **options)` wraps in its
-    OptimizedGraph: (the chosen graph, its report, the search result tuned or None), for a caller that wraps
-    it elsewhere. The backend superoptimizes a model's regions on threads and wraps each result in the
-    compiling thread: an OptimizedGraph registers a torch op and, without a GPU, warns, and the warnings
-    filters that keep that warning out of a compile are process-wide, not a thread's. No `dynamic` here."""
-    dev, job = _prepared(graph, device, options.pop("cache", True), options.pop("search_options", None),
-                         options.pop("tune_options", None), options.pop("workers", None),
-                         options.pop("backend", "local"), options.pop("ray_address", None), options.pop("log", None),
-                         options.pop("progress", None), options)
+def chosen(graph: KernelGraph, *, search_result: Any = None, **options: Any) -> tuple[KernelGraph, Report, Any]:
+    """What `superoptimize(graph, search_result=search_result, **options)` wraps in its OptimizedGraph: (the
+    chosen graph, its report, the search result tuned or None), for a caller that wraps it elsewhere. The
+    backend superoptimizes a model's regions on threads and wraps each result in the compiling thread: an
+    OptimizedGraph registers a torch op and, without a GPU, warns, and the warnings filters that keep that
+    warning out of a compile are process-wide, not a thread's. No `dynamic` here."""
+    dev, job = _prepared(graph, None, options.pop("search_options", None), options.pop("tune_options", None),
+                         options.pop("log", None), options.pop("progress", None), options)
     return _chosen(graph, dev, search_result, job)
 
 
-def _prepared(graph: KernelGraph, device: Any, cache: Any, search_options: Any, tune_options: Any,
-              workers: int | None, backend: str, ray_address: str | None, log: Callable[[str], None] | None,
-              progress: Progress | None, changes: dict[str, Any]) -> tuple[torch.device, _Job]:
-    """superoptimize's arguments checked: the device and the job."""
+def _prepared(graph: KernelGraph, options: Any, search_options: Any, tune_options: Any,
+              log: Callable[[str], None] | None, progress: Progress | None,
+              changes: dict[str, Any]) -> tuple[torch.device, _Job]:
+    """superoptimize's arguments checked: the device and the job. `changes` are run options' fields, and
+    the tuning's for the rest."""
     if not isinstance(graph, KernelGraph):
         raise InputError(f"superoptimize: expected a KernelGraph, got {type(graph).__name__}")
     graph.check()
-    if workers is not None:
-        check_positive("superoptimize", "workers", workers, whole=True)
-    check_backend("superoptimize", backend, ray_address)
+    run_fields, tune_fields = ([f.name for f in fields(c)] for c in (RunOptions, TuneOptions))
+    unknown = sorted(set(changes) - set(run_fields) - set(tune_fields))
+    if unknown:
+        raise InputError(f"superoptimize: no option {', '.join(map(repr, unknown))}; the run's are "
+                         f"{', '.join(run_fields)}; the tuning's are {', '.join(tune_fields)}")
+    run = RunOptions.of(options, "superoptimize", **{k: v for k, v in changes.items() if k in run_fields})
     searching = SearchOptions.of(search_options, "superoptimize")
-    if backend == "ray" and searching.backend == "local":
-        searching = replace(searching, backend=backend, ray_address=ray_address)
-    job = _Job(TuneOptions.of(tune_options, "superoptimize", **changes), searching, cache, workers, backend,
-               ray_address, log, progress)
+    if run.backend == "ray" and searching.backend == "local":
+        searching = replace(searching, backend=run.backend, ray_address=run.ray_address)
+    tuning = TuneOptions.of(tune_options, "superoptimize", **{k: v for k, v in changes.items() if k not in run_fields})
+    job = _Job(tuning, searching, run, log, progress)
     strides = job.tune.strides
     if strides is not None and [len(s) for s in strides] != [len(t.shape) for t in graph.inputs]:
         raise InputError(f"superoptimize: strides must give one stride per dim of each of the program's "
                          f"{len(graph.inputs)} input(s) (ranks {[len(t.shape) for t in graph.inputs]}), got {strides}")
-    return resolve_device(device), job
+    return resolve_device(run.device), job
 
 
 def _chosen(graph: KernelGraph, dev: torch.device, search_result: Any, job: _Job) -> tuple[KernelGraph, Report, Any]:
@@ -182,10 +182,7 @@ class _Job:
 
     tune: TuneOptions
     search: SearchOptions
-    cache: Any
-    workers: int | None
-    backend: str
-    ray_address: str | None
+    run: RunOptions
     log: Callable[[str], None] | None
     progress: Progress | None
 
@@ -205,7 +202,7 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
         """Tune `program` from the one search result (searched, or from the cache, at the first tuning): the
         program is searched once, and a cached tuning is reused only if it was tuned from that result."""
         if found[0] is None:
-            found[0] = cached_search(program, job.search, job.cache, job.progress)
+            found[0] = cached_search(program, job.search, job.run.cache, job.progress)
         chosen, report, _ = _optimize(program, dev, found[0], job)
         return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False)
 
@@ -223,7 +220,7 @@ def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[Kerne
     graph, in output order, and their reports into one (`Report.joined`)."""
     from prism.search.joint import groups
 
-    store = _open_cache(job.cache)
+    store = _open_cache(job.run.cache)
     run: list[str] = []
     cones = [graph.output_cone(k) for k in range(len(graph.outputs))]
     parts = _part_searches(cones, job.search, job.log, job.progress, store, run)
@@ -339,7 +336,7 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _J
         raise InputError(f"superoptimize: the search result has no joint form of the program's {len(graph.outputs)} "
                          "outputs (no kernel writes them all); give none, and each output is searched and tuned on "
                          "its own, with joint forms where outputs share them")
-    store = _open_cache(job.cache)
+    store = _open_cache(job.run.cache)
     notes: list[str] = []  # about the result: stored with it
     run: list[str] = []    # about this run's use of the cache: never stored, or every later hit would repeat them
     if given is not None and given.stale:
@@ -363,8 +360,8 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _J
             return chosen, report, None
 
     result = given if given is not None else _cached_search(graph, job.search, job.log, job.progress, store, run)
-    cluster = RayWorkers(job.workers, job.ray_address) if job.backend == "ray" and job.tune.compile else None
-    tuned = tune(result, graph, job.tune, gpu=gpu, device=dev if gpu else None, workers=job.workers, log=job.log,
+    cluster = RayWorkers(job.run.workers, job.run.ray_address) if job.run.backend == "ray" and job.tune.compile else None
+    tuned = tune(result, graph, job.tune, gpu=gpu, device=dev if gpu else None, workers=job.run.workers, log=job.log,
                  progress=job.progress, cluster=cluster)
     report = tuned.report
     report.search = {"source": "given" if search_result is not None else result.stats.get("source", "searched"),

@@ -12,6 +12,7 @@ import torch
 import prism.workloads as wl
 from prism.errors import InputError
 from prism.ir import KernelGraph
+from prism.options import RunOptions
 from prism.runtime import OptimizedGraph, superoptimize
 from prism.search import SearchOptions, SearchResult
 from prism.tune.safety import overflow_risk
@@ -120,6 +121,20 @@ def test_bad_arguments_are_input_errors(searched):
         superoptimize(w.build(cfg), search_result=result, device="mps", cache=False)
     with pytest.raises(InputError, match="cache"):
         superoptimize(w.build(cfg), search_result=result, cache=3.5)
+    with pytest.raises(InputError, match="no option 'devcie'; the run's are device, cache"):
+        superoptimize(w.build(cfg), search_result=result, devcie="cpu")
+    with pytest.raises(InputError, match="workers must be a positive"):
+        superoptimize(w.build(cfg), RunOptions(workers=0), search_result=result)
+
+
+def test_run_options_as_an_object_a_dict_or_keywords_are_one_call(searched):
+    """`superoptimize(g, RunOptions(...))`, a dict of its fields, and the same fields as keywords choose alike;
+    keywords that are not run options change the tuning's options."""
+    w, cfg, result = searched("swiglu")
+    calls = [superoptimize(w.build(cfg), RunOptions(device="cpu", cache=False), search_result=result, budget=2),
+             superoptimize(w.build(cfg), {"device": "cpu", "cache": False}, search_result=result, budget=2),
+             superoptimize(w.build(cfg), search_result=result, device="cpu", cache=False, budget=2)]
+    assert len({str(opt.report.best.candidate) for opt in calls}) == 1
 
 
 def test_wrong_tensors_are_input_errors(searched):
