@@ -157,7 +157,7 @@ class RunningMax(Kind):
 def scaling(op: str, attrs: Any, operands: Sequence[tuple[tuple[int, ...], Any]],
             running: dict[Any, tuple[int, ...]], me: Any = None) -> tuple[str, Any] | None:
     """How a node's value depends on a running max, given each operand's (shape, state), or a GraphError
-    where it may not: the one rule BlockGraph and the search's sGraph both apply (prism.symbolic.sgraph).
+    where it may not: the one rule BlockGraph and the search's sGraph both apply (prism.symbolic.draft).
 
     States: None (independent of every running max), or (state, r) for running max r (`me`, the new node's
     reference, when `op` is "running_max"), the state one of prism.ir.ops' RUNNING (r itself), SHIFTED (x - r)

@@ -1,7 +1,7 @@
 """The ablation modes: maps enumerated during generation (Mirage's way) instead of left symbolic.
 
 A concrete imap or fmap is fixed for every loader before the structure search starts (one search
-per choice); dimension matching then also compares the fixed choices (`SGraph.labels`). A concrete
+per choice); dimension matching then also compares the fixed choices (`Draft.labels`). A concrete
 omap is chosen for each output when a structure is emitted (one structure per choice). Mapping
 instantiation afterwards enumerates only what is still symbolic, so every mode returns the same
 graphs; what changes is how much work generation does (the paper's ablation, §7.5). The Mirage-style
@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 from prism.errors import InputError
 from prism.symbolic.dims import UNIT, AtomSpace
 from prism.symbolic.mapping import Mapping, MappingProblem
-from prism.symbolic.sgraph import Labels, SGraph
+from prism.symbolic.draft import Draft, Labels
 from prism.symbolic.structure import Structure
 
 __all__ = ["GRID_TILES", "LOOP_RANGES", "MAX_BLOCKS", "Modes", "grid_rows", "label_choices", "matches_fixed",
@@ -142,7 +142,7 @@ def raw_k(labels: Labels | None) -> int | None:
     return max([g for g, _ in labels] + [0]) + 1
 
 
-def omap_choices(s: SGraph, outputs: Sequence[int], max_grid: int) -> Iterator[tuple[Row, ...]]:
+def omap_choices(s: Draft, outputs: Sequence[int], max_grid: int) -> Iterator[tuple[Row, ...]]:
     """Concrete omaps for the saved tensors: every row, checked against a concrete imap/fmap at once."""
     dims = [s.dims[o] for o in outputs]
     k_fixed = raw_k(s.labels)
@@ -155,7 +155,7 @@ def omap_choices(s: SGraph, outputs: Sequence[int], max_grid: int) -> Iterator[t
             yield rows
 
 
-def _consistent(s: SGraph, dims: Sequence[Sequence[int]], rows: Sequence[Row], k: int | None) -> bool:
+def _consistent(s: Draft, dims: Sequence[Sequence[int]], rows: Sequence[Row], k: int | None) -> bool:
     """Output extents must equal the program's: a dim is combed by the grid dim splitting its class."""
     for ds, row in zip(dims, rows):
         for d, a in enumerate(ds):

@@ -1,6 +1,6 @@
 """sGraph generation (paper §3.1–3.3): enumerate block-graph structures with symbolic maps.
 
-A state is an immutable `SGraph` (one loader per kernel input, then block ops). From a state the
+A state is an immutable `Draft` (one loader per kernel input, then block ops). From a state the
 generator appends one op at a time from the target's vocabulary (every (op, attrs) in the closure:
 matmul, unary, binary, sum(dim), mul_scalar/add_scalar with the target's constants, rms_norm) or an
 accumulator (a sum; a max or a running max of a max; the online sum of what a running max scales), in
@@ -26,7 +26,7 @@ from prism.ir.ops import OPS, REDUCE, RUNNING, SCALED, contracts
 from prism.search.concrete import Modes, omap_choices
 from prism.symbolic.closure import Target, vocabulary_ops
 from prism.symbolic.dims import UNIT
-from prism.symbolic.sgraph import ACCUM_OP, RUNNING_MAX_OP, BOp, Labels, SGraph, match_binary
+from prism.symbolic.draft import ACCUM_OP, RUNNING_MAX_OP, BOp, Draft, Labels, match_binary
 from prism.symbolic.structure import Structure
 from prism.symbolic.terms import Term, mk, op_of, subterms
 
@@ -215,18 +215,18 @@ class Generator:
             self._joint[a, b] = (apart, met)
         return self._joint[a, b]
 
-    def start(self, labels: Labels | None = None) -> SGraph:
-        return SGraph.start(self.target.space, labels,
+    def start(self, labels: Labels | None = None) -> Draft:
+        return Draft.start(self.target.space, labels,
                             pinning=chained_contraction(self.target) or epilogue_operand(self.target))
 
     # -- the search ----------------------------------------------------------------------------
 
-    def run(self, state: SGraph) -> Iterator[Structure]:
+    def run(self, state: Draft) -> Iterator[Structure]:
         """Every structure reachable from `state` (depth first, canonical order)."""
         found, _ = self.explore([state])
         yield from found
 
-    def explore(self, stack: list[SGraph], budget: float = float("inf")) -> tuple[list[Structure], list[SGraph]]:
+    def explore(self, stack: list[Draft], budget: float = float("inf")) -> tuple[list[Structure], list[Draft]]:
         """Depth first from `stack` (its last state first) for at most `budget` states; returns what
         was emitted and the states left unexplored (empty when done or past the deadline)."""
         stack = list(stack)
@@ -243,7 +243,7 @@ class Generator:
             done += 1
         return found, stack
 
-    def expand(self, state: SGraph) -> tuple[list[Structure], list[SGraph]]:
+    def expand(self, state: Draft) -> tuple[list[Structure], list[Draft]]:
         """The structures `state` emits, and its children (the states one op further)."""
         self.stats["states"] += 1
         found = list(self.emit(state))
@@ -262,7 +262,7 @@ class Generator:
             children.append(child)
         return found, children
 
-    def _hopeless(self, s: SGraph) -> bool:
+    def _hopeless(self, s: Draft) -> bool:
         """No way to finish within the op budget (an admissible bound: it never drops a state that
         has a finished descendant; tests/search/test_search_generator.py).
 
@@ -300,7 +300,7 @@ class Generator:
         apart, met = self.joint(ta, tb)
         return min(apart + ea + eb, met + (ea or eb))
 
-    def candidates(self, s: SGraph) -> Iterator[tuple[BOp, Term]]:
+    def candidates(self, s: Draft) -> Iterator[tuple[BOp, Term]]:
         """Ops that may follow `s` in canonical order and pass the expression check, with their terms.
 
         Only ops whose newest input is at or after the previous op's newest input `lo` can follow it
@@ -361,7 +361,7 @@ class Generator:
         c = self.operand_kinds
         return c["unary"] * (n - lo) + c["pairwise"] * (pairs(n) - pairs(lo)) + c["ordered"] * (n * n - lo * lo)
 
-    def _structural_count(self, s: SGraph, i: int) -> int:
+    def _structural_count(self, s: Draft, i: int) -> int:
         """len(self._structural(s, i)), from what decides it, without building the ops."""
         state = s.scale[i]
         key = (s.post[i], state and state[0], op_of(s.terms[i]), s.n_accums < self.limits.max_accums)
@@ -369,7 +369,7 @@ class Generator:
             self._n_structural[key] = len(self._structural(s, i))
         return self._n_structural[key]
 
-    def _structural(self, s: SGraph, i: int) -> list[BOp]:
+    def _structural(self, s: Draft, i: int) -> list[BOp]:
         """The accumulators and running max that may take loop tensor i (their term is i's): a sum of a
         value independent of every running max, and the accumulator of the op computing it (OpDef.accumulator: a
         max's), a running max of a bound (OpDef.online: a max), an online sum of a value scaled by a running max
@@ -390,7 +390,7 @@ class Generator:
 
     # -- emission ------------------------------------------------------------------------------
 
-    def emit(self, s: SGraph) -> Iterator[Structure]:
+    def emit(self, s: Draft) -> Iterator[Structure]:
         """The structures `s` completes: its consumer-less tensors saved, plus kernel-level ops."""
         outs = tuple(i for i, u in enumerate(s.uses) if u == 0)
         if not 1 <= len(outs) <= self.max_outputs or not all(s.post[i] for i in outs):
@@ -406,7 +406,7 @@ class Generator:
                 for rows in omap_choices(s, outs, self.limits.max_grid):
                     yield Structure(s, outs, kops, rows)
 
-    def _combine(self, s: SGraph, terms: list[Term], dims: list[tuple[int, ...]], uses: list[int],
+    def _combine(self, s: Draft, terms: list[Term], dims: list[tuple[int, ...]], uses: list[int],
                  kops: tuple[BOp, ...]) -> Iterator[tuple[BOp, ...]]:
         """Kernel-level elementwise ops over the saved tensors that complete the target (canonical
         order, each op's term a subterm, full shapes matching), ending with one value left."""
@@ -441,5 +441,5 @@ class Generator:
                 yield from self._combine(s, terms + [term], dims + [d], u + [0], kops + (bop,))
 
 
-def _full_shape(dims: Sequence[int], s: SGraph) -> tuple[int, ...]:
+def _full_shape(dims: Sequence[int], s: Draft) -> tuple[int, ...]:
     return tuple(1 if a == UNIT else s.space.extent(a) for a in dims)

@@ -28,7 +28,7 @@ from prism.ir import KernelGraph
 from prism.search.result import SymbolicGraph
 from prism.symbolic.dims import AtomSpace, InvExtent
 from prism.symbolic.mapping import Mapping, RawMapping
-from prism.symbolic.sgraph import LOAD_OP, BOp, SGraph
+from prism.symbolic.draft import LOAD_OP, BOp, Draft
 from prism.symbolic.structure import Structure
 
 __all__ = ["Part", "groups", "joint_forms"]
@@ -138,7 +138,7 @@ def _structure(space: AtomSpace, combo: Sequence[SymbolicGraph], lifts: Sequence
     """The parts' structures replayed into one over `space` (shared loaders, an op with the same operands
     and attributes computed once), with the joint saved tensor each part's saved tensor became (in part
     order); None where an op does not replay (dims two parts match differently)."""
-    g = SGraph.start(space)
+    g = Draft.start(space)
     made: dict[tuple, int] = {}
     saved: list[int] = []      # the joint saved tensors
     saved_parts: list[int] = []  # per part saved tensor, in part order: its index in `saved`

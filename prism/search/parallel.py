@@ -28,7 +28,7 @@ from prism.search.concrete import matches_fixed
 from prism.search.generator import Generator, Limits
 from prism.symbolic.closure import Target
 from prism.symbolic.mapping import Mapping, enumerate_mappings
-from prism.symbolic.sgraph import SGraph
+from prism.symbolic.draft import Draft
 from prism.symbolic.structure import Structure, instantiate
 
 __all__ = ["Check", "Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task",
@@ -118,7 +118,7 @@ class Workers:
 
 
 def generate_task(target: Target, limits: Limits, deadline: float, modes: Any,
-                  states: Sequence[SGraph]) -> tuple[list[Structure], Counter]:
+                  states: Sequence[Draft]) -> tuple[list[Structure], Counter]:
     """Explore the subtrees under `states` to the end; return what they emit and the counters."""
     gen = Generator(target, limits, deadline, modes=modes)
     found: list[Structure] = []

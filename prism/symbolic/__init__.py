@@ -3,9 +3,9 @@
 from prism.symbolic.closure import Target, closure
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, MVar, TileDim, UnionFind, match_dims
 from prism.symbolic.mapping import Mapping, MappingProblem, RawMapping, brute_force, enumerate_mappings
-from prism.symbolic.sgraph import BOp, SGraph
+from prism.symbolic.draft import BOp, Draft
 from prism.symbolic.structure import Structure, instantiate
 
-__all__ = ["UNIT", "AtomSpace", "BOp", "InvExtent", "MVar", "Mapping", "MappingProblem", "RawMapping", "SGraph",
+__all__ = ["UNIT", "AtomSpace", "BOp", "Draft", "InvExtent", "MVar", "Mapping", "MappingProblem", "RawMapping",
            "Structure", "Target", "TileDim", "UnionFind", "brute_force", "closure", "enumerate_mappings",
            "instantiate", "match_dims"]

@@ -21,7 +21,7 @@ from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE, SUM
 from prism.ir.ops import OPS, rescaling
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.mapping import Mapping, MappingProblem
-from prism.symbolic.sgraph import LOAD_OP, RUNNING_MAX_OP, BOp, SGraph, attr_from_json, attr_json, op_dims
+from prism.symbolic.draft import LOAD_OP, RUNNING_MAX_OP, BOp, Draft, attr_from_json, attr_json, op_dims
 
 __all__ = ["GROUP", "Structure", "check_shapes", "class_factor", "group_variant", "grouped_sums", "instantiate",
            "program_classes", "structure_from_json", "tail_rows", "tail_variant", "walk_variant"]
@@ -38,7 +38,7 @@ class Structure:
     range) it was generated for; `graph.labels` holds the concrete imap/fmap choices.
     """
 
-    graph: SGraph
+    graph: Draft
     outputs: tuple[int, ...]
     kernel_ops: tuple[BOp, ...] = ()
     omaps: tuple[tuple[int | None, ...], ...] | None = None
@@ -81,7 +81,7 @@ class Structure:
             ({"results": list(self.results)} if self.results else {})
 
 
-def _cone(g: SGraph, t: int) -> frozenset[int]:
+def _cone(g: Draft, t: int) -> frozenset[int]:
     """The loaders (by input index) tensor t of `g` is computed from."""
     seen, stack, out = set(), [t], set()
     while stack:
@@ -98,7 +98,7 @@ def _cone(g: SGraph, t: int) -> frozenset[int]:
 
 def structure_from_json(data: dict[str, Any]) -> Structure:
     """Rebuild a Structure by replaying its ops (so dims, classes and terms are recomputed)."""
-    g = SGraph.start(AtomSpace(tuple(tuple(s) for s in data["shapes"])))
+    g = Draft.start(AtomSpace(tuple(tuple(s) for s in data["shapes"])))
     for op, ins, attrs in data["ops"]:
         nxt = g.extend(BOp(op, tuple(ins), tuple(attr_from_json(a) for a in attrs)))
         if isinstance(nxt, str):

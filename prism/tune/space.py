@@ -63,7 +63,7 @@ from prism.ir.ops import TORCH_DTYPES, contracts
 from prism.ir.graph import parallel_sizes
 from prism.ir.sizes import grid_size_name, kernel_of, loop_size_name, violations
 from prism.symbolic.dims import UNIT
-from prism.symbolic.sgraph import LOAD_OP, RUNNING_MAX_OP
+from prism.symbolic.draft import LOAD_OP, RUNNING_MAX_OP
 from prism.symbolic.structure import tail_rows
 from prism.tune.target import H100, Target
 

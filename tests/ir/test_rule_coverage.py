@@ -24,7 +24,7 @@ from prism.codegen.templates import template
 from prism.errors import GraphError
 from prism.ir import kinds, ops
 from prism.ir.ops import FAMILIES, OPS, RUNNING, SCALED, SHIFTED, Family, OpDef, Shape
-from prism.symbolic import sgraph, terms
+from prism.symbolic import draft, terms
 from prism.verify import encode, model, types
 
 
@@ -40,7 +40,7 @@ PARALLEL = _has(lambda d: d.term is None and d.decompose is None)
 BY_RULE: dict[str, tuple[dict[Shape, Any], Callable[[Family], bool]]] = {
     "prism.ir.ops shapes": (ops._SHAPES, lambda family: True),
     "prism.symbolic.terms shapes": (terms._SHAPES, SEARCHED),
-    "prism.symbolic.sgraph dims": (sgraph._DIMS, SEARCHED),
+    "prism.symbolic.draft dims": (draft._DIMS, SEARCHED),
     "prism.verify.types typing": (types.RULES, TERMED),
     "prism.verify.model meanings": (model._MEANINGS, TERMED),
     "prism.codegen.render result dims": (render._RESULT_DIMS, TEMPLATED),

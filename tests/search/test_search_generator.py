@@ -6,7 +6,7 @@ import prism.workloads as wl
 from prism.ir.ops import OPS
 from prism.search.generator import KERNEL_OPS, Generator, Limits, default_kernel_ops, default_max_ops
 from prism.symbolic.dims import InvExtent
-from prism.symbolic.sgraph import ACCUM_OP, BOp
+from prism.symbolic.draft import ACCUM_OP, BOp
 from search_helpers import d1_terms, target_for
 from tests.configs import small_cfg
 

@@ -8,7 +8,7 @@ from prism.errors import MappingError
 from prism.ir import KernelGraph
 from prism.symbolic.dims import UNIT, AtomSpace
 from prism.symbolic.mapping import Mapping, brute_force, enumerate_mappings
-from prism.symbolic.sgraph import ACCUM_OP, RUNNING_MAX_OP, BOp, SGraph
+from prism.symbolic.draft import ACCUM_OP, RUNNING_MAX_OP, BOp, Draft
 from prism.symbolic.structure import Structure, instantiate, structure_from_json
 
 SPACE = AtomSpace(((4, 6), (6, 8)))  # X [n, d], W [d, e]
@@ -22,7 +22,7 @@ def extend(g, *ops):
 
 
 def test_matmul_unions_the_contracted_dims_and_keeps_the_others():
-    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)))
+    g = extend(Draft.start(SPACE), BOp("matmul", (0, 1)))
     assert g.dims[2] == (0, 3)
     assert g.uf.find(2) == 1  # W.0 joined X.1's class
     assert g.classes() == {0: (0,), 1: (1, 2), 3: (3,)}
@@ -30,12 +30,12 @@ def test_matmul_unions_the_contracted_dims_and_keeps_the_others():
 
 
 def test_dims_of_different_extent_never_match():
-    assert SGraph.start(SPACE).extend(BOp("matmul", (1, 0))) == "dims"  # W [6,8] @ X [4,6]: 8 vs 4
-    assert SGraph.start(SPACE).extend(BOp("add", (0, 1))) == "dims"
+    assert Draft.start(SPACE).extend(BOp("matmul", (1, 0))) == "dims"  # W [6,8] @ X [4,6]: 8 vs 4
+    assert Draft.start(SPACE).extend(BOp("add", (0, 1))) == "dims"
 
 
 def test_sum_makes_a_unit_dim_that_broadcasts():
-    g = extend(SGraph.start(SPACE), BOp("sum", (0,), (1,)), BOp("div", (0, 2)))
+    g = extend(Draft.start(SPACE), BOp("sum", (0,), (1,)), BOp("div", (0, 2)))
     assert g.dims[2] == (0, UNIT)
     assert g.dims[3] == (0, 1)
 
@@ -43,7 +43,7 @@ def test_sum_makes_a_unit_dim_that_broadcasts():
 def test_loop_phases_never_mix_and_accum_takes_loop_tensors_only():
     """A post-loop value meets only loop values computed from loaders alone (loop-invariant under some
     mapping): not a running max, nor anything computed from one."""
-    g = extend(SGraph.start(SPACE), BOp(ACCUM_OP, (0,)))
+    g = extend(Draft.start(SPACE), BOp(ACCUM_OP, (0,)))
     assert g.post == (False, False, True)
     assert g.extend(BOp(ACCUM_OP, (2,))) == "phase"
     g2 = extend(g, BOp("square", (2,)))
@@ -52,14 +52,14 @@ def test_loop_phases_never_mix_and_accum_takes_loop_tensors_only():
     assert walked.inv == (frozenset({0}), frozenset({1}), None, frozenset({1}), frozenset({0}))
     assert walked.extend(BOp("matmul", (2, 3))).post[-1]         # exp(W) is W's alone: it may be invariant
     assert walked.extend(BOp("add", (2, 4))) == "phase"          # X is summed by the loop: never invariant
-    assert SGraph.start(SPACE, pinning=False).extend(BOp(ACCUM_OP, (0,))).extend(BOp("matmul", (2, 1))) == "phase"
-    running = extend(SGraph.start(SPACE), BOp("max", (0,), (1,)), BOp(ACCUM_OP, (2,)), BOp(RUNNING_MAX_OP, (2,)))
+    assert Draft.start(SPACE, pinning=False).extend(BOp(ACCUM_OP, (0,))).extend(BOp("matmul", (2, 1))) == "phase"
+    running = extend(Draft.start(SPACE), BOp("max", (0,), (1,)), BOp(ACCUM_OP, (2,)), BOp(RUNNING_MAX_OP, (2,)))
     assert running.inv[-1] is None and running.extend(BOp("sub", (4, 3))) == "phase"
 
 
 def test_a_loaders_tile_meets_post_loop_values_only_if_the_loop_leaves_it_alone():
     """acc(X) @ W pins W: every mapping then leaves W's dims to the grid (prism.symbolic.mapping)."""
-    g = extend(SGraph.start(SPACE), BOp(ACCUM_OP, (0,)), BOp("matmul", (2, 1)))
+    g = extend(Draft.start(SPACE), BOp(ACCUM_OP, (0,)), BOp("matmul", (2, 1)))
     assert g.post[-1] and g.invariant == frozenset({1})
     st = Structure(g, (3,))
     w_classes = {g.uf.find(a) for a in SPACE.input_dims(1)}
@@ -69,21 +69,21 @@ def test_a_loaders_tile_meets_post_loop_values_only_if_the_loop_leaves_it_alone(
 
 
 def test_accum_is_transparent_in_the_abstract_term():
-    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)), BOp(ACCUM_OP, (2,)))
+    g = extend(Draft.start(SPACE), BOp("matmul", (0, 1)), BOp(ACCUM_OP, (2,)))
     assert g.terms[3] == g.terms[2] == ("matmul", (), ("in", (0,)), ("in", (1,)))
 
 
 def test_concrete_labels_must_agree_when_dims_match():
     labels = ((-1, 0), (0, 1), (-1, 1), (0, 0))  # X.1 split by x and the loop; W.0 by the loop only
-    g = SGraph.start(SPACE, labels)
+    g = Draft.start(SPACE, labels)
     assert g.extend(BOp("matmul", (0, 1))) == "dims"
     labels = ((-1, 0), (-1, 1), (-1, 1), (0, 0))
-    assert not isinstance(SGraph.start(SPACE, labels).extend(BOp("matmul", (0, 1))), str)
+    assert not isinstance(Draft.start(SPACE, labels).extend(BOp("matmul", (0, 1))), str)
 
 
 def fused_rmsnorm_like():
     """accum(X @ W) / accum(sum(X, 1)) -- a toy that exercises every op kind instantiation needs."""
-    g = extend(SGraph.start(SPACE), BOp("matmul", (0, 1)), BOp("sum", (0,), (1,)), BOp(ACCUM_OP, (2,)),
+    g = extend(Draft.start(SPACE), BOp("matmul", (0, 1)), BOp("sum", (0,), (1,)), BOp(ACCUM_OP, (2,)),
                BOp(ACCUM_OP, (3,)), BOp("div", (4, 5)))
     return Structure(g, (6,))
 

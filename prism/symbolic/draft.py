@@ -1,6 +1,7 @@
-"""The sGraph: a block-graph structure whose maps and parallel sizes are symbolic (paper §2).
+"""A draft: a block-graph structure under construction whose maps and parallel sizes are symbolic (paper §2's
+sGraph before its mapping is chosen; a verified one with its mapping is prism.search.result.SymbolicGraph).
 
-An `SGraph` is immutable; `extend` returns a new one. Tensor k is the output of op k; ops 0..n-1 are
+A `Draft` is immutable; `extend` returns a new one. Tensor k is the output of op k; ops 0..n-1 are
 the loaders of the kernel inputs in order. Each tensor dim is an atom (an input's data dim: its
 tile extent is D/σ(atom)) or UNIT. Adding an op matches dims by coefficient matching, which unions
 atoms (`dims.UnionFind`); dims of different full extent cannot match for all d_p, so the op is
@@ -20,7 +21,7 @@ from prism.ir.ops import OPS, RUNNING, Shape, watch
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.terms import Term, leaf, mk
 
-__all__ = ["LOAD_OP", "ACCUM_OP", "RUNNING_MAX_OP", "BOp", "Labels", "SGraph", "match_binary", "match_matmul"]
+__all__ = ["LOAD_OP", "ACCUM_OP", "RUNNING_MAX_OP", "BOp", "Draft", "Labels", "match_binary", "match_matmul"]
 
 LOAD_OP, ACCUM_OP, RUNNING_MAX_OP = kinds.LOADER.name, kinds.SUM.name, kinds.RUNNING_MAX.name
 """The block ops that are no table op: a loader, the plain accumulator (a sum; prism.ir.kinds.ACCUMULATORS
@@ -121,7 +122,7 @@ _DIMS = {  # keyed by the op family's shape rule (prism.ir.ops.Family.rule); gro
 
 
 @dataclass(frozen=True)
-class SGraph:
+class Draft:
     """A partial or finished block graph with symbolic maps: ops, per-tensor dims/phase/term, classes, and
     how each tensor depends on a running max (`scale`: prism.ir.kinds.scaling's states, refs are indices).
 
@@ -150,7 +151,7 @@ class SGraph:
     pinning: bool = True
 
     @classmethod
-    def start(cls, space: AtomSpace, labels: Labels | None = None, pinning: bool = True) -> SGraph:
+    def start(cls, space: AtomSpace, labels: Labels | None = None, pinning: bool = True) -> Draft:
         """One loader per kernel input, nothing else. `pinning`: whether a loader's tile may meet post-loop
         values (the generator turns it off where the program has no use for it: prism.search.generator)."""
         n = len(space.shapes)
@@ -175,7 +176,7 @@ class SGraph:
             return self.terms[bop.inputs[0]]
         return mk(bop.op, bop.attrs, *(self.terms[i] for i in bop.inputs))
 
-    def extend(self, bop: BOp, term: Term | None = None) -> SGraph | str:
+    def extend(self, bop: BOp, term: Term | None = None) -> Draft | str:
         """This graph plus `bop`, or the reason it cannot be added: "phase", "dims" or "scale" (a use of a
         running max that no online accumulator can rescale)."""
         phases = {self.post[i] for i in bop.inputs}
