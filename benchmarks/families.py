@@ -88,6 +88,9 @@ def run(name: str, timeout: float, max_params: int, env: dict[str, str]) -> dict
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
         return {"family": name, "status": "timeout", "why": f"no result within {timeout:.0f} s", "seconds": timeout}
+    except BaseException:   # interrupted: the family's process and its workers go too
+        os.killpg(p.pid, signal.SIGKILL)
+        raise
     results = [line[len("RESULT "):] for line in out.splitlines() if line.startswith("RESULT ")]
     if not results:
         tail = (err.strip().splitlines() or ["(no output)"])[-1]
