@@ -29,10 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from prism.bench.pages import families_table
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "families_cpu.json"
-NORM_OPS = ("aten.rsqrt", "aten.var_mean", "aten.native_layer_norm", "aten.layer_norm", "aten.rms_norm")
-"""ATen ops that mark a norm (a left cone holding one has left a norm to torch)."""
 
 CHILD = r"""
 import json, runpy, sys, time, warnings
@@ -99,25 +99,6 @@ def run(name: str, timeout: float, max_params: int, env: dict[str, str]) -> dict
     return {"family": name} | json.loads(results[-1])
 
 
-def norms_left(result: dict) -> list[str]:
-    """The reasons of the left cones that hold a norm."""
-    return [r["why"] for r in result.get("left", []) if any(o.startswith(NORM_OPS) for o in r["ops"])]
-
-
-def table(results: list[dict]) -> str:
-    lines = ["| family | status | max \\|logits - eager\\| | graphs | regions fused | cones left | norms left | s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        error = f"{r['error']:.1e}" if "error" in r else ""
-        seconds = f"{r['seconds']:.0f}" if "seconds" in r else ""
-        status = r["status"] if r["status"] in ("match", "differs") else f"{r['status']}: {r.get('why', '')}"
-        status = status.replace("|", "\\|").replace("\n", " ")
-        left = [x for x in r.get("left", []) if x["why"] != "not in a cone Prism took"]
-        lines.append(f"| {r['family']} | {status} | {error} | {r.get('graphs', '')} | {r.get('fused', '')} | "
-                     f"{len(left) if 'left' in r else ''} | {len(norms_left(r)) if 'left' in r else ''} | {seconds} |")
-    return "\n".join(lines)
-
-
 def families() -> list[str]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -148,7 +129,7 @@ def main() -> None:
                 print(f"{name}: {r['status']} {r.get('why', '')} {r.get('error', '')}", file=sys.stderr, flush=True)
                 stored["results"] = sorted(by_name.values(), key=lambda r: r["family"])
                 args.out.write_text(json.dumps(stored, indent=1) + "\n")
-    print(table(sorted(by_name.values(), key=lambda r: r["family"])))
+    print(families_table(sorted(by_name.values(), key=lambda r: r["family"])))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from prism.bench.gpu import SLOWER, against, format_table, num_text, ratio, with
 from prism.bench.paper_report import markdown, markdown_table
 from prism.bench.paper_search import config_text
 
-__all__ = ["NOT_RECORDED", "page", "write_benchmarks_page"]
+__all__ = ["NORM_OPS", "NOT_RECORDED", "families_table", "page", "write_benchmarks_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = "benchmarks/results"
@@ -350,6 +350,38 @@ def _progress(docs: list[Any]) -> str:
             + markdown_table(["s", "record"], [[f"{t:.2f}", f"`{m}`"] for t, m in first[:4]]))
 
 
+NORM_OPS = ("aten.rsqrt", "aten.var_mean", "aten.native_layer_norm", "aten.layer_norm", "aten.rms_norm")
+"""ATen ops that mark a norm: a cone left to torch that holds one has left a norm to torch."""
+
+
+def families_table(results: list[dict[str, Any]]) -> str:
+    """As benchmarks/families.py prints it: per family its status, the largest |logits - eager|, the graphs
+    compiled, the regions fused, the cones left to torch (ops in no cone are not a cone) and those that hold a
+    norm, and the seconds of the compiled prefill and decode step."""
+    rows = []
+    for r in results:
+        status = r["status"] if r["status"] in ("match", "differs") else f"{r['status']}: {r.get('why', '')}"
+        left = [x for x in r.get("left", []) if x["why"] != "not in a cone Prism took"]
+        norms = [x for x in left if any(o.startswith(NORM_OPS) for o in x["ops"])]
+        ran = "left" in r
+        rows.append([r["family"], status.replace("|", "\\|").replace("\n", " "),
+                     f"{r['error']:.1e}" if "error" in r else "", r.get("graphs", ""), r.get("fused", ""),
+                     len(left) if ran else "", len(norms) if ran else "",
+                     f"{r['seconds']:.0f}" if "seconds" in r else ""])
+    return markdown_table(["family", "status", "max \\|logits - eager\\|", "graphs", "regions fused", "cones left",
+                           "of them with a norm", "s"], rows)
+
+
+def _families(docs: list[Any]) -> str:
+    (doc,) = docs
+    counts = defaultdict(int)
+    for r in doc["results"]:
+        counts[r["status"]] += 1
+    return (f"`{doc['command']}`: transformers {doc['transformers']}, torch {doc['torch']}, {doc['cores']} cores; "
+            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + ".\n\n"
+            + families_table(doc["results"]))
+
+
 def _every_size(docs: list[Any]) -> str:
     """As benchmarks/every_size.py --model prints it, per file: the model's µs at each odd KV length."""
     parts = []
@@ -489,6 +521,11 @@ TABLES = [
         f"python benchmarks/compile_progress.py --out {RESULTS}/compile_progress_cpu.json",),
         "The README's Llama snippet as pasted, cold (an empty result cache), with every record of the \"prism\" "
         "logger at INFO timed from the first call of the compiled forward.", _progress),
+    Table("Every transformers family through the backend", ("families_cpu.json",), None,
+          "Each causal-LM family `transformers` ships, from a small random config (examples/hf_decode.py's "
+          "`config`), eager and through `backend=\"prism\"` (the tests' settings: the rest eager, 2 candidates) on "
+          "one prompt and one decode step, each family in a fresh process with a time limit; the families of one "
+          "run share a result cache.", _families),
     Table("Ctrl-C at random moments", ("interrupts_cpu.json",), (
         f"python benchmarks/interrupts.py --runs 50 --out {RESULTS}/interrupts_cpu.json",),
         "`prism tune` and `prism optimize` sent SIGINT (to the process group, as a terminal does) at a seeded "

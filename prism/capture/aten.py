@@ -200,6 +200,9 @@ def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
     other = b if host is a else a
     t, _, grouping = lw.grouped(host)
     want = broadcast_form(lw.shape(other), full, grouping)
+    if want is None and isinstance(other, Pending):   # an input: torch expands it over the merged dims it lacks
+        other = _expanded(other, full, grouping)
+        want = broadcast_form(other.shape, full, grouping)
     if want is None:
         raise lw.fail(f"broadcasts {list(lw.shape(other))} against {list(full)}, which {t.name} holds as "
                       f"{list(t.shape)}: no Prism broadcast reads that")
@@ -213,6 +216,22 @@ def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
                           f"{list(lw.shape(other))} in different Prism dims")
     x, y = (t, o) if host is a else (o, t)
     return wrap(getattr(lw.graph, name)(x, y), full)
+
+
+def _expanded(v: Pending, full: tuple[int, ...], grouping: list[list[int]]) -> Pending:
+    """Input `v` (broadcast against `full`) expanded, by an input step, to the whole of every group of `full`'s
+    dims that it has some dims of: an ALiBi bias [heads, 1, keys] against scores held with batch and heads
+    merged. The input then holds as many copies as the group has (a bias: a few KB), each read where torch's
+    broadcast reads it."""
+    shape = (1,) * (len(full) - len(v.shape)) + tuple(v.shape)
+    if shape != v.shape:
+        v = fold(v, ("view", shape), shape)
+    out = list(shape)
+    for group in grouping:
+        if any(shape[i] == full[i] for i in group):
+            for i in group:
+                out[i] = full[i]
+    return fold(v, ("expand", tuple(out)), tuple(out))
 
 
 def ranked(lw: Lowering, v: Value, rank: int) -> Value:

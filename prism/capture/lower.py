@@ -287,7 +287,32 @@ def _matmul(lw: Lowering, a: Any, b: Any) -> Tensor | Viewed:
         return _rows_matmul(lw, a, b)
     if len(lw.shape(a)) != len(lw.shape(b)):
         raise lw.fail("a matmul between ranks; Prism multiplies tensors of equal rank")
-    return lw.graph.matmul(lw.tensor(a), lw.tensor(b))
+    return _unmerged_matmul(lw, a, b) or lw.graph.matmul(lw.tensor(a), lw.tensor(b))
+
+
+def _unmerged_matmul(lw: Lowering, a: Any, b: Any) -> Tensor | Viewed | None:
+    """A batched matmul whose operand is an intermediate viewed with its leading (batch) dims merged (eager
+    attention's probabilities [b, h, s, t] viewed as [b·h, s, t] for `bmm`): the matmul over the unmerged batch
+    dims, the other operand split alike (an input viewed so, or an intermediate held so), and the product seen
+    merged again. None where neither operand is such a view."""
+    for x, y in ((a, b), (b, a)):
+        v = lw.value(x)
+        if not isinstance(v, Viewed) or len(v.t.shape) <= len(v.shape) or v.t.shape[-2:] != v.shape[-2:] \
+                or math.prod(v.t.shape[:-2]) != math.prod(v.shape[:-2]):
+            continue
+        batch, theirs = tuple(v.t.shape[:-2]), lw.shape(y)
+        want = batch + tuple(theirs[-2:])
+        if isinstance(y, Pending):
+            other = lw.input(fold(y, ("view", want), want))
+        else:
+            w = lw.value(y)
+            other = w.t if isinstance(w, Viewed) else w
+            if tuple(other.shape) != want:
+                raise lw.fail(f"a batched matmul of {v.t.name} {list(v.t.shape)} viewed as {list(v.shape)} with "
+                              f"{other.name} {list(other.shape)}: their batch dims are held differently")
+        out = lw.graph.matmul(v.t, other) if x is a else lw.graph.matmul(other, v.t)
+        return wrap(out, tuple(lw.shape(a)[:-1]) + (lw.shape(b)[-1],))
+    return None
 
 
 def _rows_matmul(lw: Lowering, x: Any, w: Any) -> Tensor | Viewed:

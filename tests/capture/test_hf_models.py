@@ -44,9 +44,9 @@ def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, opti
     hf = example("hf_decode")
     layers, tokens = 2, 16
     # GPT-2 at batch 1: there its learned position embedding is added in the prefill and the decode alike, so
-    # each region is searched once. At batch 2 the prefill's add broadcasts over the batch (cut: no Prism
-    # broadcast reads that) and the decode's does not, so the last layer's 40-op region is searched twice
-    # (minutes on 2 cores); that cut has its own test in test_layout.py.
+    # each region is searched once. At batch 2 the prefill's add broadcasts over the batch (torch expands the
+    # positions first: test_layout.py) and the decode's does not, so the first region is another program, searched
+    # again (minutes on 2 cores).
     batch = 1 if name == "gpt2" else 2
     prompt = torch.randint(0, 128, (batch, 8), generator=torch.Generator().manual_seed(1))
     torch._dynamo.reset()

@@ -63,18 +63,49 @@ def test_a_view_that_splits_a_reduced_dim_is_refused_by_name():
         capture(split_then_sum, torch.randn(4, 8), torch.randn(8, 8))
 
 
-def test_an_add_broadcast_over_half_a_row_group_is_refused_by_name():
+def test_an_input_broadcast_over_part_of_a_merged_group_is_expanded_by_torch():
     """GPT-2's learned positions, [1, seq, hidden], added to a [batch, seq, hidden] activation that the Linear after it
-    reads as [batch·seq, hidden] rows: row r needs position r mod seq, which no Prism broadcast reads, so the
-    backend cuts the add (its own rows at batch 1, or a [1, hidden] row at one position, are read as they are)."""
+    reads as [batch·seq, hidden] rows: row r needs position r mod seq, which no Prism broadcast reads, so torch
+    expands the positions over the batch (an input step, a copy no larger than the activation: what torch's own add
+    would read and write) and the cone reads it as rows. An intermediate is never expanded: refused by name."""
     def positions_then_linear(x, pos, w):
         return (x + pos) @ w
 
-    with pytest.raises(UnsupportedOp, match="no Prism broadcast reads that"):
-        capture(positions_then_linear, torch.randn(2, 8, 16), torch.randn(1, 8, 16), torch.randn(16, 4))
-    for x, pos in ((torch.randn(1, 8, 16), torch.randn(1, 8, 16)), (torch.randn(2, 1, 16), torch.randn(1, 1, 16))):
+    cap = capture(positions_then_linear, torch.randn(2, 8, 16), torch.randn(1, 8, 16), torch.randn(16, 4))
+    assert [tuple(t.shape) for t in cap.graph.inputs][:2] == [(16, 16), (16, 16)]
+    for x, pos in ((torch.randn(2, 8, 16), torch.randn(1, 8, 16)), (torch.randn(1, 8, 16), torch.randn(1, 8, 16)),
+                   (torch.randn(2, 1, 16), torch.randn(1, 1, 16))):
         got, want, _ = _run(positions_then_linear, x, pos, torch.randn(16, 4))
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+    def computed_positions(x, pos, w):
+        return (x + pos.relu()) @ w
+
+    with pytest.raises(UnsupportedOp, match="no Prism broadcast reads that"):
+        capture(computed_positions, torch.randn(2, 8, 16), torch.randn(1, 8, 16), torch.randn(16, 4))
+
+
+def test_eager_attention_with_an_alibi_bias_and_batch_and_heads_merged_for_bmm():
+    """Eager attention as MPT and BLOOM write it: scores from a `bmm` over batch and heads merged, viewed
+    [b, h, s, t], plus a bias [h, 1, t] (ALiBi: an input expanded over the batch, since the scores hold batch and
+    heads in one dim), softmax, and the probabilities viewed [b·h, s, t] again for the `bmm` with V: one graph,
+    eager's values. The second `bmm` multiplies over the unmerged batch dims where its operand is held so."""
+    b, h, s, t, d = 2, 4, 8, 8, 16
+
+    def attention(q, k, bias, v):
+        scores = torch.bmm(q, k).view(b, h, s, t) + bias
+        return torch.bmm(torch.softmax(scores, -1).view(b * h, s, t), v)
+
+    def held_apart(p, v):
+        return torch.bmm(torch.softmax(p * 2.0, -1).view(b * h, s, t), v.view(b * h, t, d))
+
+    q, k, bias, v = torch.randn(b * h, s, d), torch.randn(b * h, d, t), torch.randn(h, 1, t), torch.randn(b * h, t, d)
+    got, want, _ = _run(attention, q, k, bias, v)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    p, v4 = torch.randn(b, h, s, t), torch.randn(b, h, t, d)
+    got, want, cap = _run(held_apart, p, v4)
+    assert [n.op for n in cap.graph.nodes].count("matmul") == 1
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("heads,kv_heads,s,t,causal", [(4, 4, 5, 5, True), (4, 2, 5, 5, True), (4, 1, 1, 9, False),
