@@ -122,6 +122,17 @@ class Lowering:
             raise self.fail(f"{v.kind} is supported only as a factor: x * {v.kind}(...)")
         raise self.fail(f"expected a tensor, got {type(v).__name__} {v!r}")
 
+    def held(self, v: Value, want: tuple[int, ...], why: Callable[[Tensor], str]) -> Tensor:
+        """`v` as a Prism tensor of shape `want`: an input viewed to it, an intermediate only where it is held so
+        already; else the error `why(its tensor)` says."""
+        if isinstance(v, Pending):
+            return self.input(fold(v, ("view", want), want))
+        w = self.value(v)
+        t = w.t if isinstance(w, Viewed) else w
+        if tuple(t.shape) != tuple(want):
+            raise self.fail(why(t))
+        return t
+
     def value(self, v: Value) -> Tensor | Viewed:
         """`v` as a Prism tensor, possibly seen through views (an input enters as rows under `as_rows`)."""
         if isinstance(v, Pending) and self.as_rows and rows(v.shape) != v.shape:
@@ -206,14 +217,8 @@ def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
     if want is None:
         raise lw.fail(f"broadcasts {list(lw.shape(other))} against {list(full)}, which {t.name} holds as "
                       f"{list(t.shape)}: no Prism broadcast reads that")
-    if isinstance(other, Pending):
-        o = lw.input(fold(other, ("view", want), want))
-    else:
-        o = lw.value(other)
-        o = o.t if isinstance(o, Viewed) else o
-        if tuple(o.shape) != want:
-            raise lw.fail(f"operands {list(t.shape)} and {list(o.shape)} hold {list(full)} and "
-                          f"{list(lw.shape(other))} in different Prism dims")
+    o = lw.held(other, want, lambda o: f"operands {list(t.shape)} and {list(o.shape)} hold {list(full)} and "
+                                       f"{list(lw.shape(other))} in different Prism dims")
     x, y = (t, o) if host is a else (o, t)
     return wrap(getattr(lw.graph, name)(x, y), full)
 

@@ -300,16 +300,10 @@ def _unmerged_matmul(lw: Lowering, a: Any, b: Any) -> Tensor | Viewed | None:
         if not isinstance(v, Viewed) or len(v.t.shape) <= len(v.shape) or v.t.shape[-2:] != v.shape[-2:] \
                 or math.prod(v.t.shape[:-2]) != math.prod(v.shape[:-2]):
             continue
-        batch, theirs = tuple(v.t.shape[:-2]), lw.shape(y)
-        want = batch + tuple(theirs[-2:])
-        if isinstance(y, Pending):
-            other = lw.input(fold(y, ("view", want), want))
-        else:
-            w = lw.value(y)
-            other = w.t if isinstance(w, Viewed) else w
-            if tuple(other.shape) != want:
-                raise lw.fail(f"a batched matmul of {v.t.name} {list(v.t.shape)} viewed as {list(v.shape)} with "
-                              f"{other.name} {list(other.shape)}: their batch dims are held differently")
+        want = tuple(v.t.shape[:-2]) + tuple(lw.shape(y)[-2:])
+        other = lw.held(y, want, lambda o: f"a batched matmul of {v.t.name} {list(v.t.shape)} viewed as "
+                                           f"{list(v.shape)} with {o.name} {list(o.shape)}: their batch dims are "
+                                           "held differently")
         out = lw.graph.matmul(v.t, other) if x is a else lw.graph.matmul(other, v.t)
         return wrap(out, tuple(lw.shape(a)[:-1]) + (lw.shape(b)[-1],))
     return None

@@ -47,33 +47,30 @@ def test_a_layer_norm_with_symbolic_sizes_is_fused_as_inductor_decomposes_it(opt
     decompositions give var_mean, which is Prism's: one region, nothing left to torch, eager's values."""
     monkeypatch.setattr(pc.OPTIONS, "rest", "inductor")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.Linear(32, 16))
-    torch._dynamo.reset()
-    start = len(pc.history)
-    f = torch.compile(model, backend="prism", dynamic=True)
-    with torch.no_grad():
-        for n in (3, 9):
-            x = torch.randn(n, 32)
-            torch.testing.assert_close(f(x), model(x))
-    (record,) = pc.history[start:]
+    record = _dynamic_record(torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.Linear(32, 16)), 32, (3, 9))
     assert record["left"] == [] and len(record["replaced"]) == 1, record
 
 
-def _silu_linear_at(features: int, rows: tuple[int, ...]) -> dict:
-    """silu(x Wᵀ) (W: [features/2, features]) compiled with dynamic sizes and called at each of `rows`, matching
-    eager at each: the compile's history record."""
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(features, features // 2, bias=False)
+def _dynamic_record(fn, features: int, rows: tuple[int, ...]) -> dict:
+    """`fn` compiled with dynamic sizes and called on an [n, features] input for each n of `rows`, matching eager
+    at each: the compile's history record."""
     torch._dynamo.reset()
     dynamic._BUCKETS.clear()
     start = len(pc.history)
-    f = torch.compile(lambda x: torch.nn.functional.silu(lin(x)), backend="prism", dynamic=True)
+    f = torch.compile(fn, backend="prism", dynamic=True)
     with torch.no_grad():
         for n in rows:
             x = torch.randn(n, features)
-            torch.testing.assert_close(f(x), torch.nn.functional.silu(lin(x)))
+            torch.testing.assert_close(f(x), fn(x))
     (record,) = pc.history[start:]
     return record
+
+
+def _silu_linear_at(features: int, rows: tuple[int, ...]) -> dict:
+    """silu(x Wᵀ) (W: [features/2, features]) through `_dynamic_record`."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(features, features // 2, bias=False)
+    return _dynamic_record(lambda x: torch.nn.functional.silu(lin(x)), features, rows)
 
 
 def test_a_size_prism_fails_on_runs_torchs_ops_and_history_says_so(options, monkeypatch):
@@ -171,15 +168,7 @@ def test_a_static_cone_of_a_dynamic_graph_is_searched_outside_the_tracers_fake_m
         def forward(self, x):
             return x @ torch.relu(self.a @ self.b)     # relu(a @ b): static sizes; x @ ...: dynamic rows
 
-    layer = Layer()
-    torch._dynamo.reset()
-    start = len(pc.history)
-    f = torch.compile(layer, backend="prism", dynamic=True)
-    with torch.no_grad():
-        for n in (3, 7):
-            x = torch.randn(n, 16)
-            torch.testing.assert_close(f(x), layer(x))
-    (record,) = pc.history[start:]
+    record = _dynamic_record(Layer(), 16, (3, 7))
     assert not [left for left in record["left"] if "internal error" in left["why"]]
     assert len(record["replaced"]) == 2
 
