@@ -482,6 +482,12 @@ TABLES = [
         "Before: df5a302; after: the node kinds' executor, encoding, emission and cost rules moved from the IR's "
         "records into each pass's table, and the import circles broken (moved code: the same graphs).",
         _search_compare),
+    Table("Search time: one name per module", ("search_compare_names.json",), (_compare(
+        "OLD", f". --runs 1 --workers 2 --out {RESULTS}/search_compare_names"),),
+        "Before: 15236f1; after: a8e3cb9 (modules renamed so each name is one module, the settings objects in one "
+        "module, the egglog constructors and CUDA's grid limit out of the IR, superoptimize's RunOptions, the "
+        "generator's Draft). Moved and renamed code must find the same graphs; one run each on a 2-core machine "
+        "running other work, so the seconds compare nothing.", _search_compare),
     Table("Search throughput against workers: attention", ("search_scaling_attention.json",), (
         f"PYTHONPATH=. python benchmarks/search_scaling.py --workload attention --runs 3 --out "
         f"{RESULTS}/search_scaling_attention",),
@@ -526,6 +532,11 @@ TABLES = [
           "`config`), eager and through `backend=\"prism\"` (the tests' settings: the rest eager, 2 candidates) on "
           "one prompt and one decode step, each family in a fresh process with a time limit; the families of one "
           "run share a result cache.", _families),
+    Table("Tuning, before and after one name per module", ("tune_compare_names.json",), (
+        "python benchmarks/tune_compare.py OLD NEW --search-dir DIR --jobs rmsnorm:0,swiglu:1,attention:0,attention:1 "
+        f"--runs 1 --workers 2 --out {RESULTS}/tune_compare_names",),
+        "Before: 15236f1; after: a8e3cb9, as above. Both trees tune the same saved search results (searched by the "
+        "earlier tree); the choices must be the same.", _tune_compare),
     Table("Ctrl-C at random moments", ("interrupts_cpu.json",), (
         f"python benchmarks/interrupts.py --runs 50 --out {RESULTS}/interrupts_cpu.json",),
         "`prism tune` and `prism optimize` sent SIGINT (to the process group, as a terminal does) at a seeded "
