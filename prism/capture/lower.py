@@ -339,6 +339,21 @@ def _addmm(lw: Lowering, bias: Any, x: Any, w: Any, beta: Any = 1, alpha: Any = 
     return broadcast(lw, "add", _matmul(lw, x, w), bias)
 
 
+@aten_op("aten.baddbmm.default")
+def _baddbmm(lw: Lowering, bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor | Viewed:
+    """beta · bias + alpha · (a @ b), batched (BLOOM's scores: its ALiBi bias plus the scaled product)."""
+    if not _scalar(beta) or not _scalar(alpha):
+        raise lw.fail("baddbmm with a tensor beta or alpha")
+    product = _matmul(lw, a, b)
+    if alpha != 1:
+        product = _map(lw, product, lambda t: lw.graph.mul_scalar(t, float(alpha)))
+    if beta == 0:     # torch ignores the bias then (NaN in it included)
+        return product
+    if beta != 1:
+        bias = _binary("mul", _mul_scalar)(lw, bias, float(beta))
+    return broadcast(lw, "add", product, bias)
+
+
 def _view(lw: Lowering, a: Any, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Any:
     """A view: nothing if it changes nothing, folded into an input if `a` is one, a new logical shape of an
     intermediate if it keeps the row-major order (a reshape), else unsupported."""

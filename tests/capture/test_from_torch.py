@@ -107,6 +107,22 @@ def test_variance_and_mean_are_captured_with_their_correction(fn):
         torch.testing.assert_close(g.reshape(w.shape), w)
 
 
+@pytest.mark.parametrize("beta, alpha", [(1, 1), (1.0, 0.25), (0.5, 2.0), (0, 1)])
+def test_baddbmm_is_the_scaled_product_plus_the_scaled_bias(beta, alpha):
+    """BLOOM's attention scores: beta · bias + alpha · (a @ b), the bias broadcast over the rows; with beta 0 the
+    bias is not read (torch ignores it, NaN included)."""
+    a, b, bias = torch.randn(8, 5, 16), torch.randn(8, 16, 7), torch.randn(8, 1, 7)
+    if beta == 0:
+        bias[0, 0, 0] = float("nan")
+
+    def scores(bias, a, b):
+        return torch.softmax(torch.baddbmm(bias, a, b, beta=beta, alpha=alpha), -1)
+
+    cap = capture(scores, bias, a, b)
+    (got,) = prism.interp.run(cap.graph, cap.arguments(bias, a, b))
+    torch.testing.assert_close(got.reshape(8, 5, 7), scores(bias, a, b))
+
+
 @pytest.mark.parametrize("fn, op", [
     (lambda x: x.sort(-1).values @ x.t(), "aten.sort"),
     (lambda x: torch.sin(x) @ x, "aten.sin"),
