@@ -108,13 +108,14 @@ class Cone:
         """Where `node` cannot be lowered over one of its operands computed in the cone apart from the others (a
         norm's `1 + weight`, a vector that Prism cannot broadcast as an intermediate but can as an input): that
         operand and the cone's nodes only it depends on (they stay with torch, and the cone reads the value),
-        and the cone without them; the smallest such operand, without a matmul. None where there is none: then
+        and the cone without them; the smallest such operand, without a matmul. The node's other operands may be
+        the cone's inputs (Nemotron's layer norm of an input with weight `1 + w`). None where there is none: then
         `cut`."""
         if node not in self.nodes:   # an UnsupportedOp may name no node of the cone (a size no input dim binds)
             return None
         members = set(self.nodes)
         operands = list(dict.fromkeys(p for p in node.all_input_nodes if p in members))
-        if len(operands) < 2:
+        if not operands or len(node.all_input_nodes) < 2:   # a unary op's operand is not apart from anything
             return None
         reach = {p: self._upstream(p) for p in operands}
         for p in sorted(operands, key=lambda q: len(reach[q])):

@@ -561,6 +561,30 @@ def test_a_norm_scaled_by_one_plus_weight_is_fused_with_its_projection(options):
     assert left["ops"] == ["aten.add.Tensor"] and left["what"].startswith("1 op(s) detached from the cone"), left
 
 
+class _LayerNorm1P(torch.nn.Module):
+    """Nemotron's layernorm1p: a layer norm whose weight is `1 + w`."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight, self.bias = (torch.nn.Parameter(torch.randn(d) * 0.1) for _ in range(2))
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight + 1, self.bias, 1e-5)
+
+
+def test_a_layer_norm_of_an_input_with_weight_one_plus_w_is_fused_with_its_projection(options):
+    """`1 + w` is the only operand of the norm that the cone computes (x is an input): torch computes it and the
+    norm and projection are one region, not cut off before the matmul."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(_LayerNorm1P(64), torch.nn.Linear(64, 32, bias=False))
+    got, want, record = _compile(module, torch.randn(4, 64))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    (region,) = record["replaced"]
+    assert {"aten.native_layer_norm.default", "aten.mm.default"} <= set(region["ops"])
+    (left,) = record["left"]
+    assert left["ops"] == ["aten.add.Tensor"] and left["what"].startswith("1 op(s) detached from the cone"), left
+
+
 def test_a_cone_is_detached_from_only_at_one_of_its_nodes():
     """`Cone.detach` of a node that is not the cone's (an UnsupportedOp that names none, or a node cut away)
     is None, so the backend cuts instead (a dynamic graph's cone once failed whole on it)."""
