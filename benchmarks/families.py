@@ -7,7 +7,7 @@
 Each family is built from a small random config (examples/hf_decode.py's `config`: 64 hidden, 4 heads, 2 layers;
 no weights are downloaded), run eagerly and through the backend on the same prompt (batch 2, 8 tokens) and one
 decode step with a KV cache, each family in a fresh process with a time limit. The backend runs with the tests'
-settings (the rest eager, 2 candidates, the tests' search limits), and the families of one run share a result
+settings (the rest eager, 2 candidates, the tests' search limits unless --search-seconds is lower), and the families of one run share a result
 cache, as a user's models share Prism's: a region that two families have alike is searched once.
 
 Per family: a status (`match`: the backend's logits are eager's within 1e-4; `differs`; `crash`: the compiled
@@ -42,10 +42,10 @@ import transformers
 transformers.logging.set_verbosity_error()
 import prism.capture as pc
 
-name, max_params, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+name, max_params, root, search_seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 hf = runpy.run_path(root + "/examples/hf_decode.py")
 pc.OPTIONS.rest, pc.OPTIONS.budget = "eager", 2
-pc.OPTIONS.search = {"time_limit": 900.0, "max_grid": 1}
+pc.OPTIONS.search = {"time_limit": search_seconds, "max_grid": 1}
 def say(**out):
     print("RESULT " + json.dumps(out, default=str), flush=True)
     sys.exit(0)
@@ -77,10 +77,11 @@ say(status="match" if error <= 1e-4 else "differs", error=error, params=params, 
 """
 
 
-def run(name: str, timeout: float, max_params: int, env: dict[str, str]) -> dict:
+def run(name: str, timeout: float, max_params: int, search_seconds: float, env: dict[str, str]) -> dict:
     """One family in a fresh process (its own process group, killed whole at the time limit)."""
     start = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", CHILD, name, str(max_params), str(ROOT)], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", CHILD, name, str(max_params), str(ROOT), str(search_seconds)],
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
@@ -99,6 +100,11 @@ def run(name: str, timeout: float, max_params: int, env: dict[str, str]) -> dict
     return {"family": name} | json.loads(results[-1])
 
 
+def _without_out(argv: list[str]) -> list[str]:
+    """The command's arguments without where it wrote (the stored file says that)."""
+    return [a for k, a in enumerate(argv) if a != "--out" and (k == 0 or argv[k - 1] != "--out")]
+
+
 def families() -> list[str]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -110,6 +116,8 @@ def main() -> None:
     ap.add_argument("--family", nargs="*", help="families to run (default: every one)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per family")
     ap.add_argument("--max-params", type=int, default=3_000_000)
+    ap.add_argument("--search-seconds", type=float, default=900.0,
+                    help="each region's search time limit (the tests': 900, which their searches never reach)")
     ap.add_argument("--out", type=Path, default=OUT, help="results JSON (families run now replace their entries)")
     ap.add_argument("--table", action="store_true", help="print the stored results as a table and run nothing")
     args = ap.parse_args()
@@ -120,11 +128,11 @@ def main() -> None:
         import torch
 
         stored |= {"transformers": transformers.__version__, "torch": torch.__version__, "cores": os.cpu_count(),
-                   "command": "python benchmarks/families.py " + " ".join(sys.argv[1:])}
+                   "command": "python benchmarks/families.py " + " ".join(_without_out(sys.argv[1:]))}
         with tempfile.TemporaryDirectory(prefix="prism-families-") as tmp:
             env = os.environ | {"PRISM_CACHE_DIR": tmp}
             for name in args.family or families():
-                by_name[name] = run(name, args.timeout, args.max_params, env)
+                by_name[name] = run(name, args.timeout, args.max_params, args.search_seconds, env)
                 r = by_name[name]
                 print(f"{name}: {r['status']} {r.get('why', '')} {r.get('error', '')}", file=sys.stderr, flush=True)
                 stored["results"] = sorted(by_name.values(), key=lambda r: r["family"])
