@@ -7,8 +7,9 @@
 Each family is built from a small random config (examples/hf_decode.py's `config`: 64 hidden, 4 heads, 2 layers;
 no weights are downloaded), run eagerly and through the backend on the same prompt (batch 2, 8 tokens) and one
 decode step with a KV cache, each family in a fresh process with a time limit. The backend runs with the tests'
-settings (the rest eager, 2 candidates, the tests' search limits unless --search-seconds is lower), and the families of one run share a result
-cache, as a user's models share Prism's: a region that two families have alike is searched once.
+settings (the rest eager, 2 candidates, the tests' search limits unless --search-seconds is lower), and the
+families of one run share a result cache, as a user's models share Prism's: a region that two families have
+alike is searched once.
 
 Per family: a status (`match`: the backend's logits are eager's within 1e-4; `differs`; `crash`: the compiled
 model raised; `timeout`; `eager fails` or `no small config`: the family itself could not run here, with torch's
