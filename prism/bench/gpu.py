@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import prism.workloads as wl
-from prism.codegen.split import SPLIT_K
 from prism.bench.paper_search import config_text, saved_or_searched
+from prism.codegen.split import SPLIT_K
 from prism.errors import PrismError
 from prism.provenance import build_id
 

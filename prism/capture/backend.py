@@ -44,9 +44,9 @@ from prism.capture.ahead import Ahead
 from prism.capture.aten import op_name
 from prism.capture.background import Pending, submit
 from prism.capture.guarded import Guarded
-from prism.capture.views import STEPS
 from prism.capture.lower import input_strides, lower
 from prism.capture.partition import Cone, cones, hoisted, out_of_place, regions
+from prism.capture.views import STEPS
 from prism.capture.watch import Watch
 from prism.errors import InputError, PrismError, UnsupportedOp
 from prism.ir.ops import TORCH_DTYPES

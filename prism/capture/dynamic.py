@@ -33,8 +33,8 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from prism.capture.views import Source
 from prism.capture.lower import lower
+from prism.capture.views import Source
 from prism.errors import PrismError, UnsupportedOp
 from prism.ir import KernelGraph
 from prism.runtime.buckets import Recent, SizeBuckets

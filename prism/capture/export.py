@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from prism.capture.views import Source
 from prism.capture.lower import lower
+from prism.capture.views import Source
 from prism.errors import InputError, UnsupportedOp
 from prism.ir import KernelGraph
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from prism.capture.views import Pending, Source, Viewed
 from prism.capture.aten import Lowering, Unavailable, aten_op, broadcast, fold, op_name, softmax, wrap
+from prism.capture.views import Pending, Source, Viewed
 
 __all__ = ["ATTENTION_OPS"]
 

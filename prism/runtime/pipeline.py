@@ -125,7 +125,7 @@ def superoptimize(graph: KernelGraph, options: RunOptions | dict[str, Any] | Non
     """
     dev, job = _prepared(graph, options, search_options, tune_options, log, progress, changes)
     if job.run.dynamic is not None:
-        return _dynamic(graph, parse_dynamic(graph, dict(job.run.dynamic)), dev, search_result, job)
+        return _dynamic(graph, parse_dynamic(graph, job.run.dynamic), dev, search_result, job)
     chosen_graph, report, result = _chosen(graph, dev, search_result, job)
     return OptimizedGraph(graph, chosen_graph, report, dev, result)
 

@@ -19,8 +19,8 @@ from prism.errors import MappingError
 from prism.ir import KernelGraph
 from prism.ir.ops import OPS
 from prism.symbolic.dims import UNIT
-from prism.symbolic.mapping import Mapping
 from prism.symbolic.draft import op_dims
+from prism.symbolic.mapping import Mapping
 from prism.symbolic.structure import Structure, class_factor, grouped_sums, instantiate, program_classes
 
 __all__ = ["CHECK_PARAMS", "PREFILTER_EXTENT", "NumericCheck", "Prefilter", "check_shapes_for", "cross_check",

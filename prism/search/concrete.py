@@ -17,8 +17,8 @@ from typing import Iterator, Sequence
 
 from prism.errors import InputError
 from prism.symbolic.dims import UNIT, AtomSpace
-from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.draft import Draft, Labels
+from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.structure import Structure
 
 __all__ = ["GRID_TILES", "LOOP_RANGES", "MAX_BLOCKS", "Modes", "grid_rows", "label_choices", "matches_fixed",

@@ -27,8 +27,8 @@ from typing import Iterator, Sequence
 from prism.ir import KernelGraph
 from prism.search.result import SymbolicGraph
 from prism.symbolic.dims import AtomSpace, InvExtent
-from prism.symbolic.mapping import Mapping, RawMapping
 from prism.symbolic.draft import LOAD_OP, BOp, Draft
+from prism.symbolic.mapping import Mapping, RawMapping
 from prism.symbolic.structure import Structure
 
 __all__ = ["Part", "groups", "joint_forms"]

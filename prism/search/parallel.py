@@ -27,8 +27,8 @@ from prism.search.check import Prefilter, cross_check
 from prism.search.concrete import matches_fixed
 from prism.search.generator import Generator, Limits
 from prism.symbolic.closure import Target
-from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.draft import Draft
+from prism.symbolic.mapping import Mapping, enumerate_mappings
 from prism.symbolic.structure import Structure, instantiate
 
 __all__ = ["Check", "Checker", "Workers", "check_one", "concrete_task", "default_verify", "generate_task",

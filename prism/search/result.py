@@ -15,8 +15,8 @@ from prism.ir.kinds import ONLINE
 from prism.ir.sizes import Constraint
 from prism.outputs import write_text
 from prism.provenance import build_id
-from prism.symbolic.mapping import Mapping
 from prism.symbolic.draft import LOAD_OP
+from prism.symbolic.mapping import Mapping
 from prism.symbolic.structure import Structure, grouped_sums, instantiate, structure_from_json
 
 __all__ = ["FORMAT", "SearchResult", "SymbolicGraph"]

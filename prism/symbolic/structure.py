@@ -20,8 +20,8 @@ from prism.ir.block import GRID_DIMS
 from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE, SUM
 from prism.ir.ops import OPS, rescaling
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
-from prism.symbolic.mapping import Mapping, MappingProblem
 from prism.symbolic.draft import LOAD_OP, RUNNING_MAX_OP, BOp, Draft, attr_from_json, attr_json, op_dims
+from prism.symbolic.mapping import Mapping, MappingProblem
 
 __all__ = ["GROUP", "Structure", "check_shapes", "class_factor", "group_variant", "grouped_sums", "instantiate",
            "program_classes", "structure_from_json", "tail_rows", "tail_variant", "walk_variant"]

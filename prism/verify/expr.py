@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence, Union
 
 from prism.errors import IllFormedTerm, VerificationError
-from prism.ir.kinds import reducers
 from prism.ir import ops
+from prism.ir.kinds import reducers
 from prism.ir.ops import OPS, Family, OpDef, watch
 from prism.verify import types
 from prism.verify.types import TermType, Typing, input_type, step
