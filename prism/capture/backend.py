@@ -223,7 +223,9 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
     """Replace `cone` by a Prism op; where an op in it cannot be lowered, first leave to torch the operand of it
     that the cone computes apart (`Cone.detach`: a norm's `1 + weight`, which the cone then reads), and where that
     does not do, that op and everything the cone computes before it, and replace the rest if it still has a
-    matmul (RoPE's products before attention stay with torch, and attention is still Prism's). A region of
+    matmul (RoPE's products before attention stay with torch, and attention is still Prism's); where the rest has
+    none, the part before that op is taken as a cone of its own (`Cone.before`: a norm and projection whose output
+    is permuted, then used by ops Prism leaves alone). A region of
     several cones that Prism cannot take whole (symbolic sizes, an op it does not have) is taken cone by cone."""
     if cone.parts:
         sizes = [n for x in [*cone.inputs(), *cone.roots] for n in _shape(x.meta.get("val"))]
@@ -255,13 +257,20 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
             cut, rest = cone.cut(e.node)
             if cone.root in cut or not cut:
                 return _leave(cone, e, record)
-            record["left"].append({"what": f"{len(cut)} op(s) cut from the cone ending at {cone.root.name}",
-                                   "ops": [op_name(n) for n in cut], "nodes": [n.name for n in cut],
+            before = None if rest.matmuls else cone.before(e.node)  # cut elsewhere: the part before is a cone
+            left = [n for n in cut if before is None or n not in before.nodes]
+            record["left"].append({"what": f"{len(left)} op(s) cut from the cone ending at {cone.root.name}",
+                                   "ops": [op_name(n) for n in left], "nodes": [n.name for n in left],
                                    "why": f"cut from the cone ending at {cone.root.name}: {e}"})
             log.info("prism: cut %d op(s) from %s: %s", len(cut), cone.root.name, e)
+            if not rest.matmuls:
+                _leave(rest, UnsupportedOp("no matmul left after the cut"), record)
+                if before is not None:
+                    log.info("prism: the part of %s before %s is a cone of its own, ending at %s",
+                             cone.root.name, e.node.name, before.name)
+                    _take(gm, before, device, record, opts, ahead)
+                return None
             cone = rest
-            if not cone.matmuls:
-                return _leave(cone, UnsupportedOp("no matmul left after the cut"), record)
         except PrismError as e:  # Prism cannot take this cone: it stays with torch, and says why
             return _leave(cone, e, record)
         except Exception as e:  # a bug of Prism's: the model still runs (the cone stays with torch), and it is said
@@ -384,7 +393,24 @@ def _fused(opt: Any) -> None:
         kind = "measured" if best.measured_us is not None else "estimated"
         us = best.measured_us if best.measured_us is not None else best.estimate_us
         raise PrismError(f"no fused kernel beat Prism's unfused program ({us:.2f} µs {kind}; "
-                         f"{opt.report.reason}): torch runs these ops")
+                         f"{opt.report.reason}){_runner_up(opt.report)}: torch runs these ops")
+
+
+def _runner_up(report: Any) -> str:
+    """What a report whose best is the unfused program had of fused forms: its best fused candidate and time,
+    and the cost model's best point of each form it ranked (which form was there, and how far it fell short)."""
+    from prism.tune.report import UNFUSED
+
+    fused = [e for e in report.entries if e.ok and e.candidate.graph != UNFUSED]
+    times = [(e.measured_us if e.measured_us is not None else e.estimate_us, e) for e in fused]
+    times = [(t, e) for t, e in times if t is not None]
+    out = ""
+    if times:
+        t, e = min(times, key=lambda p: p[0])
+        out += f"; the best fused candidate, {e.label}, {t:.2f} µs"
+    if report.forms:
+        out += "; forms, the cost model's best of each: " + "; ".join(report.forms_text())
+    return out
 
 
 def _said(opt: Any) -> dict[str, Any]:

@@ -92,6 +92,24 @@ class Cone:
         found = self._upstream(node)
         return found, Cone(self.roots, [n for n in self.nodes if n not in found])
 
+    def before(self, node: Any) -> Cone | None:
+        """Where `node` cannot be lowered and a cut there would take every matmul of the cone with it: the cone's
+        part before `node`, as a cone of its own, rooted at the values `node` reads from the cone (through layout
+        ops, which stay with torch: a permute of a projection's output); None where that part has no matmul."""
+        members, roots, stack = set(self.nodes), [], [node]
+        while stack:
+            for p in stack.pop().all_input_nodes:
+                if p not in members or p in roots:
+                    continue
+                if op_name(p) in VIEWS:
+                    stack.append(p)
+                else:
+                    roots.append(p)
+        found = set().union(*(self._upstream(r) for r in roots)) if roots else set()
+        order = {n: i for i, n in enumerate(self.nodes)}
+        part = Cone(sorted(roots, key=order.__getitem__), [n for n in self.nodes if n in found])
+        return part if part.matmuls else None
+
     def _upstream(self, node: Any) -> set[Any]:
         """`node` and the cone's nodes it depends on (none where `node` is not the cone's), with the pieces
         (getitems) of every value of several results among them: a piece is a tensor the cone can read, the

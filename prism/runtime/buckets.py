@@ -22,13 +22,17 @@ element. Elsewhere each size of the bucket gets kernels of its own, and the repo
     the kernel), or any other kernel whose code changes with the size: the bucket's kernels are generated at
     two of its sizes and must be the same code, buffers and grids (`_share`);
   - a bucket that holds one size (dynamic sizes 1 and 2).
-There, the bucket's choice is instantiated at each size, the same sGraph at the same grid, loop, warps and
-stages. Where that is no valid point at the new sizes (kv 513 = 27·19 splits into neither 16 nor 9 tiles of a
-power of two), the size takes the point of the same sGraph the cost model ranks best among the tilings near
-the tuned ones, at any launch (`_moved`): no search and no tuning, and the report says which point and its
-estimate there. Only a size where the sGraph has no valid tiling at all is tuned on its own, and `tunings`
-counts it. `compiles` counts the kernel sets a bucket's calls run: one where they are shared, one per size
-otherwise.
+A bucket keeps such a pick while it serves few sizes (a program called at a handful of lengths keeps the kernels
+tuned fastest). Once it has compiled kernels for PER_SIZE_COMPILES of its sizes, its sizes keep changing (a decode
+loop's KV length, one more each step): each new one would compile again, a second or so on a GPU against the
+microseconds per call the pick may save, so the bucket takes the best candidate of its tuning whose kernels every
+size shares (`_shared_runner_up`), if one is, and says so. Where none is, the bucket's choice is instantiated at
+each size, the same sGraph at the same grid, loop, warps and stages. Where that is no valid point at the new sizes
+(kv 513 = 27·19 splits into neither 16 nor 9 tiles of a power of two), the size takes the point of the same sGraph
+the cost model ranks best among the tilings near the tuned ones, at any launch (`_moved`): no search and no tuning,
+and the report says which point and its estimate there. Only a size where the sGraph has no valid tiling at all is
+tuned on its own, and `tunings` counts it. `compiles` counts the kernel sets a bucket's calls run: one where they
+are shared, one per size otherwise.
 
 `DynamicGraph` is what `prism.superoptimize(program, dynamic=...)` returns; `SizeBuckets` is the shared
 part, also used by `torch.compile(backend="prism")` for graphs whose sizes are symbolic
@@ -60,9 +64,12 @@ from prism.tune.report import PER_OUTPUT, UNFUSED, Report
 from prism.tune.space import Candidate, GraphSpace, instantiate
 from prism.tune.target import Target
 
-__all__ = ["DynamicGraph", "Recent", "SizeBuckets", "bucket", "parse_dynamic", "resize"]
+__all__ = ["DynamicGraph", "PER_SIZE_COMPILES", "Recent", "SizeBuckets", "bucket", "parse_dynamic", "resize"]
 
 Shapes = tuple[tuple[int, ...], ...]
+PER_SIZE_COMPILES = 4
+"""A bucket whose choice has compiled kernels for this many of its sizes has sizes that keep changing (a decode
+loop's KV length): it then takes the best tuned candidate whose kernels every size shares (module docstring)."""
 Dims = dict[str, list[tuple[int, int]]]
 """Dynamic dims by name: the (input index, dim) pairs that always have that size."""
 
@@ -124,6 +131,7 @@ class _Choice:
     shapes: Shapes
     shared: _Shared | None = None
     why: str = ""
+    switched: bool = False
 
 
 class SizeBuckets:
@@ -152,7 +160,15 @@ class SizeBuckets:
             if choice is not None and choice.shared is not None:
                 opt = self._serve(choice, program, _noted(choice, shapes, "served by the bucket's kernels, which take "
                                                           f"{_names(choice.shared.plan)} at launch: no compile"))
-            elif choice is not None:
+            elif choice is not None and self.compiles[b] >= PER_SIZE_COMPILES and not choice.switched:
+                choice.switched = True
+                shared = self._shared_runner_up(choice, resize(program, choice.shapes), choice.why)
+                if not isinstance(shared, str):
+                    choice.shared = shared
+                    opt = self._serve(choice, program, _noted(choice, shapes, "served by the bucket's kernels, "
+                                                              f"which take {_names(shared.plan)} at launch"))
+                    self.compiles[b] += 1
+            if opt is None and choice is not None:
                 opt = self._reuse(choice, program)
                 if opt is not None:
                     self.compiles[b] += 1
@@ -199,6 +215,38 @@ class SizeBuckets:
         report = opt.report if top is program else _noted(choice, [t.shape for t in program.inputs], "tuned at the "
                                                           "bucket's top sizes, served by its kernels")
         return self._serve(choice, program, report, opt.search_result)
+
+    def _shared_runner_up(self, choice: _Choice, top: KernelGraph, why: str) -> _Shared | str:
+        """Where the tuning's pick cannot share its kernels across the bucket (`why`), the best other fused
+        candidate of the tuning that can, now the bucket's choice; `why` where none can. `top`: the program at the
+        sizes the bucket was tuned at. A candidate that can overflow stays aside unless the pick could too
+        (prism.tune.safety)."""
+        report = choice.report
+        pick = report.chosen
+        assert pick is not None
+        risky = report.entries[pick].risk is not None
+        dtype, names = top.inputs[0].dtype, [t.name for t in top.inputs]
+        for i in sorted(range(len(report.entries)), key=report._sort_key):
+            e = report.entries[i]
+            if i == pick or not e.ok or e.candidate.graph == UNFUSED or e.origin == PER_OUTPUT \
+                    or (e.risk and not risky):
+                continue
+            report.chosen = i      # _share and _form read the bucket's choice
+            try:
+                graph = instantiate(choice.result.graphs[e.candidate.graph], choice.shapes, dtype, names,
+                                    e.candidate)
+                shared = self._share(choice, top, graph)
+            except (CodegenError, MappingError, InputError) as err:
+                shared = str(err)
+            if not isinstance(shared, str):
+                report.chosen = pick
+                report.choose(i, f"{e.label}, whose kernels every size of the bucket shares, in place of "
+                                 f"{report.entries[pick].label}, whose kernels would be compiled per size ({why})")
+                report.notes.append(f"the bucket takes {e.label}: its kernels serve every size; the tuning's pick "
+                                    f"{report.entries[pick].label} needs kernels per size ({why})")
+                return shared
+        report.chosen = pick
+        return why
 
     def _top(self, program: KernelGraph) -> KernelGraph:
         """`program` with each dynamic size at the top of its bucket (its power of two): tiles tuned there are

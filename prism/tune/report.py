@@ -160,6 +160,14 @@ class Report:
     def best(self) -> Entry | None:
         return None if self.chosen is None else self.entries[self.chosen]
 
+    def choose(self, index: int, why: str) -> None:
+        """Make entry `index` the chosen one in place of the tuning's pick (which stays, usable), and say why."""
+        if self.best is not None:
+            self.best.status = Status.OK
+        self.chosen = index
+        self.entries[index].status = Status.CHOSEN
+        self.reason = f"{why}; the tuning's pick: {self.reason}" if self.reason else why
+
     @property
     def unfused(self) -> bool:
         """Whether the chosen candidate is the unfused program: no fused kernel beat one generated kernel per op

@@ -617,3 +617,54 @@ def test_a_cut_at_an_op_of_several_results_leaves_its_pieces_with_it(options):
     assert {"aten.relu.default", "aten.addmm.default"} <= set(region["ops"]), region["ops"]
     (cut,) = [r for r in record["left"] if r["what"].startswith("2 op(s) cut")]
     assert set(cut["ops"]) == {"getitem", "aten.native_layer_norm.default"} and "over 2 dims" in cut["why"], cut
+
+
+def test_a_cone_left_for_its_unfused_program_names_the_best_fused_candidate_and_each_form():
+    """Where the unfused program wins, the reason says how near the fused forms came (the best fused candidate
+    and the model's best point of each form), so a lost cone says which form fell short."""
+    from types import SimpleNamespace
+
+    from prism.capture.backend import _fused
+    from prism.errors import PrismError
+    from prism.tune import COST_MODEL, Report
+    from prism.tune.report import UNFUSED, Entry, Status
+    from prism.tune.space import Candidate
+
+    report = Report(COST_MODEL, "H100", chosen=1, reason="lowest cost-model estimate", entries=[
+        Entry(Candidate(3, (4,), 1), "model", 9.5, status=Status.OK),
+        Entry(Candidate(UNFUSED, (), 1), "baseline", 7.25, status=Status.CHOSEN),
+        Entry(Candidate(5, (2,), 2), "model", 8.0, status=Status.DROPPED, why="spills")])
+    report.forms = {"split-K": {"graphs": 2, "estimate_us": 9.5, "best": "#3 grid(x=4)", "safe": True}}
+    with pytest.raises(PrismError) as e:
+        _fused(SimpleNamespace(report=report))
+    why = str(e.value)
+    assert "(7.25 µs estimated; lowest cost-model estimate); the best fused candidate, #3 grid(x=4) loop=1" in why
+    assert "9.50 µs; forms, the cost model's best of each: split-K (2 sGraphs) 9.50 us #3 grid(x=4)" in why
+
+
+class NormedHeads(torch.nn.Module):
+    """An RMSNorm of rows and a projection whose output is split into heads and transposed, then scaled: the cone of
+    the scaling reaches back through the transpose (of an intermediate, which Prism cannot view)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(32) + 0.5)
+        self.a = torch.nn.Linear(32, 48, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        return self.a(h).view(2, 4, 3, 16).transpose(1, 2) * 2.0
+
+
+def test_a_cut_that_leaves_no_matmul_takes_the_part_before_it_as_a_cone(options):
+    """The transpose cannot be lowered and a cut there takes the projection with it, leaving the scaling without a
+    matmul: the norm and projection before the transpose are then a cone of their own, and fused."""
+    torch.manual_seed(0)
+    got, want, record = _compile(NormedHeads(), torch.randn(8, 32))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
+    (replaced,) = record["replaced"]
+    assert {"aten.mm.default", "aten.rsqrt.default", "aten.mean.dim"} <= set(replaced["ops"]), replaced["ops"]
+    whys = [r["why"] for r in record["left"]]
+    assert any("a permute of an intermediate" in w for w in whys) and "no matmul left after the cut" in whys, whys
+    cut = next(r for r in record["left"] if "a permute of an intermediate" in r["why"])
+    assert "aten.transpose.int" in cut["ops"] and "aten.mm.default" not in cut["ops"], cut   # the cone's, not torch's

@@ -496,3 +496,15 @@ def test_the_gpu_branch_keeps_the_fastest_measured_and_reports_the_rank_correlat
     assert all(set(e.seconds) == {"load", "check", "time"} for e in measured)
     assert set(r.entries[1].seconds) == {"load", "check"}
     assert "load" in r.candidate_seconds_text and "time" in r.candidate_seconds_text
+
+
+def test_a_report_chooses_another_entry_and_keeps_the_tunings_pick_and_reason():
+    from prism.tune.report import Entry
+    from prism.tune.space import Candidate
+
+    r = Report(COST_MODEL, H100.name, entries=[Entry(Candidate(0, (2,), 1), "model", 1.0, status=Status.CHOSEN),
+                                               Entry(Candidate(1, (4,), 2), "model", 2.0, status=Status.OK)],
+               chosen=0, reason="lowest cost-model estimate")
+    r.choose(1, "its kernels serve every size")
+    assert r.best is r.entries[1] and [e.status for e in r.entries] == [Status.OK, Status.CHOSEN]
+    assert r.reason == "its kernels serve every size; the tuning's pick: lowest cost-model estimate"
