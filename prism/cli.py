@@ -749,11 +749,19 @@ def _finish(code: int) -> None:
     _end(code)
 
 
+_ENDING = threading.Lock()
+"""Held by the thread that ends the process (`_end`): the main thread and the interrupt's backstop timer can both
+get there, and one's `os._exit` must not cut the other's unlinking of a semaphore short (unlinked but still
+registered, the resource tracker prints "leaked semaphore objects" and "No such file" after the last line)."""
+
+
 def _end(code: int) -> None:
     """End the process now with `code`: its output flushed, multiprocessing's semaphores unlinked (its resource
-    tracker would otherwise print "leaked semaphore objects" after the parent's last line), nothing joined."""
+    tracker would otherwise print "leaked semaphore objects" after the parent's last line), nothing joined. A second
+    thread that gets here waits for the first to end the process (`_ENDING`)."""
     import multiprocessing.util
 
+    _ENDING.acquire()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

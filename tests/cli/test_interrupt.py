@@ -170,3 +170,36 @@ def test_a_run_that_fails_after_a_ctrl_c_is_interrupted_not_a_bug(interrupted, m
         assert code == EXIT_INTERRUPTED and err == "prism: interrupted\n"
     else:
         assert code == 3 and "internal error: ImportError: cannot load module" in err
+
+
+TWO_ENDS = """
+import os, threading, time
+import multiprocessing.util
+import prism.cli as cli
+
+log = []
+def finalizers(minpriority):  # multiprocessing's semaphore cleanup, slow: unlink, then unregister
+    log.append("unlink")
+    time.sleep(0.5)
+    log.append("unregistered")
+multiprocessing.util._run_finalizers = finalizers
+real_exit = os._exit
+def exit_(code):
+    print(log, flush=True)
+    real_exit(code)
+os._exit = exit_
+backstop = threading.Thread(target=cli._end, args=(130,))
+backstop.start()
+time.sleep(0.1)
+cli._end(130)
+"""
+
+
+def test_two_threads_ending_the_process_let_the_first_finish_its_cleanup(tmp_path):
+    """The interrupt's backstop timer and the main thread can both end the process (`prism.cli._end`): the second
+    waits, so the first's semaphore cleanup is never cut short by the other's exit (a semaphore unlinked but still
+    registered makes multiprocessing's resource tracker print warnings after "prism: interrupted")."""
+    done = subprocess.run([sys.executable, "-c", TWO_ENDS], env=child_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == EXIT_INTERRUPTED, done.stderr
+    assert done.stdout == "['unlink', 'unregistered']\n", done.stdout
