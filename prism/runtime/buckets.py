@@ -157,18 +157,17 @@ class SizeBuckets:
             b = bucket(shapes)
             choice = self._choices.get(b)
             opt = None
-            if choice is not None and choice.shared is not None:
-                opt = self._serve(choice, program, _noted(choice, shapes, "served by the bucket's kernels, which take "
-                                                          f"{_names(choice.shared.plan)} at launch: no compile"))
-            elif choice is not None and self.compiles[b] >= PER_SIZE_COMPILES and not choice.switched:
+            if choice is not None and choice.shared is None and self.compiles[b] >= PER_SIZE_COMPILES \
+                    and not choice.switched:
                 choice.switched = True
                 shared = self._shared_runner_up(choice, resize(program, choice.shapes), choice.why)
                 if not isinstance(shared, str):
                     choice.shared = shared
-                    opt = self._serve(choice, program, _noted(choice, shapes, "served by the bucket's kernels, "
-                                                              f"which take {_names(shared.plan)} at launch"))
                     self.compiles[b] += 1
-            if opt is None and choice is not None:
+            if choice is not None and choice.shared is not None:
+                opt = self._serve(choice, program, _noted(choice, shapes, "served by the bucket's kernels, which take "
+                                                          f"{_names(choice.shared.plan)} at launch: no compile"))
+            elif choice is not None:
                 opt = self._reuse(choice, program)
                 if opt is not None:
                     self.compiles[b] += 1
@@ -226,26 +225,23 @@ class SizeBuckets:
         assert pick is not None
         risky = report.entries[pick].risk is not None
         dtype, names = top.inputs[0].dtype, [t.name for t in top.inputs]
-        for i in sorted(range(len(report.entries)), key=report._sort_key):
+        for i in report.order():
             e = report.entries[i]
             if i == pick or not e.ok or e.candidate.graph == UNFUSED or e.origin == PER_OUTPUT \
                     or (e.risk and not risky):
                 continue
-            report.chosen = i      # _share and _form read the bucket's choice
             try:
                 graph = instantiate(choice.result.graphs[e.candidate.graph], choice.shapes, dtype, names,
                                     e.candidate)
-                shared = self._share(choice, top, graph)
+                shared = self._share(choice, top, graph, e.candidate)
             except (CodegenError, MappingError, InputError) as err:
                 shared = str(err)
             if not isinstance(shared, str):
-                report.chosen = pick
                 report.choose(i, f"{e.label}, whose kernels every size of the bucket shares, in place of "
                                  f"{report.entries[pick].label}, whose kernels would be compiled per size ({why})")
                 report.notes.append(f"the bucket takes {e.label}: its kernels serve every size; the tuning's pick "
                                     f"{report.entries[pick].label} needs kernels per size ({why})")
                 return shared
-        report.chosen = pick
         return why
 
     def _top(self, program: KernelGraph) -> KernelGraph:
@@ -341,11 +337,12 @@ class SizeBuckets:
         """Each dynamic size's value in `program`."""
         return {name: program.inputs[i].shape[d] for name, dims in self.dims.items() for i, d in dims[:1]}
 
-    def _form(self, choice: _Choice, program: KernelGraph, tiles: dict[str, tuple[str, int]]) -> KernelGraph:
-        """The bucket's choice at `program`'s sizes with the tiles it was tuned with: each parallel size that splits
-        a dynamic size E into tiles of t is cdiv(E, t) (a µGraph of the chosen sGraph, which the reference
-        executor runs; the kernels are the bucket's)."""
-        c = choice.report.best.candidate  # type: ignore[union-attr]
+    def _form(self, choice: _Choice, program: KernelGraph, tiles: dict[str, tuple[str, int]],
+              candidate: Candidate | None = None) -> KernelGraph:
+        """The bucket's choice (or `candidate` of its tuning) at `program`'s sizes with the tiles it was tuned with:
+        each parallel size that splits a dynamic size E into tiles of t is cdiv(E, t) (a µGraph of the chosen
+        sGraph, which the reference executor runs; the kernels are the bucket's)."""
+        c = candidate or choice.report.best.candidate  # type: ignore[union-attr]
         if c.graph == UNFUSED:
             return program
         values = self.values(program)
@@ -357,11 +354,13 @@ class SizeBuckets:
         return instantiate(choice.result.graphs[c.graph], [t.shape for t in program.inputs], program.inputs[0].dtype,
                            [t.name for t in program.inputs], c)
 
-    def _share(self, choice: _Choice, program: KernelGraph, graph: KernelGraph) -> _Shared | str:
+    def _share(self, choice: _Choice, program: KernelGraph, graph: KernelGraph,
+               candidate: Candidate | None = None) -> _Shared | str:
         """Kernels for every size of the bucket, generated at `program`'s sizes with the dynamic dims taken at
         launch, or why there are none. They are generated again at another size of the bucket (its top, or one
         less when tuned there) and must be the same code, with the buffers and grids the sizes give: so nothing
-        they compute depends on a size (a mean's 1/n, a tiling)."""
+        they compute depends on a size (a mean's 1/n, a tiling). `graph`: the choice, or `candidate` of its
+        tuning, at `program`'s sizes."""
         values = self.values(program)
         tops = {n: next_pow2(v) for n, v in values.items()}
         free = sorted(n for n in values if tops[n] > 2)
@@ -378,7 +377,8 @@ class SizeBuckets:
             shapes[i][d] = other[n]
         try:
             again = resize(program, tuple(map(tuple, shapes)))
-            plan, plan2 = plan_graph(graph, sizes=marks), plan_graph(self._form(choice, again, tiles), sizes=marks)
+            plan, plan2 = plan_graph(graph, sizes=marks), plan_graph(self._form(choice, again, tiles, candidate),
+                                                                    sizes=marks)
         except (CodegenError, MappingError, InputError) as e:
             return f"its kernels cannot take {', '.join(free)} at launch: {e}"
         there = plan.at(other)

@@ -204,8 +204,7 @@ class Report:
         rows follow the whole program's, and the choice of all of them is named by its rows', not spelled out."""
         head = ["", "candidate", "origin", "est us", "meas us", "regs", "smem B", "safe", "status"]
         rows = []
-        order = sorted(range(len(self.entries)), key=self._sort_key)
-        for i in order:
+        for i in self.order():
             e = self.entries[i]
             regs = "/".join("?" if k.get("registers") is None else str(k["registers"]) for k in e.kernels) or "-"
             smem = "/".join(str(k.get("shared", k.get("smem", "?"))) for k in e.kernels) or "-"
@@ -219,6 +218,10 @@ class Report:
         lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
         lines += [fmt.format(*r) for r in rows]
         return "\n".join(line.rstrip() for line in lines)
+
+    def order(self) -> list[int]:
+        """The entries' indices, best first as the tuner chose (`table`'s rows)."""
+        return sorted(range(len(self.entries)), key=self._sort_key)
 
     def _sort_key(self, i: int) -> tuple:
         e = self.entries[i]
