@@ -754,20 +754,51 @@ _ENDING = threading.Lock()
 get there, and one's `os._exit` must not cut the other's unlinking of a semaphore short (unlinked but still
 registered, the resource tracker prints "leaked semaphore objects" and "No such file" after the last line)."""
 
+FINALIZER_WAIT_S = 0.5
+"""How long `_end` waits for a multiprocessing finalizer another thread is running (a semaphore's unlink takes
+microseconds; a finalizer that joins a queue's feeder thread could take longer, and is not waited for beyond this)."""
+
 
 def _end(code: int) -> None:
     """End the process now with `code`: its output flushed, multiprocessing's semaphores unlinked (its resource
-    tracker would otherwise print "leaked semaphore objects" after the parent's last line), nothing joined. A second
-    thread that gets here waits for the first to end the process (`_ENDING`)."""
+    tracker would otherwise print "leaked semaphore objects" after the parent's last line), nothing joined.
+
+    Any thread can be running a multiprocessing finalizer when this is called: one whose last reference to a
+    pool's queue it dropped, or whichever thread a garbage collection ran in. A semaphore's finalizer unlinks its
+    name and then unregisters it from the tracker; `os._exit` between the two leaves the name registered and gone,
+    and the tracker says so. So the collector is stopped (no new finalizers start), and the process exits only once
+    no other thread is inside one (`_finalizing_elsewhere`, at most FINALIZER_WAIT_S), with this thread's own run
+    of the remaining finalizers done. A second thread that gets here waits for the first to end the process
+    (`_ENDING`)."""
+    import gc
     import multiprocessing.util
 
     _ENDING.acquire()
+    gc.disable()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    with contextlib.suppress(Exception):
-        multiprocessing.util._run_finalizers(0)   # closes and unlinks (priority >= 0); a queue's join is -5
-    os._exit(code)
+    deadline = time.monotonic() + FINALIZER_WAIT_S
+    while True:
+        with contextlib.suppress(Exception):
+            multiprocessing.util._run_finalizers(0)   # closes and unlinks (priority >= 0); a queue's join is -5
+        if not _finalizing_elsewhere() or time.monotonic() > deadline:
+            os._exit(code)
+        time.sleep(0.001)
+
+
+def _finalizing_elsewhere() -> bool:
+    """Whether a thread other than this one is inside a multiprocessing finalizer (`_end`)."""
+    import multiprocessing.util
+
+    running = multiprocessing.util.Finalize.__call__.__code__
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        while ident != me and frame is not None:
+            if frame.f_code is running:
+                return True
+            frame = frame.f_back
+    return False
 
 
 def _main(argv: list[str]) -> int:

@@ -203,3 +203,43 @@ def test_two_threads_ending_the_process_let_the_first_finish_its_cleanup(tmp_pat
                           timeout=60)
     assert done.returncode == EXIT_INTERRUPTED, done.stderr
     assert done.stdout == "['unlink', 'unregistered']\n", done.stdout
+
+
+FINALIZER_ELSEWHERE = """
+import os, threading, time
+import multiprocessing.util
+import prism.cli as cli
+
+log = []
+class Owner:  # what a pool's queue is to its semaphore
+    pass
+def cleanup():  # a semaphore's finalizer, slow: unlink, then unregister
+    log.append("unlink")
+    started.set()
+    time.sleep(0.2)
+    log.append("unregistered")
+owner = Owner()
+multiprocessing.util.Finalize(owner, cleanup, exitpriority=0)
+started = threading.Event()
+def drop():  # the last reference dropped in another thread, as a pool's manager thread or a collection does
+    global owner
+    owner = None
+threading.Thread(target=drop).start()
+started.wait()
+real_exit = os._exit
+def exit_(code):
+    print(log, flush=True)
+    real_exit(code)
+os._exit = exit_
+cli._end(130)
+"""
+
+
+def test_ending_the_process_waits_for_a_finalizer_another_thread_is_running(tmp_path):
+    """A semaphore's finalizer running in another thread (a pool's manager thread dropping a queue, a garbage
+    collection there) when the process ends is let finish: cut between its unlink and its unregistering, the
+    resource tracker would print "leaked semaphore objects" after "prism: interrupted"."""
+    done = subprocess.run([sys.executable, "-c", FINALIZER_ELSEWHERE], env=child_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == EXIT_INTERRUPTED, done.stderr
+    assert done.stdout == "['unlink', 'unregistered']\n", done.stdout
