@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -465,21 +467,45 @@ def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[st
         return searched()
     key, fields = cache_key(("search:" if parts is None else "join:") + _size_free(graph), [], [], "any", build_id(),
                             options.key())
+    with _one_search(key):
+        try:
+            hit = store.get(key, lambda payload: SearchResult.from_json(payload))
+        except Exception as e:  # an unreadable cache never stops the optimizer
+            notes.append(f"search cache unusable ({type(e).__name__}: {e})")
+            hit = None
+        if hit is not None:
+            hit.stats["source"] = "search cache"
+            notes.append("search result from the result cache (searched earlier at other sizes or dtypes)")
+            return hit
+        result = searched()
+        try:
+            store.put(key, result.to_json(), fields)
+        except Exception as e:
+            notes.append(f"could not cache the search result ({type(e).__name__}: {e})")
+        return result
+
+
+_SEARCHING: dict[str, list[Any]] = {}
+_SEARCHING_LOCK = threading.Lock()
+
+
+@contextmanager
+def _one_search(key: str) -> Iterator[None]:
+    """One search per cache key at a time in this process. The backend starts its cones' superoptimizations on
+    threads at once (`prism.capture.ahead`); two programs alike but for their sizes (a norm with the Q, K, V
+    projections and the same norm with the MLP's) have one size-free search, and the second thread waits for the
+    first's and finds it in the cache instead of searching again. Keys are dropped when no thread holds them."""
+    with _SEARCHING_LOCK:
+        entry = _SEARCHING.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
     try:
-        hit = store.get(key, lambda payload: SearchResult.from_json(payload))
-    except Exception as e:  # an unreadable cache never stops the optimizer
-        notes.append(f"search cache unusable ({type(e).__name__}: {e})")
-        hit = None
-    if hit is not None:
-        hit.stats["source"] = "search cache"
-        notes.append("search result from the result cache (searched earlier at other sizes or dtypes)")
-        return hit
-    result = searched()
-    try:
-        store.put(key, result.to_json(), fields)
-    except Exception as e:
-        notes.append(f"could not cache the search result ({type(e).__name__}: {e})")
-    return result
+        with entry[0]:
+            yield
+    finally:
+        with _SEARCHING_LOCK:
+            entry[1] -= 1
+            if not entry[1]:
+                del _SEARCHING[key]
 
 
 def _search(graph: KernelGraph, options: SearchOptions, log: Callable[[str], None] | None,

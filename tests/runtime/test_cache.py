@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 
 import pytest
 import torch
@@ -74,6 +75,35 @@ def test_a_hit_skips_the_search_too(tmp_path, counted):
     superoptimize(g, search_options=opts, budget=2, compile=False, cache=tmp_path, device="cpu")
     superoptimize(g, search_options=opts, budget=2, compile=False, cache=tmp_path, device="cpu")
     assert counted == {"tune": 1, "search": 1}
+
+
+def test_threads_searching_one_program_at_two_sizes_search_it_once(tmp_path, counted, monkeypatch):
+    """The backend searches its cones on threads at once: a program alike but for its sizes is searched by the
+    first thread, and the second waits for that search and takes it from the cache."""
+    import threading
+
+    search, both = pipeline._search, threading.Barrier(2)
+
+    def slow(*a, **k):           # still searching when the other thread asks
+        time.sleep(0.5)
+        return search(*a, **k)
+
+    monkeypatch.setattr(pipeline, "_search", slow)
+    w, opts = wl.get("swiglu"), {"workers": 1, "max_block_ops": 9, "max_grid": 1}
+    found = {}
+
+    def run(d):
+        both.wait()
+        found[d] = pipeline.cached_search(w.build({"n": 4, "d": d}), opts, tmp_path)
+
+    threads = [threading.Thread(target=run, args=(d,)) for d in (64, 128)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counted["search"] == 1
+    assert sorted(r.stats.get("source", "searched") for r in found.values()) == ["search cache", "searched"]
+    assert found[64].to_json()["graphs"] == found[128].to_json()["graphs"]
 
 
 def test_shapes_dtypes_and_targets_are_part_of_the_key(swiglu, tmp_path, counted):
