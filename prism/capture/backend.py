@@ -391,8 +391,7 @@ def _fused(opt: Any) -> None:
     if opt.report.unfused:
         best = opt.report.best
         kind = "measured" if best.measured_us is not None else "estimated"
-        us = best.measured_us if best.measured_us is not None else best.estimate_us
-        raise PrismError(f"no fused kernel beat Prism's unfused program ({us:.2f} µs {kind}; "
+        raise PrismError(f"no fused kernel beat Prism's unfused program ({best.us:.2f} µs {kind}; "
                          f"{opt.report.reason}){_runner_up(opt.report)}: torch runs these ops")
 
 
@@ -402,12 +401,11 @@ def _runner_up(report: Any) -> str:
     from prism.tune.report import UNFUSED
 
     fused = [e for e in report.entries if e.ok and e.candidate.graph != UNFUSED]
-    times = [(e.measured_us if e.measured_us is not None else e.estimate_us, e) for e in fused]
-    times = [(t, e) for t, e in times if t is not None]
+    timed = [e for e in fused if e.us is not None]
     out = ""
-    if times:
-        t, e = min(times, key=lambda p: p[0])
-        out += f"; the best fused candidate, {e.label}, {t:.2f} µs"
+    if timed:
+        e = min(timed, key=lambda e: e.us)
+        out += f"; the best fused candidate, {e.label}, {e.us:.2f} µs"
     if report.forms:
         out += "; forms, the cost model's best of each: " + "; ".join(report.forms_text())
     return out
@@ -421,7 +419,7 @@ def _said(opt: Any) -> dict[str, Any]:
     best = opt.report.best
     measured = best is not None and best.measured_us is not None
     return {"chosen": best.label if best else None, "launches": opt.launches, "source": str(opt.source_path),
-            "us": None if best is None else best.measured_us if measured else best.estimate_us,
+            "us": None if best is None else best.us,
             "measured": measured,
             "cached": opt.report.cached, "search": opt.report.search, "why": opt.report.reason,
             "dropped": [f"{e.label}: {e.fate}" for e in opt.report.entries if e.status is Status.DROPPED]}

@@ -322,9 +322,7 @@ def _no_fused(report: Report, result: Any) -> str | None:
 
 def _us(report: Report) -> float:
     """The chosen candidate's time: measured where it was timed, else the cost model's estimate."""
-    best = report.best
-    value = best.measured_us if best.measured_us is not None else best.estimate_us
-    return float("inf") if value is None else value
+    return float("inf") if report.best.us is None else report.best.us
 
 
 def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _Job

@@ -59,6 +59,11 @@ class Entry:
         self.status, self.why = Status.DROPPED, why
 
     @property
+    def us(self) -> float | None:
+        """Its time: the measured median where it was timed, else the cost model's estimate (None if neither)."""
+        return self.measured_us if self.measured_us is not None else self.estimate_us
+
+    @property
     def fate(self) -> str:
         """Its status as a table and a message say it: "ok", "chosen", "dropped: <why>"."""
         return f"{self.status}: {self.why}" if self.why else str(self.status)
