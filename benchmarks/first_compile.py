@@ -1,14 +1,15 @@
 """First compile, cold: Inductor, `backend="prism"`, and Prism with background superoptimization, each in a fresh
 process with empty caches (Prism's result cache and Inductor's), side by side.
 
-    python benchmarks/first_compile.py [--model decoder_layer|llama] [--runs 3]
+    python benchmarks/first_compile.py [--model decoder_layer|llama|qwen2|phi3|gpt2] [--runs 3]
 
 decoder_layer: examples/decoder_layer.py at its example sizes (a Llama-style layer at decode size), one call.
-llama: examples/hf_decode.py's 2-layer random Llama, its prefill (8 tokens) and one decode step, as
-benchmarks/hf_decode.py times them. For each: the seconds until the first outputs are back (the first compile),
-and for Prism the seconds until every region runs its chosen kernels (`prism.capture.wait()`); outputs are
-checked against eager. Then the same again in another fresh process with the caches the first one filled (warm:
-a second run of the same program). Medians of --runs, each run's seconds in brackets.
+llama, qwen2, phi3, gpt2: examples/hf_decode.py's 2-layer random model of that family, its prefill (8 tokens)
+and one decode step, as benchmarks/hf_decode.py times them. For each: the seconds until the first outputs are
+back (the first compile), and for Prism the seconds until every region runs its chosen kernels
+(`prism.capture.wait()`); outputs are checked against eager. Then the same again in another fresh process with
+the caches the first one filled (warm: a second run of the same program). Medians of --runs, each run's seconds
+in brackets. --out also writes them as JSON for the benchmarks page.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from prism.bench.pages import first_compile_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +42,7 @@ if model == "decoder_layer":
         return f(*inputs)
 else:
     from transformers import DynamicCache
-    m = runpy.run_path(sys.argv[3] + "/examples/hf_decode.py")["model"]("llama", 2)
+    m = runpy.run_path(sys.argv[3] + "/examples/hf_decode.py")["model"](model, 2)
     prompt = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
     def step(forward):
         cache = DynamicCache()
@@ -63,6 +65,8 @@ print(json.dumps({"first_s": first_s, "ready_s": ready_s, "max_error": err}))
 """
 
 BACKENDS = ("inductor", "prism", "prism-background")
+MODELS = ("llama", "qwen2", "phi3", "gpt2")
+"""examples/hf_decode.py's families (its MODELS; that file needs transformers, this one's parent does not)."""
 
 
 def run(model: str, backend: str) -> dict:
@@ -85,8 +89,9 @@ def _child(model: str, backend: str, env: dict[str, str]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("decoder_layer", "llama"), default="decoder_layer")
+    ap.add_argument("--model", choices=("decoder_layer", *MODELS), default="decoder_layer")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", type=Path, help="also write the runs as JSON (the benchmarks page reads it)")
     args = ap.parse_args()
     runs: dict[str, list[dict]] = {b: [] for b in BACKENDS}
     for k in range(args.runs):
@@ -95,18 +100,11 @@ def main() -> None:
             r = runs[backend][-1]
             print(f"run {k} {backend}: first {r['first_s']:.1f} s, ready {r['ready_s']:.1f} s, warm "
                   f"{r['warm_s']:.1f} s, max |error| {r['max_error']:.1e}", file=sys.stderr)
-    inductor = {key: statistics.median(r[key] for r in runs["inductor"]) for key in ("first_s", "warm_s")}
-    print(f"{args.model}: first compile on {os.cpu_count()} cores, cold and warm caches, medians of {args.runs}")
-    print("| backend | cold first compile s | / Inductor | every region optimized after s | warm first compile s | "
-          "/ Inductor | max |error| vs eager |")
-    print("|---|---|---|---|---|---|---|")
-    for backend, rs in runs.items():
-        med = {key: statistics.median(r[key] for r in rs) for key in ("first_s", "ready_s", "warm_s")}
-        each = {key: ", ".join(f"{r[key]:.1f}" for r in rs) for key in ("first_s", "warm_s")}
-        ready_text = "" if backend == "inductor" else f"{med['ready_s']:.1f}"
-        print(f"| {backend} | {med['first_s']:.1f} ({each['first_s']}) | {med['first_s'] / inductor['first_s']:.2f} | "
-              f"{ready_text} | {med['warm_s']:.1f} ({each['warm_s']}) | {med['warm_s'] / inductor['warm_s']:.2f} | "
-              f"{max(r['max_error'] for r in rs):.1e} |")
+    doc = {"model": args.model, "cores": os.cpu_count(), "runs": runs,
+           "command": "python benchmarks/first_compile.py " + " ".join(sys.argv[1:])}
+    print(first_compile_table(doc))
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

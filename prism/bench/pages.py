@@ -28,7 +28,7 @@ from prism.bench.gpu import SLOWER, against, format_table, num_text, ratio, with
 from prism.bench.paper_report import markdown, markdown_table
 from prism.bench.paper_search import config_text
 
-__all__ = ["NORM_OPS", "NOT_RECORDED", "families_table", "page", "write_benchmarks_page"]
+__all__ = ["NORM_OPS", "NOT_RECORDED", "families_table", "first_compile_table", "page", "write_benchmarks_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = "benchmarks/results"
@@ -350,6 +350,30 @@ def _progress(docs: list[Any]) -> str:
             + markdown_table(["s", "record"], [[f"{t:.2f}", f"`{m}`"] for t, m in first[:4]]))
 
 
+def first_compile_table(doc: dict[str, Any]) -> str:
+    """As benchmarks/first_compile.py prints it: per backend the medians of its cold and warm first compiles (each
+    run's in brackets), against Inductor's, the seconds until every region is optimized, and the error."""
+    runs = doc["runs"]
+    inductor = {key: statistics.median(r[key] for r in runs["inductor"]) for key in ("first_s", "warm_s")}
+    rows = []
+    for backend, rs in runs.items():
+        med = {key: statistics.median(r[key] for r in rs) for key in ("first_s", "ready_s", "warm_s")}
+        each = {key: ", ".join(f"{r[key]:.1f}" for r in rs) for key in ("first_s", "warm_s")}
+        rows.append([backend, f"{med['first_s']:.1f} ({each['first_s']})",
+                     f"{med['first_s'] / inductor['first_s']:.2f}",
+                     "" if backend == "inductor" else f"{med['ready_s']:.1f}",
+                     f"{med['warm_s']:.1f} ({each['warm_s']})", f"{med['warm_s'] / inductor['warm_s']:.2f}",
+                     f"{max(r['max_error'] for r in rs):.1e}"])
+    n = len(runs["inductor"])
+    return (f"{doc['model']}: first compile on {doc['cores']} cores, cold and warm caches, medians of {n}\n\n"
+            + markdown_table(["backend", "cold first compile s", "/ Inductor", "every region optimized after s",
+                              "warm first compile s", "/ Inductor", "max \\|error\\| vs eager"], rows))
+
+
+def _first_compile(docs: list[Any]) -> str:
+    return "\n\n".join(first_compile_table(doc) for doc in docs)
+
+
 NORM_OPS = ("aten.rsqrt", "aten.var_mean", "aten.native_layer_norm", "aten.layer_norm", "aten.rms_norm")
 """ATen ops that mark a norm: a cone left to torch that holds one has left a norm to torch."""
 
@@ -527,6 +551,11 @@ TABLES = [
         f"python benchmarks/compile_progress.py --out {RESULTS}/compile_progress_cpu.json",),
         "The README's Llama snippet as pasted, cold (an empty result cache), with every record of the \"prism\" "
         "logger at INFO timed from the first call of the compiled forward.", _progress),
+    Table("First compile of a whole model, cold and warm", ("first_compile_gpt2_cpu.json",), (
+        f"python benchmarks/first_compile.py --model gpt2 --runs 1 --out {RESULTS}/first_compile_gpt2_cpu.json",),
+        "examples/hf_decode.py's 2-layer GPT-2, its prefill and one decode step, each backend in a fresh process "
+        "with empty caches (cold), then again with the caches the first filled (warm), on a 2-core CPU.",
+        _first_compile),
     Table("Every transformers family through the backend", ("families_cpu.json",), None,
           "Each causal-LM family `transformers` ships, from a small random config (examples/hf_decode.py's "
           "`config`), eager and through `backend=\"prism\"` (the tests' settings: the rest eager, 2 candidates) on "

@@ -34,7 +34,7 @@ from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
 
-__all__ = ["IGNORED", "SAME_NAMED", "SOFTMAXES", "input_strides", "lower"]
+__all__ = ["IGNORED", "PERMUTES", "SAME_NAMED", "SOFTMAXES", "input_strides", "keeps_order", "lower", "permutation"]
 
 
 def _scalar(v: Any) -> bool:
@@ -389,19 +389,30 @@ def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     return _view(lw, a, ("expand", shape), shape)
 
 
-@aten_op("aten.permute.default", "aten.t.default", "aten.transpose.int")
-def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
-    rank = len(lw.shape(a))
-    name = op_name(lw.node)
+PERMUTES = ("aten.permute.default", "aten.t.default", "aten.transpose.int")
+
+
+def permutation(name: str, args: tuple[Any, ...], rank: int) -> tuple[int, ...]:
+    """The dims of a permute-like op `name` (one of PERMUTES) with its arguments after the tensor."""
     if name == "aten.permute.default":
-        dims = tuple(d % rank for d in args[0])
-    else:
-        i, j = ((0, 1) if name == "aten.t.default" else (args[0] % rank, args[1] % rank))
-        dims = list(range(rank))
-        dims[i], dims[j] = dims[j], dims[i]
-        dims = tuple(dims)
-    moved = [d for k, d in enumerate(dims) if d != k and lw.shape(a)[d] != 1]
-    if not moved and not isinstance(a, Pending):  # only size-1 dims move: the order of elements stays
+        return tuple(d % rank for d in args[0])
+    i, j = ((0, 1) if name == "aten.t.default" else (args[0] % rank, args[1] % rank))
+    dims = list(range(rank))
+    dims[i], dims[j] = dims[j], dims[i]
+    return tuple(dims)
+
+
+def keeps_order(dims: tuple[int, ...], shape: tuple[Any, ...]) -> bool:
+    """Whether permuting `shape` by `dims` keeps the row-major order of the elements: the dims of size other than
+    1 stay in the same order (a decode step's [b, 1, h, d] → [b, h, 1, d]). A symbolic size counts as not 1."""
+    kept = [d for d in dims if not (isinstance(shape[d], int) and shape[d] == 1)]
+    return kept == sorted(kept)
+
+
+@aten_op(*PERMUTES)
+def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
+    dims = permutation(op_name(lw.node), args, len(lw.shape(a)))
+    if keeps_order(dims, lw.shape(a)) and not isinstance(a, Pending):  # the order of elements stays
         return _view(lw, a, ("view", _out_shape(lw)), _out_shape(lw))
     return _view(lw, a, ("permute", dims), _out_shape(lw))
 

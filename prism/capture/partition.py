@@ -5,12 +5,19 @@ A cone grows backward from a root (a compute node Prism has, whose value leaves 
 producers Prism has:
   - a producer whose users are all in the cone joins it (its value never leaves);
   - a producer with users elsewhere joins too if it is cheap to compute twice (no matmul in what it
-    computes): a norm feeding three projections is recomputed inside each projection's kernel;
+    computes): a norm feeding three projections is recomputed inside each projection's kernel; but not one
+    that reads a matmul's value (`_after_matmul`), nor, inside what is computed twice, another value used
+    elsewhere: such a value is stored anyway, so reading it costs no more than recomputing it, and
+    recomputing it would pull the residual stream of every earlier layer (each residual add reads the one
+    before) into every cone;
   - inside a matmul's operand, a node that depends on a matmul (not through an exp) does not join, unless it
     is a view (layout: it folds into the cone's input, e.g. attention's output viewed for the projection): the
     down projection of an MLP does not swallow the SwiGLU product that feeds it, which is a cone of its
     own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
     side (SwiGLU's gate and up) join freely;
+  - what a permute that reorders elements reads joins only through layout ops (Prism views inputs, not
+    intermediates, out of order): OLMo-2's norm on Q, before Q is viewed as heads and transposed for attention,
+    then ends a cone of its own with Q's projection, instead of being cut out of attention's cone;
   - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable; layout ops do not
     count (they fold into shapes and the cone's inputs: a float16 model's casts around its norms and the
     transposes of its weights would otherwise cut a norm in two, its mean left to torch).
@@ -30,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prism.capture.aten import ATEN, op_name
-from prism.capture.lower import IGNORED, SAME_NAMED, SOFTMAXES
+from prism.capture.lower import IGNORED, PERMUTES, SAME_NAMED, SOFTMAXES, keeps_order, permutation
 from prism.capture.sdpa import ATTENTION_OPS
 from prism.ir.ops import OPS
 
@@ -187,14 +194,33 @@ def out_of_place(graph: Any) -> int:
 
 
 def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:
-    """The cones of `graph` (a torch.fx.Graph of ATen ops), roots in graph order, each with a matmul."""
+    """The cones of `graph` (a torch.fx.Graph of ATen ops), roots in graph order, each with a matmul. A root's
+    value is stored by its cone's kernel, so no other cone recomputes it: the sweep is repeated with the roots
+    the last one found as stops until its roots are those stops (at most `SWEEPS`; the last sweep's cones are
+    a partition either way, a stop that is no root being a value torch computes, like any other input)."""
+    stored: set[Any] = set()
+    for _ in range(SWEEPS):
+        found = _sweep(graph, max_ops, max_matmuls, stored)
+        roots = {c.root for c in found}
+        if roots == stored:
+            break
+        stored = roots
+    return found
+
+
+SWEEPS = 4
+"""Sweeps of `cones` at most: the stops settle in two or three on the models tested (a post-norm's residual
+add, once a root, is read by the next layer's cones)."""
+
+
+def _sweep(graph: Any, max_ops: int, max_matmuls: int, stored: set[Any]) -> list[Cone]:
     order = {n: i for i, n in enumerate(graph.nodes)}
     owned: set[Any] = set()
     found = []
     for root in reversed(list(graph.nodes)):
         if root in owned or not _prism(root) or op_name(root) in VIEWS | IGNORED:
             continue
-        members = _grow(root, max_ops, max_matmuls)
+        members = _grow(root, max_ops, max_matmuls, stored)
         cone = Cone([root], sorted(members, key=order.__getitem__))
         if cone.matmuls:
             found.append(cone)
@@ -237,30 +263,48 @@ def hoisted(node: Any) -> bool:
     return node.op in ("get_attr", "placeholder") and not node.all_input_nodes
 
 
-def _grow(root: Any, max_ops: int, max_matmuls: int) -> set[Any]:
-    """The cone of `root` (see the module docstring), breadth first so the nearest producers come first."""
+def _grow(root: Any, max_ops: int, max_matmuls: int, stored: set[Any]) -> set[Any]:
+    """The cone of `root` (see the module docstring), breadth first so the nearest producers come first; it
+    reads the values in `stored` (other cones' roots) as inputs."""
     members = {root}
     ops, matmuls = 1, MATMULS.get(op_name(root), 0)
-    queue = deque([(root, matmuls, False, False)])  # (node, under a matmul's operand, passed an exp since,
-    after_mm: dict[Any, bool] = {}                   # computed twice: its value is also used outside)
+    # (node, under a matmul's operand, passed an exp since, computed twice: its value is also used outside,
+    # read through a permute that reorders it)
+    queue = deque([(root, matmuls, False, False, False)])
+    after_mm: dict[Any, bool] = {}
     while queue:
-        node, under_mm, saw_exp, twice = queue.popleft()
+        node, under_mm, saw_exp, twice, reordered = queue.popleft()
         for p in node.all_input_nodes:
             layout = op_name(p) in VIEWS
-            if p in members or not _prism(p) or (ops >= max_ops and not layout):
+            if (p in members or p in stored or not _prism(p) or (ops >= max_ops and not layout)
+                    or (reordered and not layout)):
                 continue
             is_mm = op_name(p) in MATMULS
             if (under_mm and not saw_exp and op_name(p) not in EXPS | VIEWS
                     and (is_mm or _after_matmul(p, after_mm))):
                 continue
-            shared = twice or _used_outside(p, members)
+            outside = _used_outside(p, members)
+            shared = twice or outside
             if is_mm and (matmuls + MATMULS[op_name(p)] > max_matmuls or shared):  # never computed twice
+                continue
+            if shared and (_after_matmul(p, after_mm) or twice and outside):  # its stored value is read
                 continue
             members.add(p)
             ops += not layout
             matmuls += MATMULS.get(op_name(p), 0)
-            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared))
+            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared,
+                          reordered or _reorders(p)))
     return members
+
+
+def _reorders(node: Any) -> bool:
+    """Is `node` a permute that changes the order of its input's elements?"""
+    if op_name(node) not in PERMUTES:
+        return False
+    if "val" not in node.all_input_nodes[0].meta:
+        return True   # sizes unknown: as if it did
+    shape = tuple(node.all_input_nodes[0].meta["val"].shape)
+    return not keeps_order(permutation(op_name(node), node.args[1:], len(shape)), shape)
 
 
 def _used_outside(node: Any, members: set[Any]) -> bool:

@@ -63,6 +63,27 @@ def test_a_view_that_splits_a_reduced_dim_is_refused_by_name():
         capture(split_then_sum, torch.randn(4, 8), torch.randn(8, 8))
 
 
+@pytest.mark.parametrize("s", [1, 4])
+def test_a_transpose_of_an_intermediate_is_a_view_where_it_keeps_the_order_of_elements(s):
+    """A normed projection viewed as heads and transposed for attention (OLMo-2's Q): at one token ([b, 1, h, d] to
+    [b, h, 1, d]) the elements keep their order, so the transpose is a reshape; at four it reorders them, and
+    Prism, which views inputs only, refuses it by name."""
+    torch.manual_seed(0)
+
+    def head_norm(x, w):
+        q = x @ w
+        q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return q.view(2, s, 4, 8).transpose(1, 2)
+
+    x, w = torch.randn(2 * s, 16), torch.randn(16, 32)
+    if s == 1:
+        got, want, _ = _run(head_norm, x, w)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        with pytest.raises(UnsupportedOp, match="permute of an intermediate"):
+            capture(head_norm, x, w)
+
+
 def test_an_input_broadcast_over_part_of_a_merged_group_is_expanded_by_torch():
     """GPT-2's learned positions, [1, seq, hidden], added to a [batch, seq, hidden] activation that the Linear after it
     reads as [batch·seq, hidden] rows: row r needs position r mod seq, which no Prism broadcast reads, so torch
