@@ -34,7 +34,7 @@ from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
 
-__all__ = ["IGNORED", "PERMUTES", "SAME_NAMED", "SOFTMAXES", "input_strides", "keeps_order", "lower", "permutation"]
+__all__ = ["IGNORED", "SAME_NAMED", "SOFTMAXES", "input_strides", "lower"]
 
 
 def _scalar(v: Any) -> bool:
@@ -389,11 +389,8 @@ def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     return _view(lw, a, ("expand", shape), shape)
 
 
-PERMUTES = ("aten.permute.default", "aten.t.default", "aten.transpose.int")
-
-
-def permutation(name: str, args: tuple[Any, ...], rank: int) -> tuple[int, ...]:
-    """The dims of a permute-like op `name` (one of PERMUTES) with its arguments after the tensor."""
+def _permutation(name: str, args: tuple[Any, ...], rank: int) -> tuple[int, ...]:
+    """The dims of a permute-like op `name` with its arguments after the tensor."""
     if name == "aten.permute.default":
         return tuple(d % rank for d in args[0])
     i, j = ((0, 1) if name == "aten.t.default" else (args[0] % rank, args[1] % rank))
@@ -402,17 +399,17 @@ def permutation(name: str, args: tuple[Any, ...], rank: int) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def keeps_order(dims: tuple[int, ...], shape: tuple[Any, ...]) -> bool:
+def _keeps_order(dims: tuple[int, ...], shape: tuple[Any, ...]) -> bool:
     """Whether permuting `shape` by `dims` keeps the row-major order of the elements: the dims of size other than
     1 stay in the same order (a decode step's [b, 1, h, d] → [b, h, 1, d]). A symbolic size counts as not 1."""
     kept = [d for d in dims if not (isinstance(shape[d], int) and shape[d] == 1)]
     return kept == sorted(kept)
 
 
-@aten_op(*PERMUTES)
+@aten_op("aten.permute.default", "aten.t.default", "aten.transpose.int")
 def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
-    dims = permutation(op_name(lw.node), args, len(lw.shape(a)))
-    if keeps_order(dims, lw.shape(a)) and not isinstance(a, Pending):  # the order of elements stays
+    dims = _permutation(op_name(lw.node), args, len(lw.shape(a)))
+    if _keeps_order(dims, lw.shape(a)) and not isinstance(a, Pending):  # the order of elements stays
         return _view(lw, a, ("view", _out_shape(lw)), _out_shape(lw))
     return _view(lw, a, ("permute", dims), _out_shape(lw))
 

@@ -15,9 +15,6 @@ producers Prism has:
     down projection of an MLP does not swallow the SwiGLU product that feeds it, which is a cone of its
     own; through an exp it does (the attention pattern matmul → softmax → matmul); two matmuls side by
     side (SwiGLU's gate and up) join freely;
-  - what a permute that reorders elements reads joins only through layout ops (Prism views inputs, not
-    intermediates, out of order): OLMo-2's norm on Q, before Q is viewed as heads and transposed for attention,
-    then ends a cone of its own with Q's projection, instead of being cut out of attention's cone;
   - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable; layout ops do not
     count (they fold into shapes and the cone's inputs: a float16 model's casts around its norms and the
     transposes of its weights would otherwise cut a norm in two, its mean left to torch).
@@ -37,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prism.capture.aten import ATEN, op_name
-from prism.capture.lower import IGNORED, PERMUTES, SAME_NAMED, SOFTMAXES, keeps_order, permutation
+from prism.capture.lower import IGNORED, SAME_NAMED, SOFTMAXES
 from prism.capture.sdpa import ATTENTION_OPS
 from prism.ir.ops import OPS
 
@@ -268,16 +265,13 @@ def _grow(root: Any, max_ops: int, max_matmuls: int, stored: set[Any]) -> set[An
     reads the values in `stored` (other cones' roots) as inputs."""
     members = {root}
     ops, matmuls = 1, MATMULS.get(op_name(root), 0)
-    # (node, under a matmul's operand, passed an exp since, computed twice: its value is also used outside,
-    # read through a permute that reorders it)
-    queue = deque([(root, matmuls, False, False, False)])
-    after_mm: dict[Any, bool] = {}
+    queue = deque([(root, matmuls, False, False)])  # (node, under a matmul's operand, passed an exp since,
+    after_mm: dict[Any, bool] = {}                   # computed twice: its value is also used outside)
     while queue:
-        node, under_mm, saw_exp, twice, reordered = queue.popleft()
+        node, under_mm, saw_exp, twice = queue.popleft()
         for p in node.all_input_nodes:
             layout = op_name(p) in VIEWS
-            if (p in members or p in stored or not _prism(p) or (ops >= max_ops and not layout)
-                    or (reordered and not layout)):
+            if p in members or p in stored or not _prism(p) or (ops >= max_ops and not layout):
                 continue
             is_mm = op_name(p) in MATMULS
             if (under_mm and not saw_exp and op_name(p) not in EXPS | VIEWS
@@ -292,19 +286,8 @@ def _grow(root: Any, max_ops: int, max_matmuls: int, stored: set[Any]) -> set[An
             members.add(p)
             ops += not layout
             matmuls += MATMULS.get(op_name(p), 0)
-            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared,
-                          reordered or _reorders(p)))
+            queue.append((p, under_mm or is_mm, (saw_exp or op_name(p) in EXPS) and not is_mm, shared))
     return members
-
-
-def _reorders(node: Any) -> bool:
-    """Is `node` a permute that changes the order of its input's elements?"""
-    if op_name(node) not in PERMUTES:
-        return False
-    if "val" not in node.all_input_nodes[0].meta:
-        return True   # sizes unknown: as if it did
-    shape = tuple(node.all_input_nodes[0].meta["val"].shape)
-    return not keeps_order(permutation(op_name(node), node.args[1:], len(shape)), shape)
 
 
 def _used_outside(node: Any, members: set[Any]) -> bool:

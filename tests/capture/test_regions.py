@@ -95,37 +95,6 @@ def test_a_cone_reads_the_residual_stream_another_cone_writes_rather_than_recomp
     assert all(len(r.roots) == 1 for r in regions(found))
 
 
-class NormedQK(torch.nn.Module):
-    """OLMo-2's attention: Q and K each normed after their projection, then viewed as heads and transposed."""
-
-    def __init__(self, d: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v = (torch.nn.Linear(d, d, bias=False) for _ in range(3))
-
-    def forward(self, x):
-        def norm(v):
-            return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
-
-        b, s, d = x.shape
-        q, k, v = norm(self.q(x)), norm(self.k(x)), self.v(x)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-
-@pytest.mark.parametrize("s", [1, 4])
-def test_what_a_reordering_transpose_reads_joins_only_through_layout_ops(s):
-    """At four tokens the heads' transpose reorders the normed Q and K, which Prism cannot do to an intermediate:
-    the norms stay out of attention's cone and end cones of their own (which lowering then takes), where before
-    they were cut from attention's and left to torch. At one token the transpose keeps the order: they join."""
-    graph = _aten(NormedQK(), torch.rand(2, s, 32)).graph
-    (attention,) = [c for c in cones(graph) if any("attention" in op_name(n) for n in c.nodes)]
-    norms_inside = sum(op_name(n) == "aten.rsqrt.default" for n in attention.nodes)
-    assert norms_inside == (2 if s == 1 else 0), [n.name for n in attention.nodes]
-    normed = [c for c in cones(graph) if op_name(c.root) == "aten.mul.Tensor"]
-    assert len(normed) == (0 if s == 1 else 2)
-
-
 class CastNormMLP(torch.nn.Module):
     """What a float16 Hugging Face decoder emits around its gated MLP: the norm upcasts to float32 and casts
     back before its weight, and each Linear on the [batch, seq, hidden] activation views it to 2-D and back."""
