@@ -225,7 +225,7 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
     does not do, that op and everything the cone computes before it, and replace the rest if it still has a
     matmul (RoPE's products before attention stay with torch, and attention is still Prism's); where the rest has
     none, the part before that op is taken as a cone of its own (`Cone.before`: a norm and projection whose output
-    is permuted, then used by ops Prism leaves alone). A region of
+    is permuted, then used by ops Prism leaves alone; or, where the op is the matmul, the part ending at it). A region of
     several cones that Prism cannot take whole (symbolic sizes, an op it does not have) is taken cone by cone."""
     if cone.parts:
         sizes = [n for x in [*cone.inputs(), *cone.roots] for n in _shape(x.meta.get("val"))]

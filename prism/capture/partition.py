@@ -99,7 +99,10 @@ class Cone:
     def before(self, node: Any) -> Cone | None:
         """Where `node` cannot be lowered and a cut there would take every matmul of the cone with it: the cone's
         part before `node`, as a cone of its own, rooted at the values `node` reads from the cone (through layout
-        ops, which stay with torch: a permute of a projection's output); None where that part has no matmul."""
+        ops, which stay with torch: a permute of a projection's output). Where that part has no matmul and `node`
+        is one, the part ending at `node`: what comes after a matmul can stop it from lowering (Qwen3's norm of
+        each head of K holds the projection's operand in the head's dims), and without it the matmul may lower.
+        None where neither has a matmul."""
         members, roots, stack = set(self.nodes), [], [node]
         while stack:
             for p in stack.pop().all_input_nodes:
@@ -112,6 +115,9 @@ class Cone:
         found = set().union(*(self._upstream(r) for r in roots)) if roots else set()
         order = {n: i for i, n in enumerate(self.nodes)}
         part = Cone(sorted(roots, key=order.__getitem__), [n for n in self.nodes if n in found])
+        if not part.matmuls and op_name(node) in MATMULS and node not in self.roots:
+            upstream = self._upstream(node)
+            part = Cone([node], [n for n in self.nodes if n in upstream])
         return part if part.matmuls else None
 
     def _upstream(self, node: Any) -> set[Any]:

@@ -12,7 +12,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import prism.capture as pc
 from prism.capture.aten import op_name
+from prism.capture.lower import lower
 from prism.capture.partition import cones, regions
+from prism.errors import UnsupportedOp
 from tests.conftest import example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -93,6 +95,36 @@ def test_a_cone_reads_the_residual_stream_another_cone_writes_rather_than_recomp
     norms = collections.Counter(n for c in found for n in c.nodes if op_name(n) == "aten.rsqrt.default")
     assert len(norms) == 6 and set(norms.values()) == {1}   # every norm fused, none computed twice
     assert all(len(r.roots) == 1 for r in regions(found))
+
+
+class HeadNormedK(torch.nn.Module):
+    """Qwen3's K: the input norm, the projection, a norm over each head, the heads' transpose."""
+
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.k = heads, torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        def norm(v):
+            return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+        b, s, d = x.shape
+        return norm(self.k(norm(x)).view(b, s, self.heads, d // self.heads)).transpose(1, 2)
+
+
+def test_where_a_matmul_cannot_be_lowered_for_what_follows_it_the_part_ending_at_it_is_a_cone():
+    """Cut at the projection, Qwen3's K cone would leave no matmul: the projection went to torch. The part before
+    the cut, ending at the projection (the input norm with it), is a cone of its own, and it lowers."""
+    graph = _aten(HeadNormedK(), torch.rand(2, 4, 32)).graph
+    (cone,) = cones(graph)
+    mm = next(n for n in cone.nodes if op_name(n) == "aten.mm.default")
+    with pytest.raises(UnsupportedOp) as failed:
+        lower(cone.nodes, cone.inputs(), cone.roots)
+    assert failed.value.node is mm
+    part = cone.before(mm)
+    assert part.roots == [mm] and sum(op_name(n) == "aten.rsqrt.default" for n in part.nodes) == 1
+    _, _, shapes = lower(part.nodes, part.inputs(), part.roots)   # lowers: the projection stays Prism's
+    assert shapes == [tuple(mm.meta["val"].shape)]
 
 
 class CastNormMLP(torch.nn.Module):
