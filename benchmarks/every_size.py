@@ -1,9 +1,9 @@
 """Decode attention at KV lengths that are not powers of two, through one DynamicGraph.
 
-For each odd KV length (513, 1000, 4097) and the power of two above it, in one process on one GPU: the
-attention program (fp16, batch·heads 32, one query row, head dim 128) is superoptimized once with its KV
-length dynamic (`superoptimize(..., dynamic={"kv": ["Kt.2", "V.1"]})`), then timed at each length, as
-called and as a CUDA-graph replay, beside `torch.nn.functional.scaled_dot_product_attention` at the same
+For each KV length that is no power of two (513, 1000, 4097, 5000) and the power of two above it, in one process
+on one GPU: the attention program (fp16, batch·heads 32, one query row, head dim 128) is superoptimized once
+with its KV length dynamic (`superoptimize(..., dynamic={"kv": ["Kt.2", "V.1"]})`), then timed at each length,
+as called and as a CUDA-graph replay, beside `torch.nn.functional.scaled_dot_product_attention` at the same
 shapes. The goal: at each odd length, Prism within 1.15x of its time at the next power of two scaled by the
 length ratio, and ahead of SDPA. Needs a CUDA GPU (one line and exit 1 without one):
 
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # a checkout that is not installed
     sys.path.insert(0, str(ROOT))
 
-LENGTHS = (513, 1000, 4097)
+LENGTHS = (513, 1000, 4097, 5000)
 
 
 def main() -> None:

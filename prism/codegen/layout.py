@@ -24,6 +24,12 @@ where it matters, and only there: a reduction over a masked dim (sum, max, a mat
 a running max) first sets the lanes that are not real to its identity (0 for a sum or a contraction,
 -inf for a max, so exp of a padded logit is 0 and an online softmax's max and sums do not move); a store
 writes real lanes only; every other lane may hold anything (exp(0) = 1, 0/0) because nothing real reads it.
+The padding may fill whole tiles: where the loop walks the dim, the last block's later iterations may lie wholly
+past E (fewer tiles than the loop and the blocks, prism.ir.block.split). Such an iteration's reductions give their identities, so its
+accumulators and running max do not move. What a block holds after its loop (a running max, its partials, which
+other blocks' are combined with) is of real elements, because the rule keeps a real tile in every block: a block
+of nothing would end with a running max of -inf and partials exp(-inf - -inf) = NaN, which no combine undoes
+(tests/codegen/test_ragged.py drops the rule and sees the NaN).
 A value carried across the loop (an accumulator, a running max) never keeps a dim the loop splits
 raggedly (the tuner's space keeps those splits even; emit refuses), so its lanes are real in every
 iteration. The reference executor computes the same thing on short tiles (prism.ir.kinds). Tests make

@@ -19,7 +19,7 @@ from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph
 from prism.ir.kinds import (AFTER, BEFORE, INSIDE, MAX, Accumulator, Compute, Kind, Loader, Online, RunningMax, Saver,
                              kind_of, rule_for)
-from prism.ir.ops import OPS, TORCH, TORCH_DTYPES, rescaling
+from prism.ir.ops import OPS, TORCH, TORCH_DTYPES, Shape, rescaling
 
 __all__ = ["RUN", "UPDATE", "program_fn", "run", "run_block"]
 
@@ -189,7 +189,15 @@ def _load(ex: _Block, i: int, node: Any, kind: Kind) -> None:
 
 
 def _op(ex: _Block, i: int, node: Any, kind: Kind) -> None:
-    ex.env[i] = OPS[node.op].torch_fn(*(ex.env[r[0]] for r in node.inputs), **node.attrs)
+    """A table op on this block's tiles. A reduction over a tile with no element (one wholly past the extent of
+    a dim the loop walks raggedly: prism.ir.block.split) is its identity, the value a padded lane takes
+    (`OpDef.pad`), as the kernel's masked reduction gives: torch's max of nothing raises."""
+    op, args = OPS[node.op], [ex.env[r[0]] for r in node.inputs]
+    if op.family.rule is Shape.REDUCE and args[0].shape[node.attrs["dim"]] == 0:
+        shape = [1 if d == node.attrs["dim"] % args[0].dim() else n for d, n in enumerate(args[0].shape)]
+        ex.env[i] = torch.full(shape, op.pad, dtype=args[0].dtype)
+        return
+    ex.env[i] = op.torch_fn(*args, **node.attrs)
 
 
 def _final(ex: _Block, i: int, node: Any, kind: Kind) -> None:

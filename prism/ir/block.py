@@ -6,9 +6,10 @@ loop writes tiles to the outputs (`omap`: grid dim -> data dim it concatenates a
 size > 1 that an output leaves unmapped means the blocks along it are summed (a cross-block reduction),
 unless the output names it `once`: its blocks compute the same tile (nothing they split reaches it), and
 only the first of them writes it.
-A dim split into parts it does not divide into has power-of-two tiles, the last one partial (`split`): a
-*ragged* split, which means the program on the dim padded with elements neutral to what consumes them
-(prism.codegen.layout says why that is the program itself, and how kernels keep it so).
+A dim split into parts it does not divide into has power-of-two tiles, the last one partial, and where the
+loop walks it the last block's later iterations may hold no element at all (`split`): a *ragged* split, which
+means the program on the dim padded with elements neutral to what consumes them (prism.codegen.layout says why
+that is the program itself, and how kernels keep it so).
 Every tensor is on one side of the loop: "loop" tensors change every iteration, "post" tensors exist
 once the accumulators are done; ops never mix the two, and outputs are always "post".
 """
@@ -37,14 +38,21 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def split(extent: int, parts: int) -> int | None:
-    """The tile of a dim of `extent` split `parts` ways: extent / parts when that divides (equal tiles), else
-    the power of two t giving exactly `parts` tiles, the last one partial (ceil(extent / t) == parts: every
-    tile but the last is whole, and the last holds at least one element); None when there is neither."""
+def split(extent: int, parts: int, loop: int = 1) -> int | None:
+    """The tile of a dim of `extent` split `parts` ways, `loop` of them by the loop (parts = blocks · loop, a
+    block walking its share of `loop` tiles; tile k is block k // loop's iteration k % loop): extent / parts
+    when that divides (equal tiles), else the power of two t = next_pow2(ceil(extent / parts)), whose
+    n = ceil(extent / t) tiles hold the elements, the last one partial. Either every tile is real (n == parts),
+    or the parts - n tiles past them are fewer than both the loop and the blocks: they lie in the last block's
+    later iterations, every block keeps a real tile, and no block walks more iterations than ceil(n / blocks).
+    A tile wholly past the extent adds its reductions' identities; a block with no real tile would make
+    partials of nothing (an online softmax's running max of -inf, exp(-inf - -inf) NaN), so there is none.
+    None when there is neither."""
     if extent % parts == 0:
         return extent // parts
     t = next_pow2(-(-extent // parts))
-    return t if -(-extent // t) == parts else None
+    n = -(-extent // t)
+    return t if parts - n < min(loop, parts // loop) or n == parts else None
 
 
 class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
@@ -98,13 +106,14 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
             fmap = self._data_dim(fmap, len(full.shape), f"{where}: fmap")
         tile = []
         for d, size in enumerate(full.shape):
-            parts = math.prod(self.grid_size(g) for g, dd in imap.items() if dd == d)
-            parts *= self.loop if fmap == d else 1
-            t = split(size, parts)
+            loop = self.loop if fmap == d else 1
+            parts = math.prod(self.grid_size(g) for g, dd in imap.items() if dd == d) * loop
+            t = split(size, parts, loop)
             if t is None:
                 raise MappingError(f"{where}: dim {d} of size {size} cannot be split into {parts} equal "
                                    f"tiles, nor into {parts} tiles of a power of two with a partial last one "
-                                   f"(grid {self.grid}, loop {self.loop}, imap {imap}, fmap {fmap})")
+                                   f"and every block holding some (grid {self.grid}, loop {self.loop}, "
+                                   f"imap {imap}, fmap {fmap})")
             tile.append(t)
         attrs = {"index": len(self.input_types), "imap": imap, "fmap": fmap}
         self.input_types.append(full)

@@ -29,7 +29,8 @@ microseconds per call the pick may save, so the bucket takes the best candidate 
 size shares (`_shared_runner_up`), if one is, and says so. Where none is, the bucket's choice is instantiated at
 each size, the same sGraph at the same grid, loop, warps and stages. Where that is no valid point at the new sizes
 (kv 513 = 27·19 splits into neither 16 nor 9 tiles of a power of two), the size takes the point of the same sGraph
-the cost model ranks best among the tilings near the tuned ones, at any launch (`_moved`): no search and no tuning,
+the cost model ranks best among its tilings there that keep the tuned parallel sizes over the dims that did
+not move, at any launch (`_moved`): no search and no tuning,
 and the report says which point and its estimate there. Only a size where the sGraph has no valid tiling at all is
 tuned on its own, and `tunings` counts it. `compiles` counts the kernel sets a bucket's calls run: one where they
 are shared, one per size otherwise.
@@ -44,7 +45,6 @@ from __future__ import annotations
 import collections
 import copy
 import io
-import math
 import tokenize
 import warnings
 from dataclasses import dataclass, replace
@@ -282,8 +282,8 @@ class SizeBuckets:
             entry = report.best
             assert entry is not None
             entry.candidate, entry.estimate_us, entry.measured_us = point, seconds * 1e6, None
-            report.notes.append(f"{c} is no valid point at these sizes: {point}, the model's best of the points "
-                                f"near its tiles, estimated {seconds * 1e6:.2f} us here")
+            report.notes.append(f"{c} is no valid point at these sizes: {point}, the model's best of its points "
+                                f"here, estimated {seconds * 1e6:.2f} us here")
         graph = program if c.graph == UNFUSED else instantiate(choice.result.graphs[c.graph], shapes,
                                                                program.inputs[0].dtype,
                                                                [t.name for t in program.inputs], point)
@@ -294,28 +294,22 @@ class SizeBuckets:
     def _moved(self, choice: _Choice, program: KernelGraph, here: GraphSpace) -> tuple[Candidate, float] | None:
         """Where the bucket's chosen point is not valid at `program`'s sizes (kv 513 = 27·19 splits 16 ways into
         tiles of 33, and 9 ways into equal tiles of 57, neither a power of two), the point of its sGraph the
-        model ranks best among the tilings near it, at any launch, and the model's seconds for it: tilings whose
-        parallel sizes over fixed dims are the choice's and whose shares of the dims that moved are near the
-        tuned ones (|log2| of each share's ratio, summed: at most one more than the nearest's). None where the
-        sGraph has no valid tiling there: that size is tuned on its own. `here`: its space at those sizes."""
+        model ranks best at those sizes among the tilings whose parallel sizes over dims that did not move are
+        the choice's, at any launch, and the model's seconds for it. Every such tiling is ranked, not only those
+        whose shares of the moved dims are near the tuned ones: the nearest can be far dearer where a size's
+        tile counts factor badly (kv 5000: 157 tiles of 32, a prime). None where the sGraph has no valid tiling
+        there: that size is tuned on its own. `here`: its space at those sizes."""
         c = choice.report.best.candidate  # type: ignore[union-attr]
         sgraph = choice.result.graphs[c.graph]
         shapes, dtype = [t.shape for t in program.inputs], program.inputs[0].dtype
         tuned = GraphSpace(sgraph, choice.shapes, dtype, self.target)
-        counts = (*c.grid, c.loop)
 
-        def distance(grid: tuple[int, ...], loop: int) -> float | None:
-            out = 0.0
-            for v, was, n, n0 in zip(here.variables, tuned.variables, (*grid, loop), counts):
-                moved = [(e, e0) for e, e0 in zip(v.extents, was.extents) if e != e0]
-                if not moved and n != n0:
-                    return None
-                out += abs(math.log2(moved[0][0] * n0 / (moved[0][1] * n))) if moved else 0.0
-            return out
+        def kept(counts: tuple[int, ...]) -> bool:
+            return all(n == n0 for v, was, n, n0 in zip(here.variables, tuned.variables, counts, (*c.grid, c.loop))
+                       if v.extents == was.extents)
 
-        near = [(d, t) for t in here.tilings() if (d := distance(*t)) is not None]
-        least = min((d for d, _ in near), default=0.0)
-        tilings = [(c.graph, grid, loop, here.launches(grid, loop)) for d, (grid, loop) in near if d <= least + 1]
+        tilings = [(c.graph, grid, loop, here.launches(grid, loop)) for grid, loop in here.tilings()
+                   if kept((*grid, loop))]
         names = [t.name for t in program.inputs]
         ranked = [r for rows in rank_chunk({c.graph: sgraph.to_json()}, (shapes, dtype, names), self.target, tilings)
                   if not isinstance(rows, str) for r in rows]

@@ -9,8 +9,10 @@ software-pipelining stages (prism.ir.Launch), which never change what is compute
 splits the dims of one or more *classes* (atoms that dimension matching made equal), so a point
 (grid, loop) is valid when, for every class c split f = grid[p] · loop ways by grid dim p and/or the loop,
 
-    tile(c) = prism.ir.block.split(extent(c), f) exists     f equal tiles, or f tiles of a power of two t
-                                                            with ceil(extent / t) = f, the last partial
+    tile(c) = prism.ir.block.split(extent(c), f, l) exists  f equal tiles, or f tiles of a power of two t
+                                                            with ceil(extent / t) = f, the last partial, or
+                                                            where the loop walks c (l = loop), fewer real
+                                                            ones: f - ceil(extent / t) < min(l, f / l)
     tile(c) is a power of two, or c is not split at all
     the tiles are equal if the loop splits c and a value carried across iterations (an accumulator, a
     running max) keeps c: the kernel masks a partial tile only where it is consumed inside the loop
@@ -26,12 +28,13 @@ iteration (Triton pipelines loop loads; with one iteration stages change nothing
 
 Tiles are padded as code generation pads them: to the next power of two, and to at least 16 on the
 dims Triton's dot uses (so small tiles are allowed; the cost model charges for the waste, and for a partial
-last tile's: it counts f whole tiles, ceil(extent / t) · t elements, as the kernel computes them). Shared
-memory is estimated as Triton spends it on sm_90: each operand of Triton's dot is staged through shared
-memory in the matmul's dtype, `staged_copies(stages)` deep when it is loaded anew every loop iteration
-(software pipelining), once otherwise. Against Triton 3.7's own figure for sm_90 this is within about 2x
-either way (measured on sampled rmsnorm and attention points); the tuner compiles the survivors
-ahead of time and checks the real figure, so the estimate only has to prune what cannot fit.
+last tile's: it counts f whole tiles, f · t elements, as the kernel walks them, a tile wholly past the extent
+at the cost of the iteration that masks it). Shared memory is estimated as Triton spends it on sm_90: each
+operand of Triton's dot is staged through shared memory in the matmul's dtype, `staged_copies(stages)` deep
+when it is loaded anew every loop iteration (software pipelining), once otherwise. Against Triton 3.7's own
+figure for sm_90 this is within about 2x either way (measured on sampled rmsnorm and attention points); the
+tuner compiles the survivors ahead of time and checks the real figure, so the estimate only has to prune what
+cannot fit.
 
 A tail form (its second kernel run by the last block of each row of the first, prism.codegen.tail) runs
 that kernel's blocks on the first kernel's grid: a block holds a row's partials whole, the first kernel's
@@ -172,17 +175,25 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _counts(extent: int) -> set[int]:
-    """Every number of tiles a dim of `extent` splits into (`split`): its divisors, and ceil(extent / 2^k)."""
-    return set(_divisors(extent)) | {-(-extent // (1 << k)) for k in range(extent.bit_length())}
+def _shares(extent: int) -> set[int]:
+    """Every parallel size that may split a dim of `extent`, alone or with another (`split`): the divisors of
+    each number of tiles it splits into (its divisors, and n = ceil(extent / 2^k)), and for tiles of each
+    power of two, a power of two g of blocks with the ceil(n / g) iterations each walks, the last block's
+    later ones wholly past the extent (4097 = 128·32 + 1 in 4 blocks of 33 tiles of 32)."""
+    out: set[int] = set()
+    for n in set(_divisors(extent)) | {-(-extent // (1 << k)) for k in range(extent.bit_length())}:
+        out.update(_divisors(n))
+        out.update(v for k in range(1, n.bit_length()) for v in (1 << k, -(-n // (1 << k))))
+    return out
 
 
-def _uneven(extent: int, f: int, even: bool = False) -> str | None:
-    """Why a dim of `extent` split `f` ways breaks the tile rules (tiles of a power of two, the last one
-    partial unless `even`), or None."""
-    tile = split(extent, f)
+def _uneven(extent: int, blocks: int, loop: int = 1, even: bool = False) -> str | None:
+    """Why a dim of `extent` split over `blocks` blocks of `loop` iterations breaks the tile rules (tiles of a
+    power of two, the last one partial unless `even`, every block holding one), or None."""
+    f = blocks * loop
+    tile = split(extent, f, loop)
     if tile is None:
-        return f"a dim of extent {extent} does not split into {f} tiles"
+        return f"a dim of extent {extent} does not split into {blocks} block(s) of {loop} tile(s)"
     if f > 1 and not _pow2(tile):
         return f"a dim of extent {extent} split {f} ways gives tiles of {tile}, not a power of two"
     if even and extent % f:
@@ -274,7 +285,7 @@ class GraphSpace:
         """Its values: the sizes that divide some number of tiles every class it splits can have (with the loop's
         share, a class split by a grid dim and the loop splits into grid · loop tiles)."""
         extents = tuple(self.extent[c] for c in classes)
-        shares = [{v for f in _counts(e) for v in _divisors(f)} for e in extents]
+        shares = [_shares(e) for e in extents]
         values = tuple(sorted(set.intersection(*shares))) if classes else (1,)
         return Variable(name, classes, extents, values)
 
@@ -459,7 +470,7 @@ class GraphSpace:
             if not var.classes and v != 1:
                 out.append(f"{var.name} splits no dim, so it must be 1 (got {v})")
         for e, p, looped, even in self._splits:
-            why = _uneven(e, (grid[p] if p is not None else 1) * (loop if looped else 1), even)
+            why = _uneven(e, grid[p] if p is not None else 1, loop if looped else 1, even)
             if why:
                 out.append(why)
         if out:
@@ -542,7 +553,7 @@ class GraphSpace:
     def _splits_evenly(self, p: int | None, value: int, loop: int) -> bool:
         """Whether grid dim p at `value` (p None: no grid dim, the loop alone) and the loop at `loop` split every
         class that grid dim p splits into tiles the rules allow (`_uneven`)."""
-        return not any(_uneven(e, value * (loop if looped else 1), even) for e, q, looped, even in self._splits
+        return not any(_uneven(e, value, loop if looped else 1, even) for e, q, looped, even in self._splits
                        if q == p)
 
     def points(self) -> list[Candidate]:

@@ -54,6 +54,12 @@ RAGGED: dict[str, Callable[[], Case]] = {
                                            partials=True),
     "ragged_attention_split_tail_kv513": _case("attention", _att(513, d=64), 30.0, online=True, splits=3, loop=11,
                                                partials=True, tail=True),      # 33 tiles of 16, the last of 1
+    # tiles wholly past the extent in the last block's later iterations: kv 129 in 4 blocks of 5 tiles of 8 (17
+    # real: the last block holds 2, then 3 empty)
+    "ragged_attention_split_empty_tiles_kv129": _case("attention", _att(129, d=64), 30.0, online=True, splits=4,
+                                                      loop=5, partials=True),
+    "ragged_attention_split_tail_empty_tiles_kv129": _case("attention", _att(129, d=64), 30.0, online=True,
+                                                           splits=4, loop=5, partials=True, tail=True),
     "ragged_qk_attention_kv513": _case("qk_attention", _att(513), 30.0, online=True, loop=5),
     "ragged_gqa_kv513": _case("gqa", {"b": 1, "k": 2, "g": 4, "h": 513, "d": 96}, 30.0, online=True, loop=5),
 }

@@ -9,6 +9,8 @@ work, what code generation refuses, and the sm_90 compile of ragged kernels and 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -20,16 +22,98 @@ from prism.codegen.plan import plan_graph
 from prism.errors import InputError, MappingError
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.block import split
-from prism.tune.cost import kernels_of
-from prism.tune.space import Space
+from prism.tune.cost import estimate, kernels_of
+from prism.tune.space import Candidate, Space
+from prism.tune.target import H100
 from tests.codegen.ragged_cases import MUTANTS, RAGGED, RUNTIME
 
 
 @pytest.mark.parametrize("extent, parts, tile", [
     (1000, 1, 1000), (1000, 8, 125), (1000, 16, 64), (513, 9, 57), (513, 5, 128), (37, 3, 16), (5, 2, 4),
-    (8, 3, None), (64, 5, None), (64, 128, None)])
+    (8, 3, None), (64, 5, None), (64, 128, None), (4097, 132, None)])
 def test_a_split_is_equal_tiles_or_power_of_two_tiles_with_a_partial_last(extent, parts, tile):
     assert split(extent, parts) == tile
+
+
+@pytest.mark.parametrize("extent, blocks, loop, tile", [
+    (4097, 4, 33, 32),    # 129 tiles of 32 in 4 blocks of 33: the last block's 30 real, then 3 past the extent
+    (129, 4, 5, 8), (4097, 3, 43, 32),
+    (33, 4, 8, None),     # 17 tiles of 2 in 4 blocks of 8: the last block would hold none
+    (9, 1, 4, None),      # 3 tiles of 4 in one block of 4 iterations: one more than it needs
+    (4097, 2, 100, None), # 65 tiles of 64 in 2 blocks of 100 iterations: 35 past the extent
+    (64, 3, 1, None)])    # blocks alone: every tile is real, or there is no split
+def test_where_the_loop_walks_a_dim_the_last_blocks_later_tiles_may_lie_past_its_extent(extent, blocks, loop, tile):
+    assert split(extent, blocks * loop, loop) == tile
+
+
+def test_a_block_with_no_tile_of_the_extent_would_make_partials_of_nothing(monkeypatch):
+    """Why a split keeps a real tile in every block: split-KV attention at kv 33 in 4 blocks of 8 tiles of 2 (17
+    real) leaves the last block none, and its online softmax's running max over nothing is -inf, exp(-inf - -inf)
+    NaN in its partials, which the combine carries to the output. With the rule there is no such point; with
+    the rule dropped (patched here) the executor, which computes what the kernels do, gives NaN."""
+    import prism.ir.block as block_module
+
+    w = prism.workloads.get("attention")
+    cfg = {"b": 2, "g": 4, "h": 33, "d": 64}
+    with pytest.raises(MappingError, match="every block holding some"):
+        w.fused(cfg, online=True, splits=4, loop=8, partials=True)
+    monkeypatch.setattr(block_module, "split", lambda e, parts, loop=1: e // parts if e % parts == 0
+                        else block_module.next_pow2(-(-e // parts)))
+    g = w.fused(cfg, online=True, splits=4, loop=8, partials=True)
+    (out,) = interp.run(g, w.inputs(cfg, 0, torch.float32))
+    assert not torch.isfinite(out).all()
+
+
+def test_the_model_prices_tiles_past_the_extent_as_their_neighbours():
+    """Split-KV attention at kv 4097 = 128·32 + 1 in 4 blocks of 33 tiles of 32 (3 past the extent) costs, in the
+    model, what 4 blocks of 32 tiles cost at 4096 but for the 33rd iteration; without such tiles 4097 took 3
+    blocks of 43 (fewer blocks than the H100 has SMs: 96 at 32 rows) at a dearer estimate."""
+    w = prism.workloads.get("attention")
+    cfg = {"b": 32, "g": 1, "d": 128}
+
+    def us(h: int, splits: int, loop: int) -> float:
+        return estimate(w.fused({**cfg, "h": h}, online=True, splits=splits, loop=loop, partials=True), H100).seconds
+
+    past = us(4097, 4, 33)
+    assert past <= us(4096, 4, 32) * 33 / 32 * 1.01
+    assert past < us(4097, 3, 43)
+
+
+def _past(block: BlockGraph) -> bool:
+    """Some loader's dim has fewer tiles of its extent than the blocks and iterations that split it."""
+    for i in block.loaders:
+        a = block.nodes[i].attrs
+        for d, (tile, size) in enumerate(zip(block.nodes[i].outputs[0].shape, block.input_types[a["index"]].shape)):
+            parts = math.prod(block.grid_size(g) for g, dd in a["imap"].items() if dd == d)
+            if -(-size // tile) < parts * (block.loop if a["fmap"] == d else 1):
+                return True
+    return False
+
+
+def test_the_space_offers_tiles_past_the_extent_and_they_compute_the_program(searched):
+    """At kv 129 the split-KV µGraphs have points whose last block walks tiles past the extent; they instantiate,
+    generate, and the executor computes the program on them."""
+    w, _, result = searched("attention")
+    cfg = {"b": 2, "g": 4, "h": 129, "d": 64}
+    space = Space(result, w.build(cfg))
+    past = []
+    for gs in space.graphs:
+        for grid, loop in gs.tilings():
+            if len(past) == 4:
+                break
+            try:
+                g = space.instantiate(Candidate(gs.index, grid, loop))
+            except MappingError:   # a group mapping whose unsplit tile holds no whole groups: the tuner skips it
+                continue
+            if _past(g.blocks[0]):
+                past.append(g)
+    assert past, "no point with tiles past the extent"
+    xs = w.inputs(cfg, 0, torch.float32)
+    want = w.reference(*[x.double() for x in xs])
+    for g in past:
+        assert codegen.compile_graph(g).source
+        (got,) = interp.run(g, xs)
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
 
 
 def test_a_ragged_output_states_its_shape():

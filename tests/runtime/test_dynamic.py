@@ -3,6 +3,7 @@ once and tuned once per size bucket (prism.runtime.buckets)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -14,6 +15,7 @@ from prism.errors import InputError
 from prism.codegen import CodegenError
 from prism.codegen.plan import plan_graph
 from prism.runtime.buckets import SizeBuckets, bucket
+from prism.tune.cost import estimate
 from prism.tune.space import instantiate
 from tests.child import interpreted
 
@@ -58,11 +60,11 @@ def test_one_graph_serves_every_kv_length_with_one_tuning_per_bucket(monkeypatch
     assert "reused" in dg.at(*inputs(37, gen)).report.notes[-1]
 
 
-def test_a_choice_that_is_no_valid_point_at_a_new_size_moves_to_a_valid_one_near_it(monkeypatch):
+def test_a_choice_that_is_no_valid_point_at_a_new_size_moves_to_the_models_best_valid_one(monkeypatch):
     """Where a bucket's sizes get kernels of their own (here: as if its kernels could not take kv at launch), a
-    choice whose tiles do not fit a new size is served at the model's best point of its sGraph near its tiles,
-    with the model's estimate there, and not tuned again; where its sGraph has no valid point at that size, the
-    size is tuned anew."""
+    choice whose tiles do not fit a new size is served at the model's best point of its sGraph at that size, with
+    the model's estimate there, and not tuned again; where its sGraph has no valid point at that size, the size
+    is tuned anew."""
     monkeypatch.setattr(SizeBuckets, "_share", lambda *args: "as if kv were split across blocks")
     dg = dynamic(attention(64))
     gen = torch.Generator().manual_seed(1)
@@ -78,8 +80,14 @@ def test_a_choice_that_is_no_valid_point_at_a_new_size_moves_to_a_valid_one_near
     b37 = bucket([(2, 4, 16), (2, 16, 37), (2, 37, 16)])
     assert dg.tunings[b37] == 1
     report = dg.at(q, kt, v).report
-    assert report.best.candidate.loop == 37 and report.best.estimate_us > 0
-    assert "the model's best of the points near its tiles" in report.notes[-1], report.notes
+    assert "the model's best of its points here" in report.notes[-1], report.notes
+    # the valid point nearest the tuned one walks kv one position per iteration, 37 of them; a wider tile is
+    # cheaper, and the model's best of every valid point is taken, not the nearest
+    program = attention(37)
+    nearest = instantiate(choice.result.graphs[splits.graph], [t.shape for t in program.inputs], "float32",
+                          [t.name for t in program.inputs], dataclasses.replace(splits, loop=37))
+    assert 0 < report.best.estimate_us < estimate(nearest, dg.buckets.target).seconds * 1e6
+    assert report.best.candidate.loop < 37
     monkeypatch.setattr(prism.runtime.buckets.GraphSpace, "tilings", lambda self: [])
     q, kt, v = inputs(36, gen)                           # no valid point of the sGraph at 36: tuned there
     (out,) = dg(q, kt, v)
