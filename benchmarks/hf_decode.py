@@ -12,8 +12,9 @@ Two shapes:
       Inductor, Inductor's reduce-overhead mode (a CUDA graph per step), Prism, and Prism in that mode (the rest
       in Inductor's CUDA graphs, Prism's ops captured inside), each as called and, except the reduce-overhead
       ones (already replays), as the replay of one step captured in a CUDA graph. On a CPU: eager and Prism as
-      called (Prism's regions run their programs as torch ops there). Then Prism's launches per layer and each
-      region's choice (prism.capture.history). Each step first sets the cache's length back to the prompt's
+      called (Prism's regions run their programs as torch ops there). Then the launches per layer (the step's,
+      Prism's kernels and torch's rest, over the layers: prism.capture.launches) and each region's choice
+      (prism.capture.history). Each step first sets the cache's length back to the prompt's
       (one small fill per layer, timed alike for all).
   --kernels [FILE] (with --llama2048, on a CUDA GPU): eager's, Inductor's and Prism's kernels side by side, from
       torch.profiler over KERNEL_STEPS steps: calls and device µs per step, and for Prism's kernels, whose bytes
@@ -151,12 +152,12 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
 
 
 def launches_per_layer(start: int, layers: int) -> float:
-    """Prism's kernel launches per layer in the last graph compiled since history record `start` (the decode
-    step's), from each region's `launches`."""
+    """The launches per layer, Prism's kernels and torch's rest together, of the last graph compiled since
+    history record `start` (the decode step's): its record's `launches` (prism.capture.launches)."""
     records = prism.capture.history[start:]
     if not records:
         return 0.0
-    return sum(r.get("launches") or 0 for r in records[-1]["replaced"]) / layers
+    return (records[-1]["launches"]["total"] or 0) / layers
 
 
 def _graph_us(step: Callable[[], Any], repeat: int) -> float:
@@ -224,7 +225,7 @@ def main() -> None:
         where = torch.cuda.get_device_name() if cuda else "CPU (no CUDA graphs; Prism's choices by its cost model)"
         print(f"Llama-shaped float16 decode step, {args.layers} layers, KV cache 1024, {where}: µs, median of "
               f"{args.repeat}")
-        print("| step | backend | first compile s | called µs | CUDA graph µs | Prism launches / layer |")
+        print("| step | backend | first compile s | called µs | CUDA graph µs | launches / layer (Prism + torch) |")
         print("|---|---|---|---|---|---|")
         regions = []
         tables: dict[int, dict[str, list[KernelRow]]] = {}
@@ -269,7 +270,7 @@ def main() -> None:
         print(f"| {label} | {r['compile_s']:.1f} | {r['ready_s']:.1f} | {r['called_us']:.0f} | "
               f"{r['called_us'] / eager:.2f} |")
     print(f"prism replaced {fused} region(s) in the prefill's and the decode step's graphs; "
-          f"{launches_per_layer(start, args.layers):.0f} Prism kernel launches per layer in the decode step's")
+          f"{launches_per_layer(start, args.layers):.1f} launches per layer in the decode step's, Prism's and torch's")
 
 
 if __name__ == "__main__":

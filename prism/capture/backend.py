@@ -23,7 +23,8 @@ Prism's unfused program (`_fused`: no fused kernel beat it), or, on a GPU, one t
 (prism.capture.against: the cone's own ops timed as the rest runs them). Every decision is logged (logger
 "prism.compile"; each region as it is reached, and a summary per graph: prism.capture.watch, which also keeps a
 progress line on a terminal) and kept in `history`: what each cone became (its chosen kernels, their launches
-and µs: "measured" on a GPU, else the cost model's estimate), or why it stayed with torch.
+and µs: "measured" on a GPU, else the cost model's estimate), or why it stayed with torch, and what the graph
+launches per call in all, Prism's kernels and torch's (prism.capture.launches).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import torch
 from torch._dynamo.exc import RestartAnalysis
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from prism.capture import against
+from prism.capture import against, launches
 from prism.capture.ahead import Ahead
 from prism.capture.aten import op_name
 from prism.capture.background import Pending, submit
@@ -97,8 +98,9 @@ MODES: dict[str | None, dict[str, Any]] = {None: {}, "default": {}, "reduce-over
 
 OPTIONS = Options()
 history: list[dict[str, Any]] = []
-"""One record per compiled graph: {"replaced": [...], "left": [...]} (what, why, op names), and "rest" where the
-rest runs as the ATen graph though Inductor was asked for (why)."""
+"""One record per compiled graph: {"replaced": [...], "left": [...]} (what, why, op names), "launches" (per call of
+the graph: Prism's kernels, what torch runs of the rest, named, and the total: prism.capture.launches), and "rest"
+where the rest runs as the ATen graph though Inductor was asked for (why)."""
 
 
 @fewer_collections()
@@ -125,7 +127,7 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
             with unset_fake_temporarily():  # the tracer's fake mode is on: searches and tunings need real tensors
                 return _fuse(aten, device, record, opts, watch)
         try:
-            return _traced(gm, example_inputs, fuse, opts)
+            return _traced(gm, example_inputs, fuse, opts, record)
         except RestartAnalysis:  # Dynamo's signal to trace the frame again (a float made a tensor): not a failure
             history.remove(record)
             raise
@@ -197,7 +199,8 @@ def _fuse(aten: torch.fx.GraphModule, device: torch.device, record: dict[str, An
 
 
 def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
-            fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule], opts: Options) -> Callable[..., Any]:
+            fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule], opts: Options,
+            record: dict[str, Any]) -> Callable[..., Any]:
     """A graph with symbolic sizes, traced to ATen in Dynamo's own fake mode (so its sizes stay symbols) by
     AOTAutograd, `fuse`d there, then run by the rest: Inductor's inner compiler, or the graph as it is.
 
@@ -211,11 +214,12 @@ def _traced(gm: torch.fx.GraphModule, example_inputs: list[Any],
             from functorch.compile import make_boxed_func
             from torch._functorch.aot_autograd import aot_module_simplified
 
-            return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: make_boxed_func(fuse(g)))
-        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+            def as_it_is(g: torch.fx.GraphModule, _: Any) -> Callable[..., Any]:
+                return make_boxed_func(_counted(fuse(g), record))
+            return aot_module_simplified(gm, example_inputs, fw_compiler=as_it_is)
+        from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(gm, example_inputs, config_patches=_inductor_config(opts),
-                          inner_compile=lambda g, inputs, **kw: compile_fx_inner(fuse(g), inputs, **kw))
+        return compile_fx(gm, example_inputs, config_patches=_inductor_config(opts), inner_compile=_inner(record, fuse))
 
 
 def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: dict[str, Any], opts: Options,
@@ -493,11 +497,37 @@ def _inductor(gm: torch.fx.GraphModule, opts: Options, record: dict[str, Any]) -
 
 def _rest(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options,
           record: dict[str, Any]) -> Callable[..., Any]:
+    """What runs `gm` (Prism's ops in it): Inductor, or the ATen graph as it is; its launches go to `record`."""
     if not _inductor(gm, opts, record):
-        return gm
+        return _counted(gm, record)
+    from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, example_inputs, config_patches=_inductor_config(opts))
+    with functorch_config.patch(enable_autograd_cache=False):  # a hit there would skip the inner compile's count
+        return compile_fx(gm, example_inputs, config_patches=_inductor_config(opts), inner_compile=_inner(record))
+
+
+def _counted(gm: torch.fx.GraphModule, record: dict[str, Any]) -> torch.fx.GraphModule:
+    """`gm`, which runs as the ATen graph it is, with its launches per call in `record` (prism.capture.launches)."""
+    record["launches"] = launches.summed(record["replaced"], launches.in_graph(gm), "the ATen graph's ops")
+    return gm
+
+
+def _inner(record: dict[str, Any], fuse: Callable[[torch.fx.GraphModule], torch.fx.GraphModule] | None = None
+           ) -> Callable[..., Any]:
+    """Inductor's inner compile of the rest, after `fuse` where Prism's fusion runs inside AOTAutograd (symbolic
+    sizes), with the launches per call of the module it generates in `record` (prism.capture.launches): the first
+    graph's, the forward, where AOTAutograd compiles more than one."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    def inner(g: torch.fx.GraphModule, inputs: list[Any], **kw: Any) -> Any:
+        compiled = compile_fx_inner(fuse(g) if fuse else g, inputs, **kw)
+        source = getattr(compiled, "source_code", None)
+        if "launches" not in record:
+            rest = None if source is None else launches.in_code(source)
+            record["launches"] = launches.summed(record["replaced"], rest, "Inductor's generated module")
+        return compiled
+    return inner
 
 
 def register() -> None:

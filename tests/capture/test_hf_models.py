@@ -62,6 +62,7 @@ def test_prefill_and_greedy_decode_match_eager_with_every_layer_fused(name, opti
     assert any("per size bucket" in r["chosen"] for r in graphs[-1]["replaced"])  # the dynamic graph's regions
     assert not [left for r in graphs for left in r["left"] if "internal error" in left["why"]]
     for record in graphs:                     # the prefill, the first decode step, the decode steps of any KV length
+        assert record["launches"]["rest"] == len(record["launches"]["rest_kernels"])  # counted on every path
         left = {op for r in record["left"] for op in r.get("ops", [])}
         assert not left & MATMULS, [r for r in record["left"] if set(r.get("ops", [])) & MATMULS]
         if name != "gpt2":
@@ -138,3 +139,5 @@ def test_a_llama_shaped_decode_step_runs_each_region_as_one_fused_kernel(options
     assert len(replaced) == 6, [r["ops"] for r in replaced]
     assert all(r["launches"] == 1 and r["chosen"] != "unfused program" for r in replaced), [
         (r["root"], r["chosen"], r["launches"]) for r in replaced]
+    count = pc.history[-1]["launches"]     # and torch's rest (the embedding, RoPE, the cache) launches too
+    assert count["prism"] == 6 and count["prism_later"] == 0 and count["rest"] >= 1, count
