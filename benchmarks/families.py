@@ -14,8 +14,10 @@ alike is searched once.
 Per family: a status (`match`: the backend's logits are eager's within 1e-4; `differs`; `crash`: the compiled
 model raised; `timeout`; `eager fails` or `no small config`: the family itself could not run here, with torch's
 or transformers' reason; `too large`: its small config still has more than --max-params parameters), the largest
-|logits - eager|, the graphs compiled, the regions fused, the cones left to torch with the reasons, and the left
-cones that hold a norm (which the family test wants fused, or a named reason).
+|logits - eager|, the graphs compiled, the regions fused, the cones left to torch with the reasons, the left
+cones that hold a norm (which the family test wants fused, or a named reason), and what the last graph (the decode
+step's) launches per call: Prism's kernels and torch's ops (the rest runs eagerly: one launch per op that writes
+elements; prism.capture.launches).
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ error = max(float((g - w).abs().max()) for g, w in zip(got, want))
 graphs = pc.history[start:]
 left = [{"what": r["what"], "why": r["why"], "ops": sorted(set(r.get("ops", [])))} for g in graphs for r in g["left"]]
 say(status="match" if error <= 1e-4 else "differs", error=error, params=params, seconds=seconds,
-    graphs=len(graphs), fused=sum(len(g["replaced"]) for g in graphs), left=left)
+    graphs=len(graphs), fused=sum(len(g["replaced"]) for g in graphs), left=left,
+    launches=[g["launches"] for g in graphs if "launches" in g])
 """
 
 

@@ -29,8 +29,9 @@ narrows gpu_bench and oracle to those workloads:
              and the current cost model's regret on them (prism.tune.oracle). Copy that file to
              benchmarks/results/tune_samples_<gpu>_<date>.json: the oracle the CPU tests replay
              (tests/tune/test_oracle.py);
-  llama      `benchmarks/hf_decode.py --llama2048 --batches 1`: a Llama-shaped float16 decode step (2 layers, KV
-             1024) through eager, Inductor, Inductor's reduce-overhead, Prism and Prism with CUDA graphs, each
+  llama      `benchmarks/hf_decode.py --llama2048 --batches 1 --pdl`: a Llama-shaped float16 decode step (2 layers,
+             KV 1024) through eager, Inductor, Inductor's reduce-overhead, Prism and Prism with CUDA graphs (each
+             also with programmatic dependent launch), launches per layer (Prism's and torch's), each
              Prism region's chosen kernel and µs, and each backend's kernels by device time into
              OUT/llama_kernels.md (where Prism's step loses to Inductor's, kernel by kernel);
   decoder    `benchmarks/decoder_bench.py`: the example decoder layer through the same backends, Prism's host
@@ -97,7 +98,7 @@ STEPS = {
         str(out / "tune_samples.json")], per_workload=True),
     "llama": Step(500, lambda py, searches, out, budget: [
         py, "benchmarks/hf_decode.py", "--llama2048", "--layers", "2", "--repeat", "30", "--budget", "8",
-        "--batches", "1", "--kernels", str(out / "llama_kernels.md")]),
+        "--batches", "1", "--pdl", "--kernels", str(out / "llama_kernels.md")]),
     "decoder": Step(330, lambda py, searches, out, budget: [py, "benchmarks/decoder_bench.py", "--budget", "8",
                                                             "--profile", str(out / "decoder_profile.txt")]),
     "sizes": Step(180, lambda py, searches, out, budget: [

@@ -55,6 +55,10 @@ from prism.bench.kernels import KernelRow, format_table, kernel_rows, prism_byte
 BACKENDS = (("eager", None, None), ("inductor", "inductor", None), ("prism", "prism", None))
 GPU_BACKENDS = BACKENDS[:2] + (("inductor reduce-overhead", "inductor", "reduce-overhead"),) + BACKENDS[2:] + (
     ("prism reduce-overhead", "prism", "reduce-overhead"),)
+PDL_BACKENDS = (("prism pdl", "prism", {"pdl": True}), ("prism reduce-overhead pdl", "prism",
+                                                       {"cudagraphs": True, "pdl": True}))
+"""--pdl's rows: Prism's kernels with programmatic dependent launch (RunOptions.pdl), as called and in Inductor's
+CUDA graphs (torch.compile takes a mode or options, not both: options={"cudagraphs": True} is the mode's)."""
 KERNEL_STEPS = 20
 """Steps torch.profiler records for --kernels."""
 
@@ -98,12 +102,13 @@ def small(hf: Any, name: str, layers: int, backend: str | None, repeat: int, dev
     return {"compile_s": compile_s, "called_us": us, "ready_s": ready_s}
 
 
-def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str | None,
+def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str | dict[str, Any] | None,
               repeat: int, device: str = "cuda", kernels: bool = False, prefill: int = 0) -> dict[str, Any]:
     """The Llama-shaped float16 step: first-compile seconds, µs as called and (on a GPU) in a CUDA graph, for
     Prism each region's choice and launches, and with `kernels` (on a GPU) the step's kernels by device time
     over KERNEL_STEPS steps (prism.bench.kernels; Prism's with their bytes where the compile record gives them).
-    With `prefill` tokens, the step is a prefill of that many tokens instead (no cache: its logits' last row)."""
+    With `prefill` tokens, the step is a prefill of that many tokens instead (no cache: its logits' last row).
+    `mode`: torch.compile's mode, or its options (a dict)."""
     import transformers as tf
 
     torch._dynamo.reset()
@@ -120,7 +125,8 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
     with torch.no_grad():
         nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits.argmax(-1)
         position = torch.tensor([kv], device=device)
-        forward = m.forward if backend is None else torch.compile(m.forward, backend=backend, mode=mode)
+        how = {"options": mode} if isinstance(mode, dict) else {"mode": mode}
+        forward = m.forward if backend is None else torch.compile(m.forward, backend=backend, **how)
         tokens = torch.randint(0, 32000, (batch, prefill), generator=torch.Generator().manual_seed(2)).to(device)
 
         def step() -> Any:  # the cache back at the prompt's length: every step writes the same slot
@@ -138,7 +144,7 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
         row["regions"] = ([(r["root"], r["chosen"], r["launches"], r["us"], r["measured"])
                            for r in prism.capture.history[-1]["replaced"]] if backend == "prism" else [])
         row["called_us"] = median_us(step, repeat, cuda)
-        if cuda and mode != "reduce-overhead":
+        if cuda and mode != "reduce-overhead" and not (isinstance(mode, dict) and mode.get("cudagraphs")):
             try:
                 row["graph_us"] = _graph_us(step, repeat)
             except Exception as e:  # the row says why there is no figure
@@ -211,6 +217,8 @@ def main() -> None:
     ap.add_argument("--kernels", nargs="?", const="", metavar="FILE",
                     help="--llama2048 on a GPU: eager's, Inductor's and Prism's kernels by device time, one table, "
                     "and as JSON in FILE (default benchmarks/results/decode_kernels_<gpu>_<date>.json)")
+    ap.add_argument("--pdl", action="store_true", help="--llama2048 on a GPU: also Prism with programmatic dependent "
+                    "launch, as called and in CUDA graphs (rows 'prism pdl', 'prism reduce-overhead pdl')")
     ap.add_argument("--background", action="store_true",
                     help="the prism row with options={'background': True}: cones superoptimized on a thread")
     args = ap.parse_args()
@@ -232,10 +240,13 @@ def main() -> None:
         prefills = [int(n) for n in args.prefill.split(",") if n]
         if prefills and not cuda:
             print("--prefill: skipped on a CPU (a float16 prefill of hundreds of tokens takes minutes per call here)")
+        if args.pdl and not cuda:
+            print("--pdl: skipped on a CPU (programmatic dependent launch is a GPU's: sm_90 and later)")
         rows = [(f"decode, batch {b}", b, 0) for b in map(int, args.batches.split(","))]
         rows += [(f"prefill {n}", 1, n) for n in (prefills if cuda else [])]
         for what, batch, prefill in rows:
-            for label, backend, mode in GPU_BACKENDS if cuda else (BACKENDS[0], BACKENDS[2]):
+            backends = GPU_BACKENDS + PDL_BACKENDS * args.pdl if cuda else (BACKENDS[0], BACKENDS[2])
+            for label, backend, mode in backends:
                 r = llama2048(args.layers, batch, 1024, backend, mode, args.repeat, "cuda" if cuda else "cpu",
                               kernels and mode is None and not prefill, prefill)
                 if "kernels" in r:

@@ -210,6 +210,9 @@ class RunOptions(Settings):
     backend, ray_address: "ray" runs the search (unless its options say otherwise) and the ahead-of-time
         compiles as Ray tasks, on the cluster at ray_address or a local Ray (prism.search.cluster); "local"
         (the default) in worker processes here.
+    pdl: launch every kernel of the result with programmatic dependent launch (prism.ir.Launch.pdl): on sm_90
+        and later each may start while the kernel before it finishes, and waits for it before it reads or
+        writes. Not a tuning choice (a kernel timed alone shows nothing of it); a model's step shows it.
     """
 
     device: Any = None
@@ -218,6 +221,7 @@ class RunOptions(Settings):
     workers: int | None = None
     backend: str = "local"
     ray_address: str | None = None
+    pdl: bool = False
 
     WHAT: ClassVar[str] = "run options"
 
@@ -227,4 +231,6 @@ class RunOptions(Settings):
         if self.workers is not None:
             check_positive(who, "workers", self.workers, whole=True)
         check_backend(who, self.backend, self.ray_address)
+        if not isinstance(self.pdl, bool):
+            raise InputError(f"{who}: pdl must be True or False, got {self.pdl!r}")
         return self

@@ -381,19 +381,22 @@ NORM_OPS = ("aten.rsqrt", "aten.var_mean", "aten.native_layer_norm", "aten.layer
 def families_table(results: list[dict[str, Any]]) -> str:
     """As benchmarks/families.py prints it: per family its status, the largest |logits - eager|, the graphs
     compiled, the regions fused, the cones left to torch (ops in no cone are not a cone) and those that hold a
-    norm, and the seconds of the compiled prefill and decode step."""
+    norm, the decode step's launches (Prism's kernels + torch's ops, where the run recorded them), and the seconds
+    of the compiled prefill and decode step."""
     rows = []
     for r in results:
         status = r["status"] if r["status"] in ("match", "differs") else f"{r['status']}: {r.get('why', '')}"
         left = [x for x in r.get("left", []) if x["why"] != "not in a cone Prism took"]
         norms = [x for x in left if any(o.startswith(NORM_OPS) for o in x["ops"])]
         ran = "left" in r
+        step = r["launches"][-1] if r.get("launches") else None
         rows.append([r["family"], status.replace("|", "\\|").replace("\n", " "),
                      f"{r['error']:.1e}" if "error" in r else "", r.get("graphs", ""), r.get("fused", ""),
                      len(left) if ran else "", len(norms) if ran else "",
+                     f"{step['prism']} + {step['rest']}" if step and step["rest"] is not None else "",
                      f"{r['seconds']:.0f}" if "seconds" in r else ""])
     return markdown_table(["family", "status", "max \\|logits - eager\\|", "graphs", "regions fused", "cones left",
-                           "of them with a norm", "s"], rows)
+                           "of them with a norm", "decode step launches (Prism + torch)", "s"], rows)
 
 
 def _families(docs: list[Any]) -> str:

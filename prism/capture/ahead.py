@@ -99,7 +99,7 @@ class Ahead:
         started = self.futures.get((graph.structural_hash(), strides))
         if started is not None and self.device.type != "cuda":
             chosen, report, result = started.result()
-            return OptimizedGraph(graph, chosen, report, self.device, result)
+            return OptimizedGraph(graph, chosen, report, self.device, result, pdl=self.options.get("pdl", False))
         if started is not None:
             started.result()   # its search is in the result cache, or superoptimize says why not
         return superoptimize(graph, device=self.device, strides=strides, **self.options)

@@ -70,6 +70,7 @@ class Options:
     cudagraphs: bool = False         # the rest (Inductor) in CUDA graphs, Prism's ops captured inside
     background: bool = False         # cones of fixed sizes superoptimized on a thread (prism.capture.background)
     progress: bool = True            # a progress line on stderr when it is a terminal (prism.capture.watch)
+    pdl: bool = False                # Prism's kernels with programmatic dependent launch (RunOptions.pdl)
 
     def configured(self, options: dict[str, Any] | None, mode: str | None) -> Options:
         """These options with torch.compile's `options` and `mode` applied, or an InputError naming what is
@@ -86,6 +87,8 @@ class Options:
         if out.cudagraphs and out.rest != "inductor":
             raise InputError("backend prism: cudagraphs runs the rest through Inductor's CUDA graphs: "
                              "rest must be 'inductor'")
+        if not isinstance(out.pdl, bool):
+            raise InputError(f"backend prism: pdl={out.pdl!r}: it is True or False")
         if out.cudagraphs and out.background:
             raise InputError("backend prism: background and cudagraphs do not go together: a CUDA graph keeps "
                              "the program a cone ran when it was captured, never the kernels chosen later")
@@ -447,7 +450,8 @@ def _region(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.devic
 
 def _options(device: torch.device, opts: Options) -> dict[str, Any]:
     """superoptimize's options for a cone."""
-    return dict(budget=opts.budget, cache=opts.cache, search_options=dict(opts.search), compile=device.type == "cuda")
+    return dict(budget=opts.budget, cache=opts.cache, search_options=dict(opts.search), compile=device.type == "cuda",
+                pdl=opts.pdl)
 
 
 def _inductor_config(opts: Options) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from prism.codegen.signature import PDL
 from prism.codegen.spec import KernelSpec
 from prism.errors import CodegenError
 
@@ -75,7 +76,9 @@ def compile_aot(fn: Any, spec: KernelSpec, target: Any = None, strides: Mapping[
     target = default_target() if target is None else target
     src = ASTSource(fn, *_specialized(fn, spec, strides or {}))
     try:
-        options = {"num_warps": spec.num_warps}
+        options: dict[str, Any] = {"num_warps": spec.num_warps}
+        if PDL in spec.constexprs:    # launched as its launcher launches it (prism.ir.Launch.pdl)
+            options["launch_pdl"] = True
         if spec.num_stages is not None:
             options["num_stages"] = spec.num_stages
         compiled = triton.compile(src, target=target, options=options)

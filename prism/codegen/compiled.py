@@ -209,10 +209,10 @@ def check_inputs(graph: KernelGraph, tensors: Sequence[Any], who: str,
 
 
 def compile_graph(graph: KernelGraph, num_warps: int | None = None,
-                  allocate: Allocator | None = None) -> CompiledGraph:
+                  allocate: Allocator | None = None, pdl: bool = False) -> CompiledGraph:
     """Generate Triton for every op of `graph` (custom ops and kernel-level ops alike). `num_warps`
-    None picks 4 or 8 per kernel from its tile sizes. Nothing is imported or compiled until the
-    first call or `.aot()`."""
+    None picks 4 or 8 per kernel from its tile sizes; `pdl` launches every kernel with programmatic dependent
+    launch (prism.ir.Launch.pdl). Nothing is imported or compiled until the first call or `.aot()`."""
     if not isinstance(graph, KernelGraph):
         raise InputError(f"compile_graph: expected a KernelGraph, got {type(graph).__name__}")
-    return CompiledGraph(graph, plan_graph(graph, num_warps), allocate)
+    return CompiledGraph(graph, plan_graph(graph, num_warps, pdl=pdl), allocate)

@@ -75,7 +75,7 @@ class Emitter(Addressing, Signature):
 
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                  out_dtypes: list[str], num_warps: int | None,
-                 sizes: Mapping[tuple[int, int], str] | None = None) -> None:
+                 sizes: Mapping[tuple[int, int], str] | None = None, pdl: bool = False) -> None:
         self.b, self.name = block, name
         self.in_dtypes, self.out_dtypes = in_dtypes, out_dtypes
         used: set[str] = set()
@@ -94,6 +94,8 @@ class Emitter(Addressing, Signature):
         """The tile dim of runtime size the loop walks: the trip count is then an argument, LOOP."""
         self.num_warps = num_warps or block.launch.num_warps or default_warps(block, self.layout)
         self.num_stages = block.launch.num_stages
+        self.pdl = pdl or block.launch.pdl
+        """Programmatic dependent launch (prism.ir.Launch.pdl): the block graph's launch, or the caller's."""
         types = {t.dtype for n in block.nodes for t in n.outputs} | set(in_dtypes) | set(out_dtypes)
         self.compute = "float64" if "float64" in types else "float32"
         self.schedule = block.schedule()
@@ -431,6 +433,10 @@ class Emitter(Addressing, Signature):
                     if g in self.pids]
             if len(out) == 1:
                 out.append("# (one block: no program id needed)")
+        pdl = program_ids and self.pdl
+        if pdl:
+            out += [phase("programmatic dependent launch (prism.ir.Launch.pdl)"), "if PDL:",
+                    "    tl.extra.cuda.gdc_wait()  # the kernel before has finished: its writes are visible"]
         out += [phase("pointers to each input's first tile, masks for padded lanes")]
         out += masks + s.top
         if self.looped:
@@ -445,6 +451,9 @@ class Emitter(Addressing, Signature):
                 out += [phase("after the loop")] + s.post
         else:
             out += [phase("one pass (loop range 1)")] + s.pre + s.post
+        if pdl:
+            out += ["if PDL:", "    tl.extra.cuda.gdc_launch_dependents()  # the kernel after may launch (and wait for "
+                    "this one)"]
         out += [phase("write back")] + s.store
         for split in self.splits:
             out += self.combine_lines(split)
@@ -526,17 +535,18 @@ def default_warps(block: BlockGraph, layout: Layout | Padded) -> int:
 
 def emit_kernel(block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                 out_dtypes: list[str], num_warps: int | None = None,
-                sizes: Mapping[tuple[int, int], str] | None = None) -> KernelSpec:
+                sizes: Mapping[tuple[int, int], str] | None = None, pdl: bool = False) -> KernelSpec:
     """Generate kernel `name` for `block`, reading inputs stored in `in_dtypes` (labels name them in
     comments) and writing outputs stored in `out_dtypes` (summed outputs: a zeroed fp32/fp64 buffer).
     `num_warps` overrides the block graph's launch (`block.launch`); with neither, 4 or 8 from the tile sizes
     (`default_warps`). Stages are the launch's, or Triton's default. `sizes` maps (input index, dim) to the name
     of a dynamic size: those extents are kernel arguments, counted at launch (prism.codegen.layout), and
-    CodegenError says why where they cannot be."""
+    CodegenError says why where they cannot be. `pdl` launches it with programmatic dependent launch whatever
+    the block graph's launch says (prism.ir.Launch.pdl)."""
     if len(labels) != len(block.input_types) or len(in_dtypes) != len(labels):
         raise CodegenError(f"{name}: the block graph loads {len(block.input_types)} input(s), "
                            f"got {len(labels)} label(s) and {len(in_dtypes)} dtype(s)")
     if len(out_dtypes) != len(block.savers):
         raise CodegenError(f"{name}: the block graph saves {len(block.savers)} output(s), "
                            f"got {len(out_dtypes)} dtype(s)")
-    return Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps, sizes).run()
+    return Emitter(block, name, list(labels), list(in_dtypes), list(out_dtypes), num_warps, sizes, pdl).run()

@@ -118,11 +118,12 @@ class _Planned:
     out_dtypes: list[str]
 
 
-def _tail_step(a: _Planned, b: _Planned, name: str, buffers: list[Buffer], num_warps: int | None) -> Step:
+def _tail_step(a: _Planned, b: _Planned, name: str, buffers: list[Buffer], num_warps: int | None,
+               pdl: bool) -> Step:
     """Kernel `name`: a, with tail kernel b run by its last blocks (prism.codegen.tail); adds the row counters."""
     passed = [(a.outputs.index(j), k) for k, j in enumerate(b.inputs) if j in a.outputs]
     spec, n_rows = emit_tail(a.block, b.block, name, (a.labels, b.labels), (a.in_dtypes, b.in_dtypes),
-                             (a.out_dtypes, b.out_dtypes), passed, num_warps)
+                             (a.out_dtypes, b.out_dtypes), passed, num_warps, pdl)
     buffers.append(Buffer((n_rows,), COUNTER_DTYPE, persistent=True))
     return Step(spec, a.inputs + b.inputs, a.outputs + b.outputs + (len(buffers) - 1,))
 
@@ -132,11 +133,12 @@ def _wide(dtype: str) -> str:
 
 
 def plan_graph(graph: KernelGraph, num_warps: int | None = None,
-               sizes: Mapping[tuple[int, int], str] | None = None) -> Plan:
+               sizes: Mapping[tuple[int, int], str] | None = None, pdl: bool = False) -> Plan:
     """Lower every kernel-level op to a µGraph, generate every kernel, and lay out the buffers. A block graph
     whose launch says `tail` is generated into the kernel before it (prism.codegen.tail). `sizes` maps (input
     index, dim) to the name of a dynamic size, which the kernels then take at launch (module docstring);
-    CodegenError where one cannot."""
+    CodegenError where one cannot. `pdl`: every kernel with programmatic dependent launch (prism.ir.Launch.pdl),
+    those of kernel-level ops included; without it, those whose block graph's launch says so."""
     lowered, tags = to_custom(graph)
     outputs = set(lowered.outputs)
     buffers: list[Buffer] = []
@@ -174,14 +176,15 @@ def plan_graph(graph: KernelGraph, num_warps: int | None = None,
                                "fused kernel that writes its inputs, with no kernel between them" if last is None
                                else "a tail kernel (prism.codegen.tail) cannot take sizes at launch")
         spec = None if tail else emit_kernel(block, name(tags.get(i)), labels, [buffers[j].dtype for j in in_ids],
-                                             stores, num_warps, read(in_ids))
+                                             stores, num_warps, read(in_ids), pdl)
         out_ids = []
         for k, t in enumerate(node.outputs):
             where[(i, k)] = add(t.shape, stores[k], spec.out_sizes[k] if spec else ())
             out_ids.append(where[(i, k)])
         op = _Planned(block, in_ids, tuple(out_ids), labels, [buffers[j].dtype for j in in_ids], stores)
         if spec is None:
-            steps[-1] = _tail_step(last, op, steps[-1].kernel.name, buffers, num_warps)  # type: ignore[arg-type]
+            steps[-1] = _tail_step(last, op, steps[-1].kernel.name, buffers, num_warps,  # type: ignore[arg-type]
+                                   pdl)
             last = None
             continue
         # split-K (prism.codegen.split): each summed output's partials, then each split's row counters

@@ -18,6 +18,9 @@ __all__ = ["Signature", "indent", "launcher"]
 
 _CONSTEXPRS = ("BLOCK", "TILE", "EXTENT")
 """A tile dim's constexprs, in parameter order: its block, its real lanes, a ragged dim's extent."""
+PDL = "PDL"
+"""The constexpr of a kernel launched with programmatic dependent launch (prism.ir.Launch.pdl): whether its
+griddepcontrol instructions are compiled in."""
 
 
 def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], constexprs: dict[str, int],
@@ -28,7 +31,9 @@ def launcher(name: str, grid: tuple[int, ...], args: list[tuple[str, int]], cons
     (where `grid_sizes` has a Size, its blocks are counted from the shapes too). It returns Triton's compiled
     kernel, which prism.codegen.direct_launch binds for launches without the binder."""
     names = [a for a, _ in args]
-    meta = [f"{n}={v}" for n, v in constexprs.items()] + [f"num_warps={num_warps}"]
+    meta = [f"{n}={v}" for n, v in constexprs.items() if n != PDL] + [f"num_warps={num_warps}"]
+    if PDL in constexprs:   # the interpreter has no griddepcontrol: it runs the kernel without
+        meta += [f"{PDL}=int(not triton.knobs.runtime.interpret)", "launch_pdl=True"]
     meta += [f"num_stages={num_stages}"] if num_stages is not None else []
     if any(grid_sizes):
         dims = [str(g) if s is None else s.source(names) for g, s in zip(grid, grid_sizes)]
@@ -81,14 +86,18 @@ class Signature:
 
     def constexprs(self, body: list[str]) -> dict[str, int]:
         """LOOP, then BLOCK_/TILE_/EXTENT_ of every tile dim the body mentions, in tile-dim order (not those
-        known only at launch: `runtime`)."""
+        known only at launch: `runtime`), then PDL where the body has programmatic dependent launch's
+        instructions (prism.ir.Launch.pdl), at its value on a GPU."""
         classes = {t.name: (k, t) for k, t in enumerate(self.layout.classes)}
         out = {"LOOP": self.b.loop} if self.looped and not self.runtime_loop else {}
-        names = set(re.findall(r"\b(?:BLOCK|TILE|EXTENT)_\w+\b", "\n".join(body)))
+        text = "\n".join(body)
+        names = set(re.findall(r"\b(?:BLOCK|TILE|EXTENT)_\w+\b", text))
         for n in sorted(names, key=lambda n: (classes[n.split("_", 1)[1]][0], _CONSTEXPRS.index(n.split("_")[0]))):
             kind, (_, t) = n.split("_")[0], classes[n.split("_", 1)[1]]
             if not (kind == "EXTENT" and t.runtime):
                 out[n] = {"BLOCK": t.block, "TILE": t.tile, "EXTENT": t.extent}[kind]
+        if re.search(r"\bPDL\b", text):   # what a GPU compiles (the launcher passes 0 to the interpreter)
+            out[PDL] = 1
         return out
 
     def runtime(self, body: list[str]) -> list[tuple[str, Size]]:
@@ -164,7 +173,8 @@ class Signature:
             what = ("loop iterations" if n == "LOOP" else "real lanes" if n.startswith("TILE")
                     else "elements in the whole dim, the last tile partial" if n.startswith("EXTENT")
                     else "lanes, a power of two")
-            consts.append(Param("constexpr", [n], ["constexpr"], f"{v} {what}"))
+            consts.append(Param("constexpr", [n], ["constexpr"], f"{v} {what}" if n != PDL else
+                                "programmatic dependent launch: 1 on a GPU, 0 in Triton's interpreter"))
         return ins + outs + strides + sized + consts
 
     def spec(self, body: list[str]) -> KernelSpec:

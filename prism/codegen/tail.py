@@ -75,13 +75,14 @@ def rows(a: BlockGraph, b: BlockGraph, passed: Sequence[tuple[int, int]]) -> lis
 
 def emit_tail(a: BlockGraph, b: BlockGraph, name: str, labels: tuple[list[str], list[str]],
               in_dtypes: tuple[list[str], list[str]], out_dtypes: tuple[list[str], list[str]],
-              passed: Sequence[tuple[int, int]], num_warps: int | None = None) -> tuple[KernelSpec, int]:
+              passed: Sequence[tuple[int, int]], num_warps: int | None = None,
+              pdl: bool = False) -> tuple[KernelSpec, int]:
     """Kernel `name`: block graph `a`, then `b` run by the last block of each row (see the module docstring),
     and its number of rows (of counters). `labels`, `in_dtypes`, `out_dtypes` are (a's, b's). Its pointers are
     a's inputs, b's inputs, a's outputs, b's outputs and the row counters, in that order; then their strides;
-    then a's constexprs."""
+    then a's constexprs. With `pdl` (or a's launch saying it) the kernel has programmatic dependent launch."""
     pairs = rows(a, b, passed)
-    ea = Emitter(a, name, labels[0], in_dtypes[0], out_dtypes[0], num_warps)
+    ea = Emitter(a, name, labels[0], in_dtypes[0], out_dtypes[0], num_warps, pdl=pdl)
     eb = Emitter(b, f"{name}_tail", labels[1], in_dtypes[1], out_dtypes[1], num_warps)
     eb.load_modifier = '.cg'
     helper, helper_pids, b_consts, b_params = eb.function(eb.name)

@@ -8,10 +8,12 @@ from typing import Any
 
 from prism.errors import MappingError
 
-__all__ = ["Launch", "MAX_STAGES", "MAX_WARPS"]
+__all__ = ["FLAGS", "Launch", "MAX_STAGES", "MAX_WARPS"]
 
 MAX_WARPS = 32
 MAX_STAGES = 8
+FLAGS = ("tail", "gemv", "pdl")
+"""The Launch fields that are on or off (JSON keeps those that are on)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,14 @@ class Launch:
     its stored layout with wide loads. The same computation (a sum over K in another order), so the proof
     holds unchanged.
 
+    `pdl`: programmatic dependent launch (sm_90 and later). The kernel may start while the kernel before it in
+    the stream still runs: each block waits (`griddepcontrol.wait`) before it reads anything, until that kernel
+    has finished and its writes are visible, and once its own loop is done it lets the kernel after it launch
+    (`griddepcontrol.launch_dependents`). What overlaps is the launch and a block's set-up, never a read of
+    what the kernel before writes, nor a write of what it reads (both come after the wait); a kernel launched
+    without it, or on a device without it, runs as if the two instructions were not there. The same
+    computation, so the proof holds unchanged; under Triton's interpreter the instructions are left out.
+
     It lives on the block graph so that a tuned choice travels with the graph (JSON, the result cache,
     ahead-of-time compilation) and counts in its structural hash, while the verified computation (maps,
     sizes, ops) stays exactly the same.
@@ -41,6 +51,7 @@ class Launch:
     num_stages: int | None = None
     tail: bool = False
     gemv: bool = False
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         w, s = self.num_warps, self.num_stages
@@ -48,21 +59,21 @@ class Launch:
             raise MappingError(f"Launch: num_warps must be a power of two from 1 to {MAX_WARPS}, got {w!r}")
         if s is not None and (not _positive_int(s) or s > MAX_STAGES):
             raise MappingError(f"Launch: num_stages must be an int from 1 to {MAX_STAGES}, got {s!r}")
-        for name in ("tail", "gemv"):
+        for name in FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise MappingError(f"Launch: {name} must be True or False, got {getattr(self, name)!r}")
 
     @property
     def default(self) -> bool:
-        return self.num_warps is None and self.num_stages is None and not self.tail and not self.gemv
+        return self.num_warps is None and self.num_stages is None and not any(getattr(self, k) for k in FLAGS)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages))
                                if v is not None}
-        return out | {k: True for k in ("tail", "gemv") if getattr(self, k)}
+        return out | {k: True for k in FLAGS if getattr(self, k)}
 
     def __str__(self) -> str:
-        flags = [k for k in ("tail", "gemv") if getattr(self, k)]
+        flags = [k for k in FLAGS if getattr(self, k)]
         return " ".join([f"{k}={v}" for k, v in self.to_json().items() if k not in flags] + flags)
 
 

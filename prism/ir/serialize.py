@@ -15,9 +15,12 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 from prism.errors import PrismError, SerializationError
 from prism.ir.builder import GraphBuilder, Ref, Tensor
 from prism.ir.kinds import KINDS, LOADER, kind_of
-from prism.ir.launch import Launch
+from prism.ir.launch import FLAGS, Launch
 from prism.ir.ops import DTYPES, OPS, TType, check_dtype
 from prism.ir.sizes import Constraint
+
+LAUNCH_FIELDS = ("num_warps", "num_stages", *FLAGS)
+"""The fields of a block graph's launch in JSON."""
 
 __all__ = [
     "BLOCK_FORMAT",
@@ -269,9 +272,8 @@ def _block_from(data: Doc, prefix: str) -> Any:
     loop = _field(data, "loop", int, where)
     launch = data.get("launch", {})
     if not isinstance(launch, dict):
-        raise SerializationError(f"{where}: launch must be an object {{'num_warps', 'num_stages', 'tail', 'gemv'}}, "
-                                 f"got {launch!r}")
-    _exact_fields(launch, (), f"{where} launch", ("num_warps", "num_stages", "tail", "gemv"))
+        raise SerializationError(f"{where}: launch must be an object of {', '.join(LAUNCH_FIELDS)}, got {launch!r}")
+    _exact_fields(launch, (), f"{where} launch", LAUNCH_FIELDS)
     b = _guard(where, lambda: _CLASSES[BLOCK_FORMAT](grid=tuple(grid), loop=loop, launch=Launch(**launch)))
     _replay(b, _field(data, "nodes", list, where), BLOCK_FORMAT, f"{prefix}block graph ")
     return b

@@ -141,8 +141,8 @@ class SizeBuckets:
     tunings per bucket, `compiles` the kernel sets its calls run (module docstring)."""
 
     def __init__(self, optimize: Callable[[KernelGraph], OptimizedGraph], device: torch.device,
-                 target: Target, dims: Dims | None = None) -> None:
-        self.optimize, self.device, self.target = optimize, device, target
+                 target: Target, dims: Dims | None = None, pdl: bool = False) -> None:
+        self.optimize, self.device, self.target, self.pdl = optimize, device, target, pdl
         self.dims: Dims = dict(dims or {})
         self.tunings: collections.Counter[Shapes] = collections.Counter()
         self.compiles: collections.Counter[Shapes] = collections.Counter()
@@ -289,7 +289,7 @@ class SizeBuckets:
                                                                [t.name for t in program.inputs], point)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            return OptimizedGraph(program, graph, report, self.device, torch_op=False)
+            return OptimizedGraph(program, graph, report, self.device, torch_op=False, pdl=self.pdl)
 
     def _moved(self, choice: _Choice, program: KernelGraph, here: GraphSpace) -> tuple[Candidate, float] | None:
         """Where the bucket's chosen point is not valid at `program`'s sizes (kv 513 = 27·19 splits 16 ways into
@@ -325,7 +325,7 @@ class SizeBuckets:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return OptimizedGraph(program, self._form(choice, program, shared.tiles), report, self.device,
-                                  search_result, torch_op=False, compiled=compiled)
+                                  search_result, torch_op=False, compiled=compiled, pdl=self.pdl)
 
     def values(self, program: KernelGraph) -> dict[str, int]:
         """Each dynamic size's value in `program`."""
@@ -371,8 +371,8 @@ class SizeBuckets:
             shapes[i][d] = other[n]
         try:
             again = resize(program, tuple(map(tuple, shapes)))
-            plan, plan2 = plan_graph(graph, sizes=marks), plan_graph(self._form(choice, again, tiles, candidate),
-                                                                    sizes=marks)
+            plan = plan_graph(graph, sizes=marks, pdl=self.pdl)
+            plan2 = plan_graph(self._form(choice, again, tiles, candidate), sizes=marks, pdl=self.pdl)
         except (CodegenError, MappingError, InputError) as e:
             return f"its kernels cannot take {', '.join(free)} at launch: {e}"
         there = plan.at(other)

@@ -56,10 +56,12 @@ class OptimizedGraph:
 
     def __init__(self, program: KernelGraph, graph: KernelGraph, report: Report,
                  device: torch.device | str = "cpu", search_result: Any = None, torch_op: bool = True,
-                 compiled: CompiledGraph | None = None) -> None:
+                 compiled: CompiledGraph | None = None, pdl: bool = False) -> None:
         self.program = program
         self.graph = graph
         self.report = report
+        self.pdl = pdl
+        """Every kernel launched with programmatic dependent launch (prism.ir.Launch.pdl; RunOptions.pdl)."""
         if compiled is not None:   # kernels it shares with other sizes (prism.runtime.buckets), not its own
             self.compiled = compiled
         self.search_result = search_result
@@ -83,7 +85,7 @@ class OptimizedGraph:
         bucket serves, the bucket's kernels, which take its dynamic sizes at launch (given when it is made)."""
         from prism.codegen import compile_graph
 
-        return compile_graph(self.graph)
+        return compile_graph(self.graph, pdl=self.pdl)
 
     @property
     def launches(self) -> int:

@@ -129,7 +129,7 @@ def superoptimize(graph: KernelGraph, options: RunOptions | dict[str, Any] | Non
     if job.run.dynamic is not None:
         return _dynamic(graph, parse_dynamic(graph, job.run.dynamic), dev, search_result, job)
     chosen_graph, report, result = _chosen(graph, dev, search_result, job)
-    return OptimizedGraph(graph, chosen_graph, report, dev, result)
+    return OptimizedGraph(graph, chosen_graph, report, dev, result, pdl=job.run.pdl)
 
 
 def chosen(graph: KernelGraph, *, search_result: Any = None, **options: Any) -> tuple[KernelGraph, Report, Any]:
@@ -206,10 +206,10 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
         if found[0] is None:
             found[0] = cached_search(program, job.search, job.run.cache, job.progress)
         chosen, report, _ = _optimize(program, dev, found[0], job)
-        return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False)
+        return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False, pdl=job.run.pdl)
 
     target = device_target(dev, job.tune.target)
-    return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target, dims))
+    return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target, dims, job.run.pdl))
 
 
 def _per_output(graph: KernelGraph, dev: torch.device, job: _Job) -> tuple[KernelGraph, Report]:

@@ -47,3 +47,14 @@ def test_a_stored_result_no_table_reads_is_listed(tmp_path):
     (results / "new_run.json").write_text("{}")
     text = write_benchmarks_page(results, tmp_path / "page.md").read_text()
     assert "## Stored results without a table here\n\n[`new_run.json`]" in text
+
+
+def test_the_families_table_shows_the_decode_steps_launches():
+    """The last graph's launches (the decode step's): Prism's kernels + torch's ops; blank where a run has none."""
+    from prism.bench.pages import families_table
+
+    step = {"prism": 11, "prism_later": 0, "rest": 7, "total": 18, "rest_kernels": [], "how": ""}
+    row = {"family": "llama", "status": "match", "error": 1e-7, "graphs": 2, "fused": 22, "left": [], "seconds": 5}
+    table = families_table([row | {"launches": [{"prism": 1, "rest": 0}, step]}, row | {"family": "old"}])
+    assert "| llama | match | 1.0e-07 | 2 | 22 | 0 | 0 | 11 + 7 | 5 |" in table
+    assert "| old | match | 1.0e-07 | 2 | 22 | 0 | 0 |  | 5 |" in table

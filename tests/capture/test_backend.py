@@ -347,6 +347,7 @@ def copy_of(module: Cached) -> Cached:
     ({"cudagraphs": True, "rest": "eager"}, None, "rest must be 'inductor'"),
     ({"rest": "tvm"}, None, "'inductor' or 'eager'"),
     ({"background": True}, "reduce-overhead", "background and cudagraphs do not go together"),
+    ({"pdl": "on"}, None, "pdl='on': it is True or False"),
 ])
 def test_bad_compile_options_are_refused_by_name(options, mode, why):
     from prism.errors import InputError

@@ -17,7 +17,7 @@ from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.workloads.attention import logit_scales
 from prism.workloads.lora import LORA
 
-__all__ = ["Case", "CASES", "AOT_CASES", "GEMV", "projection"]
+__all__ = ["Case", "CASES", "AOT_CASES", "GEMV", "launched_pdl", "projection"]
 
 
 @dataclass
@@ -425,6 +425,24 @@ SMALL = {
     "moe": ({"e": 2, "n": 4, "d": 32, "f": 64}, {"splits": 2, "loop": 2}),           # splits summed
 }
 
+def launched_pdl(graph: KernelGraph) -> KernelGraph:
+    """`graph` with every kernel launched with programmatic dependent launch (prism.ir.Launch.pdl)."""
+    for _, node in graph.topo():
+        if node.op == "custom":
+            node.attrs["block"].launch = dataclasses.replace(node.attrs["block"].launch, pdl=True)
+    return graph
+
+
+def _pdl(make: Callable[[], Case]) -> Callable[[], Case]:
+    """`make`'s case with every kernel launched with programmatic dependent launch: the interpreter leaves its
+    instructions out, and the kernels compute the same."""
+    def made() -> Case:
+        case = make()
+        launched_pdl(case.graph)
+        return case
+    return made
+
+
 CASES: dict[str, Callable[[], Case]] = {
     **{f"fused_{n}": _workload(n, cfg, **p) for n, (cfg, p) in SMALL.items()},
     **{f"unfused_{n}": _workload(n, cfg, fused=False) for n, (cfg, p) in SMALL.items()},
@@ -477,6 +495,10 @@ CASES: dict[str, Callable[[], Case]] = {
     # GQA's safe split-KV form: grid (batch, KV head, split), kernel 2 a block per (batch, KV head, row)
     "large_logits_gqa_split_kv": _large_logits("gqa", SMALL["gqa"][0], splits=2, loop=2, partials=True),
     **GEMV,
+    "pdl_split_k": _pdl(split_k),
+    "pdl_split_kv_partials": _pdl(_workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True)),
+    "pdl_split_kv_partials_tail": _pdl(_workload("attention", SMALL["attention"][0], splits=2, loop=2,
+                                                 partials=True, tail=True)),
 }
 
 REAL = {
@@ -514,6 +536,8 @@ AOT_CASES: dict[str, Callable[[], KernelGraph]] = {
                                                                                    tail=True),
     "real_gqa_safe_split_tail": lambda: prism.workloads.get("gqa").fused(REAL["gqa"], online=True, splits=8, loop=8,
                                                                            partials=True, tail=True),
+    "pdl_real_attention_safe_split": lambda: launched_pdl(prism.workloads.get("attention").fused(
+        REAL["attention"], online=True, splits=16, loop=8, partials=True)),
     **{n: (lambda n=n: CASES[n]().graph) for n in ("split_k", "grid3", "non_pow2_softmax", "all_ops",
                                                     "broadcast_padding", "fp32_dot", "group_sums",
                                                     "searched_split_kv_walk", "searched_split_kv_group")},

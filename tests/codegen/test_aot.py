@@ -66,3 +66,20 @@ def test_launched_figures_need_cuda_tensors(tmp_path):
             "except errors.InputError as e:\n"
             "    print(e)\n")
     assert "interpreter" in interpreted(code, tmp_path)[-1]
+
+
+def test_a_pdl_kernel_waits_for_the_kernel_before_until_it_reads_or_writes():
+    """Programmatic dependent launch (prism.ir.Launch.pdl) lets a kernel start while the one before it runs; it is
+    right only because every block waits (griddepcontrol.wait) before its first global load or store. The sm_90
+    binary has the wait before them and the hint that lets the next kernel launch; the same kernels without PDL
+    have neither."""
+    cg = codegen.compile_graph(AOT_CASES["pdl_real_attention_safe_split"]())
+    plain = codegen.compile_graph(AOT_CASES["real_attention_safe_split"]())
+    assert len(cg.kernels) == 2
+    for r, spec in zip(cg.aot(), cg.kernels):
+        body = r.ptx[r.ptx.index(f".entry {r.name}"):]
+        wait = body.index("griddepcontrol.wait")
+        first = min(body.index(op) for op in ("ld.global", "st.global") if op in body)
+        assert wait < first and "griddepcontrol.launch_dependents" in body
+        assert spec.constexprs["PDL"] == 1 and "launch_pdl=True" in spec.source
+    assert not any("griddepcontrol" in r.ptx for r in plain.aot())

@@ -38,7 +38,18 @@ def test_code_generation_uses_the_launch():
     assert plan_graph(_tuned(Launch(2, 4)), num_warps=8).kernels[0].num_warps == 8   # the caller's override wins
 
 
+def test_programmatic_dependent_launch_travels_with_the_graph():
+    """Launch.pdl: in JSON and the hash (not the size-free one), and the kernel's launcher asks for it."""
+    pdl, plain = _tuned(Launch(pdl=True)), _tuned(Launch())
+    back = from_json(pdl.to_json())
+    assert back.blocks[0].launch == Launch(pdl=True) and back.structural_hash() == pdl.structural_hash() \
+        != plain.structural_hash()
+    assert pdl.structural_hash(shapes=False) == plain.structural_hash(shapes=False)
+    assert "launch_pdl=True" in plan_graph(pdl).source and "launch_pdl" not in plan_graph(plain).source
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    ({"pdl": 1}, "True or False"),
     ({"num_warps": 3}, "power of two"), ({"num_warps": 64}, "power of two"), ({"num_warps": True}, "power of two"),
     ({"num_stages": 0}, "from 1 to"), ({"num_stages": 9}, "from 1 to"), ({"num_stages": 2.0}, "from 1 to"),
 ])

@@ -195,3 +195,27 @@ def test_a_warmed_candidate_is_compiled_once_in_its_worker(searched, tmp_path, m
     assert [(k.name, k.registers, k.frame, k.shared) for k in here] == \
         [(k.name, k.registers, k.frame, k.shared) for k in got.kernels]
     assert all(k.registers and k.arch.startswith("cuda:") for k in here)
+
+
+@pytest.mark.parametrize("tail", [False, True])
+def test_kernels_launched_with_pdl_match_as_called_and_replayed(tail):
+    """Programmatic dependent launch (compile_graph(pdl=True)): split-KV attention's second kernel (or its tail)
+    may start while the first runs and waits for it before it reads; called and replayed in a CUDA graph 50 times,
+    each call matches the same kernels launched without it, bit for bit."""
+    from prism.codegen import compile_graph
+
+    w = wl.get("attention")
+    cfg = w.configs[0]
+    graph = w.fused(cfg, online=True, splits=16, loop=cfg["h"] // 1024, partials=True, tail=tail)
+    pdl, plain = compile_graph(graph, pdl=True), compile_graph(graph)
+    assert all("launch_pdl=True" in k.source for k in pdl.kernels)
+    xs = _inputs(w, cfg, 9)
+    want = plain(*xs)[0].clone()
+    for _ in range(3):                          # the generic path, then the launch path it binds
+        assert torch.equal(pdl(*xs)[0], want)
+    cuda_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cuda_graph):
+        (out,) = pdl(*xs)
+    for _ in range(50):
+        cuda_graph.replay()
+        assert torch.equal(out, want)

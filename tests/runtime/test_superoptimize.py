@@ -127,6 +127,23 @@ def test_bad_arguments_are_input_errors(searched):
         superoptimize(w.build(cfg), RunOptions(workers=0), search_result=result)
 
 
+def test_pdl_launches_every_kernel_of_the_result_with_it(searched):
+    """RunOptions.pdl: the chosen graph's kernels are generated for programmatic dependent launch (prism.ir.Launch
+    .pdl), the kernels of kernel-level ops included; the choice is the one without it."""
+    from prism.codegen import compile_graph
+
+    w, cfg, result = searched("attention")
+    plain, pdl = (superoptimize(w.build(cfg), search_result=result, budget=2, compile=False, cache=False,
+                                device="cpu", pdl=on) for on in (False, True))
+    assert pdl.pdl and pdl.graph.structural_hash() == plain.graph.structural_hash()
+    assert all("launch_pdl=True" in k.source for k in pdl.compiled.kernels) and "PDL" not in plain.triton_source
+    unfused = compile_graph(w.build(cfg), pdl=True)       # one kernel per op
+    assert len(unfused.kernels) > 1 and all(k.constexprs["PDL"] == 1 for k in unfused.kernels)
+    _check_outputs(pdl, w, cfg)
+    with pytest.raises(InputError, match="pdl must be True or False"):
+        superoptimize(w.build(cfg), search_result=result, pdl="yes", cache=False)
+
+
 def test_run_options_as_an_object_a_dict_or_keywords_are_one_call(searched):
     """`superoptimize(g, RunOptions(...))`, a dict of its fields, and the same fields as keywords choose alike;
     keywords that are not run options change the tuning's options."""
