@@ -198,15 +198,20 @@ def _dynamic(graph: KernelGraph, dims: dict[str, list[tuple[int, int]]], dev: to
     if job.tune.strides is not None:
         raise InputError("superoptimize: strides with dynamic sizes: an input's strides change with its sizes; "
                          "give one or the other")
-    found = [None if search_result is None else check_search_result(_load_result(search_result), graph)]
+    given = None if search_result is None else check_search_result(_load_result(search_result), graph)
+    found: list[Any] = [given] if given is not None else []
 
     def optimize(program: KernelGraph) -> OptimizedGraph:
-        """Tune `program` from the one search result (searched, or from the cache, at the first tuning): the
-        program is searched once, and a cached tuning is reused only if it was tuned from that result."""
-        if found[0] is None:
-            found[0] = cached_search(program, job.search, job.run.cache, job.progress)
-        chosen, report, _ = _optimize(program, dev, found[0], job)
-        return OptimizedGraph(program, chosen, report, dev, found[0], torch_op=False, pdl=job.run.pdl)
+        """Tune `program` from a search result that holds at its sizes (`_serves`): the given one, or one searched
+        (or taken from the cache) at the first tuning, searched again only at the first size where a dim that was
+        1 is not (`_units`: a decode step's KV cache of one position); a cached tuning is reused only if it was
+        tuned from that result."""
+        result = next((r for r in found if _serves(r.program, program)), None)
+        if result is None:
+            result = cached_search(program, job.search, job.run.cache, job.progress)
+            found.append(result)
+        chosen, report, _ = _optimize(program, dev, result, job)
+        return OptimizedGraph(program, chosen, report, dev, result, torch_op=False, pdl=job.run.pdl)
 
     target = device_target(dev, job.tune.target)
     return DynamicGraph(graph, dims, SizeBuckets(optimize, dev, target, dims, job.run.pdl))
@@ -389,12 +394,16 @@ def _events(store: ResultCache | None, run: list[str]) -> list[str]:
 
 
 def check_search_result(result: Any, graph: KernelGraph, who: str = "superoptimize") -> Any:
-    """`result` if it was searched for `graph`'s program (at any sizes and dtypes), else an InputError
-    that starts with `who`."""
+    """`result` if it was searched for `graph`'s program (at any sizes and dtypes, but where a dim was 1 it is 1
+    here too: `_units`), else an InputError that starts with `who`."""
+    theirs, ours = (", ".join(f"{t.name}{list(t.shape)}" for t in g.inputs) for g in (result.program, graph))
     if _size_free(result.program) != _size_free(graph):
-        theirs, ours = (", ".join(f"{t.name}{list(t.shape)}" for t in g.inputs) for g in (result.program, graph))
         raise InputError(f"{who}: the search result was made for a different program (inputs {theirs}) than this "
                          f"one (inputs {ours}); it holds at other sizes and dtypes of its own program only")
+    if not _serves(result.program, graph):
+        raise InputError(f"{who}: the search result was made where a dim has extent 1 (inputs {theirs}) and here "
+                         f"it has more (inputs {ours}): the search took that dim as absent, so its graphs may not "
+                         "hold here; search at these sizes (or where no dim is 1)")
     return result
 
 
@@ -419,6 +428,21 @@ def _size_free(graph: KernelGraph) -> str:
     inputs_first.output(*graph.replay(inputs_first, [inputs_first.input(t.shape, t.dtype, t.name)
                                                      for t in graph.inputs]))
     return KernelGraph.from_json(strip(inputs_first.to_json())).structural_hash(shapes=False)
+
+
+def _units(graph: KernelGraph, wide: bool = False) -> str:
+    """Which input dims have extent 1: "1" for each, "n" for the others, input by input (`wide`: none is 1). The
+    search takes a dim of extent 1 as no dim at all (prism.symbolic.dims.AtomSpace: UNIT), so its graphs hold
+    where those dims are 1 and may not instantiate where they are not: a decode step's search (one row) served
+    to a prefill left its projections unfused. A search where no dim was 1 holds where some are (a dim of one
+    element is one tile), as a prefill's serves the decode step."""
+    return ",".join("".join("1" if n == 1 and not wide else "n" for n in t.shape) for t in graph.inputs)
+
+
+def _serves(searched: KernelGraph, graph: KernelGraph) -> bool:
+    """Whether a search of program `searched` holds at `graph`'s sizes (the same program): no dim of extent 1
+    there is more here (`_units`)."""
+    return not any(a == "1" != b for a, b in zip(_units(searched), _units(graph)))
 
 
 def cached_searches(graph: KernelGraph, search_options: SearchOptions | dict[str, Any] | None = None,
@@ -450,8 +474,9 @@ def cached_search(graph: KernelGraph, search_options: SearchOptions | dict[str, 
 def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[str], None] | None,
                    progress: Progress | None, store: ResultCache | None, notes: list[str],
                    parts: list[Any] | None = None) -> Any:
-    """The search result for `graph`'s program: from the cache if this program (at any sizes and dtypes:
-    search results are size-free) was searched with the same options, else searched and stored. With `parts`
+    """The search result for `graph`'s program: from the cache if this program (at any sizes and dtypes: search
+    results are size-free, but for which dims are 1, `_units`) was searched with the same options, else searched
+    and stored. With `parts`
     (the search results of its outputs' parts), its joint forms (`prism.search.join`)."""
     from prism.search import SearchResult
 
@@ -463,11 +488,18 @@ def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[st
 
     if store is None:
         return searched()
-    key, fields = cache_key(("search:" if parts is None else "join:") + _size_free(graph), [], [], "any", build_id(),
-                            options.key())
+    units = _units(graph)
+
+    def key_of(pattern: str) -> tuple[str, dict[str, Any]]:
+        return cache_key(("search:" if parts is None else "join:") + f"{_size_free(graph)}:{pattern}", [], [], "any",
+                         build_id(), options.key())
+
+    key, fields = key_of(units)
     with _one_search(key):
-        try:
-            hit = store.get(key, lambda payload: SearchResult.from_json(payload))
+        try:   # this program's search where its dims of extent 1 are, else one where no dim was 1 (it holds here)
+            hit = next(filter(None, (store.get(k, lambda payload: SearchResult.from_json(payload))
+                                     for k, _ in map(key_of, dict.fromkeys([units, _units(graph, wide=True)])))),
+                       None)
         except Exception as e:  # an unreadable cache never stops the optimizer
             notes.append(f"search cache unusable ({type(e).__name__}: {e})")
             hit = None

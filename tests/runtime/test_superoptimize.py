@@ -207,3 +207,28 @@ def test_with_no_fused_candidate_the_unfused_program_runs(searched):
     assert not opt.graph.blocks and opt.report.best.label == "unfused program"
     assert any("only the unfused program" in n for n in opt.report.notes)
     _check_outputs(opt, w, cfg)
+
+
+def _rows_plus(n: int) -> KernelGraph:
+    """X [n, 32] @ W [32, 16] + R [n, 16]: a projection and its residual over n rows."""
+    g = KernelGraph()
+    x, w, r = g.input((n, 32), "float16", "X"), g.input((32, 16), "float16", "W"), g.input((n, 16), "float16", "R")
+    g.output(g.add(g.matmul(x, w), r))
+    return g
+
+
+def test_a_search_where_a_dim_is_1_serves_only_where_it_is_1(tmp_path):
+    """The search takes a dim of extent 1 as absent (prism.symbolic.dims.AtomSpace), so a decode step's search (one
+    row) holds where there is one row, and a prefill's (many rows) where there are any: the result cache serves
+    the first only to programs with that dim 1, the second to both. A decode search served to a prefill left the
+    prefill's projections unfused."""
+    from prism.runtime.pipeline import cached_search
+
+    def source(n, cache):
+        return cached_search(_rows_plus(n), {"workers": 1}, cache=cache).stats.get("source", "searched")
+
+    assert [source(n, tmp_path / "decode first") for n in (1, 4, 1)] == ["searched", "searched", "search cache"]
+    assert [source(n, tmp_path / "prefill first") for n in (4, 1)] == ["searched", "search cache"]
+    one = cached_search(_rows_plus(1), {"workers": 1}, cache=tmp_path / "decode first")
+    with pytest.raises(InputError, match="made where a dim has extent 1"):
+        superoptimize(_rows_plus(4), search_result=one, cache=False, device="cpu")
