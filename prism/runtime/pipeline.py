@@ -8,6 +8,7 @@ when there is one), store the chosen µGraph and its report; wrap it in an Optim
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -430,13 +431,24 @@ def _size_free(graph: KernelGraph) -> str:
     return KernelGraph.from_json(strip(inputs_first.to_json())).structural_hash(shapes=False)
 
 
-def _units(graph: KernelGraph, wide: bool = False) -> str:
-    """Which input dims have extent 1: "1" for each, "n" for the others, input by input (`wide`: none is 1). The
+def _units(graph: KernelGraph) -> str:
+    """Which input dims have extent 1: "1" for each, "n" for the others, input by input. The
     search takes a dim of extent 1 as no dim at all (prism.symbolic.dims.AtomSpace: UNIT), so its graphs hold
     where those dims are 1 and may not instantiate where they are not: a decode step's search (one row) served
     to a prefill left its projections unfused. A search where no dim was 1 holds where some are (a dim of one
-    element is one tile), as a prefill's serves the decode step."""
-    return ",".join("".join("1" if n == 1 and not wide else "n" for n in t.shape) for t in graph.inputs)
+    element is one tile), as a prefill's serves the decode step (`_wider`)."""
+    return ",".join("".join("1" if n == 1 else "n" for n in t.shape) for t in graph.inputs)
+
+
+def _wider(units: str, most: int = 8) -> list[str]:
+    """`units` (`_units`), then the patterns with fewer of its dims 1, those with more 1s first (a search that
+    took fewer dims as absent holds here too; the closest is likely the best): a decode step at batch 1 (its
+    batch and row dims 1) takes its prefill's search (batch 1 only). Beyond `most` dims of extent 1, only the
+    pattern with none."""
+    ones = [k for k, c in enumerate(units) if c == "1"]
+    kept = [c for r in range(len(ones), -1, -1) for c in itertools.combinations(ones, r)] if len(ones) <= most \
+        else [tuple(ones), ()]
+    return ["".join("n" if c == "1" and k not in keep else c for k, c in enumerate(units)) for keep in kept]
 
 
 def _serves(searched: KernelGraph, graph: KernelGraph) -> bool:
@@ -496,10 +508,9 @@ def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[st
 
     key, fields = key_of(units)
     with _one_search(key):
-        try:   # this program's search where its dims of extent 1 are, else one where no dim was 1 (it holds here)
+        try:   # this program's search where its dims of extent 1 are, else one where fewer were 1 (it holds here)
             hit = next(filter(None, (store.get(k, lambda payload: SearchResult.from_json(payload))
-                                     for k, _ in map(key_of, dict.fromkeys([units, _units(graph, wide=True)])))),
-                       None)
+                                     for k, _ in map(key_of, _wider(units)))), None)
         except Exception as e:  # an unreadable cache never stops the optimizer
             notes.append(f"search cache unusable ({type(e).__name__}: {e})")
             hit = None

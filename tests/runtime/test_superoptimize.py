@@ -232,3 +232,13 @@ def test_a_search_where_a_dim_is_1_serves_only_where_it_is_1(tmp_path):
     one = cached_search(_rows_plus(1), {"workers": 1}, cache=tmp_path / "decode first")
     with pytest.raises(InputError, match="made where a dim has extent 1"):
         superoptimize(_rows_plus(4), search_result=one, cache=False, device="cpu")
+
+
+def test_a_program_with_dims_of_1_looks_for_searches_where_fewer_are_1_closest_first():
+    """A decode step at batch 1 (batch and row dims 1) takes its prefill's search (batch 1 only) before one where
+    no dim is 1; past 8 dims of 1, only its own pattern and the one with none are looked for."""
+    from prism.runtime.pipeline import _wider
+
+    assert _wider("1n1n,nn") == ["1n1n,nn", "1nnn,nn", "nn1n,nn", "nnnn,nn"]
+    assert _wider("nn,n") == ["nn,n"]
+    assert _wider("1" * 9) == ["1" * 9, "n" * 9]
