@@ -53,8 +53,8 @@ def in_code(source: str) -> list[str]:
 def in_graph(gm: Any) -> list[str]:
     """The launches of torch's ops in one run of the ATen graph `gm` as it is, each named by its op, in order
     (Prism's ops are Prism's)."""
-    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
-    return [op_name(n) for n in nodes if op_name(n) not in VIEWS and not op_name(n).startswith(f"{NAMESPACE}.")
+    named = [(op_name(n), n) for n in gm.graph.nodes if n.op == "call_function"]
+    return [name for name, n in named if name not in VIEWS and not name.startswith(f"{NAMESPACE}.")
             and not _viewing_reshape(n)]
 
 

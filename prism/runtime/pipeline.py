@@ -500,11 +500,10 @@ def _cached_search(graph: KernelGraph, options: SearchOptions, log: Callable[[st
 
     if store is None:
         return searched()
-    units = _units(graph)
+    units, program = _units(graph), ("search:" if parts is None else "join:") + _size_free(graph)
 
     def key_of(pattern: str) -> tuple[str, dict[str, Any]]:
-        return cache_key(("search:" if parts is None else "join:") + f"{_size_free(graph)}:{pattern}", [], [], "any",
-                         build_id(), options.key())
+        return cache_key(f"{program}:{pattern}", [], [], "any", build_id(), options.key())
 
     key, fields = key_of(units)
     with _one_search(key):
