@@ -515,6 +515,11 @@ TABLES = [
         "module, the egglog constructors and CUDA's grid limit out of the IR, superoptimize's RunOptions, the "
         "generator's Draft). Moved and renamed code must find the same graphs; one run each on a 2-core machine "
         "running other work, so the seconds compare nothing.", _search_compare),
+    Table("Search time: the canonical order in the generator's bound", ("search_compare_late.json",), (_compare(
+        "OLD", f". --runs 1 --workers 2 --out {RESULTS}/search_compare_late"),),
+        "Before: a36e62f; after: the generator also drops a state where a consumer-less tensor the canonical order "
+        "has passed can take no one-input op any more and no op with a newer operand finishes it within the op "
+        "budget. The same graphs and mappings.", _search_compare),
     Table("Search throughput against workers: attention", ("search_scaling_attention.json",), (
         f"PYTHONPATH=. python benchmarks/search_scaling.py --workload attention --runs 3 --out "
         f"{RESULTS}/search_scaling_attention",),

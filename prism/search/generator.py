@@ -150,6 +150,10 @@ class Generator:
             for t in cone:
                 self.kernel_operand_of.setdefault(self.index[t], []).append(self.index[r])
         self.distance = self._distances()
+        self.distance_by_pair = [min((self.distance[p] + 1 for p, _, operands in made if len(operands) == 2
+                                      and p in self.distance), default=float("inf")) for made in self.made_from]
+        """Per subterm: the fewest ops from it up to a term a block output may have whose first op takes it with
+        another operand (a tensor the canonical order has passed can no longer take a one-input op: `_hopeless`)."""
         self._ups: dict[int, dict[int, int]] = {}
         self._nears: dict[int, dict[int, int]] = {}
         self._joint: dict[tuple[int, int], tuple[float, float]] = {}
@@ -274,7 +278,14 @@ class Generator:
         one kernel-level op combines with the other's; or meeting at a first shared op, whose ops before
         it are disjoint (`joint`). Each chain from inside the loop holds an accumulator of its own, but
         two chains that meet inside the loop may share one. A running max is left out of the pairs: the
-        online accumulator that takes it computes no parent of its term."""
+        online accumulator that takes it computes no parent of its term.
+
+        The canonical order bounds a chain too: every later op's newest input is at or after `lo`, the newest
+        input of the last op (`candidates`). A consumer-less tensor before `lo` that must be consumed (its
+        chain needs an op) can no longer take a one-input op (a unary op, an accumulator); its chain's first
+        op takes it with another operand, a tensor at or after `lo` or a new one (`distance_by_pair`). A
+        tensor with a running-max state is left out: the online accumulator takes it with the running max.
+        Pruned so, a state also counts as `pruned_late` (RMSNorm-MLP at a Llama layer's shapes: half its states)."""
         left = self.max_ops - len(s.ops)
         unused = [i for i, u in enumerate(s.uses) if u == 0]
         if len(unused) - left > self.max_outputs:
@@ -282,8 +293,13 @@ class Generator:
         late = s.pinning and any(s.post)   # a loop-invariant tensor can meet a post-loop one, no accumulator needed
         extra = {i: not s.post[i] and not (late and s.inv[i] is not None) for i in unused}
         ids = {i: self.index.get(s.terms[i]) for i in unused}
-        need = max((self.distance.get(ids[i], left + 1) + extra[i] for i in unused), default=0)
-        if need > left:
+        own = {i: self.distance.get(ids[i], left + 1) + extra[i] for i in unused}
+        if max(own.values(), default=0) > left:
+            return True
+        lo = max(s.ops[-1].inputs) if len(s.ops) > s.n_loaders else 0
+        if any(own[i] and s.scale[i] is None and self.distance_by_pair[ids[i]] + extra[i] > left
+               for i in unused if i < lo):
+            self.stats["pruned_late"] += 1
             return True
         chains = tuple((ids[i], extra[i]) for i in unused if s.scale[i] != (RUNNING, i))
         worst = self._pairs.get(chains)

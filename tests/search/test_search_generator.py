@@ -81,6 +81,24 @@ def test_the_budget_bound_never_prunes_a_structure(monkeypatch, name, max_ops):
     assert gen.stats["states"] < gen2.stats["states"]
 
 
+def test_a_tensor_the_canonical_order_has_passed_is_pruned_only_where_no_two_input_op_can_finish_it(monkeypatch):
+    """The bound's canonical-order rule prunes states, keeps every structure, and would lose some if it forgot that a
+    passed tensor can still take an op with a newer operand."""
+    w = wl.get("rmsnorm_linear")
+    target = target_for(w.build(small_cfg(w)))
+
+    def structures(gen):
+        return sorted(dag_signature(st) for st in gen.run(gen.start()))
+    gen = Generator(target, Limits(max_block_ops=12))
+    found = structures(gen)
+    assert gen.stats["pruned_late"] > 0
+    forgetful = Generator(target, Limits(max_block_ops=12))
+    forgetful.distance_by_pair = [float("inf")] * len(forgetful.distance_by_pair)
+    assert len(structures(forgetful)) < len(found)
+    monkeypatch.setattr(Generator, "_hopeless", lambda self, s: len(s.ops) > self.max_ops)
+    assert structures(Generator(target, Limits(max_block_ops=12))) == found
+
+
 @pytest.mark.parametrize("name", wl.names())
 def test_every_tensor_of_the_hand_written_fused_kernel_passes_the_expression_check(name):
     """Expression-guided pruning under-prunes: the hand-written kernel survives it, tensor by tensor."""
