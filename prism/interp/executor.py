@@ -3,11 +3,20 @@
 A custom op runs block by block and loop iteration by iteration, slicing tiles exactly as the maps say
 and never shortcutting through the kernel-level program, so verification and code generation can be
 tested against it. Everything is computed on the CPU in float32 or float64.
+
+Where every dim a grid dim or the loop splits divides evenly (no ragged tile: prism.ir.block.split), all blocks
+run at once (`_Blocks`): each value carries one leading axis per grid dim, a loader's tile of every block is one
+view of its input, an op runs on every block's tiles in one torch call, and a saver concatenates and sums the
+blocks' tiles as the block-by-block run adds them. It is the same computation with the blocks side by side (a sum
+across blocks may round differently in the last bits); the search's numeric checks run thousands of small
+kernels, where one torch call per node and iteration instead of one per block is most of their time.
+`tests/interp/test_executor.py` runs both ways on every workload's kernels and compares.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -17,9 +26,9 @@ from prism.errors import InputError
 from prism.ir.block import BlockGraph
 from prism.ir.builder import Ref
 from prism.ir.graph import KernelGraph
-from prism.ir.kinds import (AFTER, BEFORE, INSIDE, MAX, Accumulator, Compute, Kind, Loader, Online, RunningMax, Saver,
-                             kind_of, rule_for)
-from prism.ir.ops import OPS, TORCH, TORCH_DTYPES, Shape, rescaling
+from prism.ir.kinds import (AFTER, BEFORE, INSIDE, LOADER, MAX, SAVER, Accumulator, Compute, Kind, Loader, Online,
+                             RunningMax, Saver, kind_of, rule_for)
+from prism.ir.ops import OPS, TORCH, TORCH_DTYPES, OpDef, Shape, rescaling
 
 __all__ = ["RUN", "UPDATE", "program_fn", "run", "run_block"]
 
@@ -70,7 +79,7 @@ def program_fn(graph: KernelGraph) -> Callable[[Sequence[torch.Tensor]], list[to
     return fn
 
 
-def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor], together: bool | None = None) -> list[torch.Tensor]:
     """Run one fused kernel on full input tensors; returns its full output tensors.
 
     Each block runs the nodes the schedule places before the loop, then the loop's nodes and each
@@ -78,6 +87,7 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
     the outputs (so blocks along a grid dim an output leaves unmapped are summed, and mapped ones land in
     disjoint slices). What each node does is its kind's rule in `RUN`, and an accumulator's update its rule in
     `UPDATE`; an accumulator starts each block with nothing (its first update starts from the identity).
+    `together`: all blocks at once (the module docstring); None: wherever the splits are even, False: never.
     """
     sched = block.schedule()
 
@@ -88,9 +98,12 @@ def run_block(block: BlockGraph, inputs: Sequence[torch.Tensor]) -> list[torch.T
 
     before, inside, after = (steps(sched.at(p), RUN) for p in (BEFORE, INSIDE, AFTER))
     update = steps([i for i, _, kind, _ in after if isinstance(kind, Accumulator)], UPDATE)
-    b = _Block(block, list(inputs), [torch.zeros(t.shape, dtype=inputs[0].dtype) for t in block.output_types])
-    for coord in itertools.product(*(range(g) for g in block.grid)):
-        b.at, b.env, b.carry = dict(zip(block.grid_dims, coord)), {i: None for i, *_ in update}, {}
+    outs = [torch.zeros(t.shape, dtype=inputs[0].dtype) for t in block.output_types]
+    if together is None:
+        together = _even(block)
+    b = (_Blocks if together else _Block)(block, list(inputs), outs)
+    for coord in [None] if together else itertools.product(*(range(g) for g in block.grid)):
+        b.at, b.env, b.carry = dict(zip(block.grid_dims, coord or ())), {i: None for i, *_ in update}, {}
         b.run(before)
         for it in range(block.loop):
             b.it = it
@@ -132,6 +145,15 @@ class _Block:
         nominal = self.block.nodes[src].outputs[0].shape
         self.outs[index][self.tile(nominal, omap, None)] += self.env[src]
 
+    def apply(self, op: OpDef, args: list[torch.Tensor], attrs: Mapping[str, Any]) -> torch.Tensor:
+        """Table op `op` on this block's tiles. A reduction over a tile with no element (one wholly past the
+        extent of a dim the loop walks raggedly: prism.ir.block.split) is its identity, the value a padded lane
+        takes (`OpDef.pad`), as the kernel's masked reduction gives: torch's max of nothing raises."""
+        if op.family.rule is Shape.REDUCE and args[0].shape[attrs["dim"]] == 0:
+            shape = [1 if d == attrs["dim"] % args[0].dim() else n for d, n in enumerate(args[0].shape)]
+            return torch.full(shape, op.pad, dtype=args[0].dtype)
+        return op.torch_fn(*args, **attrs)
+
     def tile(self, shape: Sequence[int], maps: Mapping[str, int], fmap: int | None) -> tuple[slice, ...]:
         """The slices of this block's tile, this iteration, of a tensor whose data dims the grid dims in
         `maps` split and the loop walks dim `fmap`: a dim split by grid dim g and the loop is cut into
@@ -146,6 +168,89 @@ class _Block:
                 start += self.it * tile
             slices.append(slice(start, start + tile))
         return tuple(slices)
+
+
+TILE_DIMS: dict[Shape, tuple[str, ...]] = {Shape.SAME: (), Shape.BROADCAST: (), Shape.REDUCE: ("dim",),
+                                           Shape.GROUP: ("dim",), Shape.GROUP_SCALE: ("dim",), Shape.CONTRACT: ()}
+"""The attributes of an op that name a dim of its tiles, keyed by its family's shape rule: with every block at once,
+that dim is one axis further in per grid dim (`_Blocks.apply`)."""
+
+
+class _Blocks(_Block):
+    """Every block at once (the module docstring): a value has one leading axis per grid dim, of the grid dim's size,
+    or 1 where the value is the same in every block along it, then its tile's dims."""
+
+    def apply(self, op: OpDef, args: list[torch.Tensor], attrs: Mapping[str, Any]) -> torch.Tensor:
+        """The op on every block's tiles: the operands' block axes stretched to one shape first (an op's torch
+        meaning sees whole tiles, as in one block: a group op reshapes its operand's), its tile dims moved in."""
+        n = len(self.block.grid)
+        names = TILE_DIMS[op.family.rule]
+        if names:
+            attrs = {**attrs, **{a: attrs[a] + n for a in names}}
+        if len(args) > 1:
+            blocks = torch.broadcast_shapes(*(a.shape[:n] for a in args))
+            args = [a.expand(*blocks, *a.shape[n:]) for a in args]
+        return op.torch_fn(*args, **attrs)
+
+    def load(self, i: int, index: int, imap: Mapping[str, int], fmap: int | None) -> None:
+        """Every block's tile, this iteration, of input `index`: each dim a grid dim splits seen as (blocks, tile),
+        each dim the loop walks as (iterations, tile), the iteration's taken and the blocks' axes moved in front."""
+        by_dim = {d: g for g, d in imap.items()}
+        shape, labels = [], []
+        for d, t in enumerate(self.block.nodes[i].outputs[0].shape):
+            if d in by_dim:
+                shape.append(self.block.grid_size(by_dim[d]))
+                labels.append(by_dim[d])
+            if fmap == d:
+                shape.append(self.block.loop)
+                labels.append("loop")
+            shape.append(t)
+            labels.append(d)
+        x = self.inputs[index].reshape(shape)
+        if fmap is not None:
+            x = x.select(labels.index("loop"), self.it)
+            labels.remove("loop")
+        grid = self.block.grid_dims
+        x = x.permute([labels.index(g) for g in grid if g in labels] + [k for k, a in enumerate(labels)
+                                                                          if isinstance(a, int)])
+        for k, g in enumerate(grid):
+            if g not in labels:
+                x = x.unsqueeze(k)
+        self.env[i] = x
+
+    def store(self, src: int, index: int, omap: Mapping[str, int], once: Sequence[str]) -> None:
+        """Every block's tile of output `index`: the first block's along a dim in `once`, the sum of the blocks'
+        along every other unmapped grid dim, and the blocks' tiles side by side along a mapped one."""
+        grid, n = self.block.grid_dims, len(self.block.grid)
+        v = self.env[src]
+        v = v.expand(*self.block.grid, *v.shape[n:])
+        for k, g in enumerate(grid):
+            if g in once:
+                v = v.narrow(k, 0, 1)
+            elif g not in omap:
+                v = v.sum(k, keepdim=True)
+        by_dim = {d: grid.index(g) for g, d in omap.items()}
+        order = [a for d in range(v.dim() - n) for a in ([by_dim[d]] if d in by_dim else []) + [n + d]]
+        ones = [k for k in range(n) if k not in by_dim.values()]
+        self.outs[index] += v.permute(ones + order).reshape(self.outs[index].shape)
+
+
+def _even(block: BlockGraph) -> bool:
+    """Whether every dim that grid dims or the loop split holds whole tiles in every block (no ragged split)."""
+    for node in block.nodes:
+        kind = kind_of(node)
+        if kind is LOADER:
+            full, tile, maps = block.input_types[node.attrs["index"]].shape, node.outputs[0].shape, node.attrs["imap"]
+        elif kind is SAVER:
+            full, tile, maps = node.outputs[0].shape, block.nodes[node.inputs[0][0]].outputs[0].shape, node.attrs["omap"]
+        else:
+            continue
+        fmap = node.attrs.get("fmap")
+        for d, (extent, t) in enumerate(zip(full, tile)):
+            parts = math.prod(block.grid_size(g) for g, dd in maps.items() if dd == d)
+            if extent != parts * t * (block.loop if fmap == d else 1):
+                return False
+    return True
 
 
 def _check_inputs(graph: KernelGraph, inputs: Sequence[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
@@ -189,15 +294,7 @@ def _load(ex: _Block, i: int, node: Any, kind: Kind) -> None:
 
 
 def _op(ex: _Block, i: int, node: Any, kind: Kind) -> None:
-    """A table op on this block's tiles. A reduction over a tile with no element (one wholly past the extent of
-    a dim the loop walks raggedly: prism.ir.block.split) is its identity, the value a padded lane takes
-    (`OpDef.pad`), as the kernel's masked reduction gives: torch's max of nothing raises."""
-    op, args = OPS[node.op], [ex.env[r[0]] for r in node.inputs]
-    if op.family.rule is Shape.REDUCE and args[0].shape[node.attrs["dim"]] == 0:
-        shape = [1 if d == node.attrs["dim"] % args[0].dim() else n for d, n in enumerate(args[0].shape)]
-        ex.env[i] = torch.full(shape, op.pad, dtype=args[0].dtype)
-        return
-    ex.env[i] = op.torch_fn(*args, **node.attrs)
+    ex.env[i] = ex.apply(OPS[node.op], [ex.env[r[0]] for r in node.inputs], node.attrs)
 
 
 def _final(ex: _Block, i: int, node: Any, kind: Kind) -> None:

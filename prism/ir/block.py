@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prism.errors import GraphError, MappingError
 from prism.ir.builder import GraphBuilder, Node, Ref, Tensor, check_shape
-from prism.ir.kinds import (ACCUMULATORS, INVARIANT, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM,
-                            Schedule, joined, kind_of, scaling, schedule)
+from prism.ir.kinds import (ACCUMULATORS, INVARIANT, KINDS, LOADER, LOOP, ONLINE, POST, RUNNING_MAX, SAVED, SAVER, SUM,
+                            Online, RunningMax, Schedule, joined, kind_of, scaling, schedule)
 from prism.ir.ops import RUNNING, TType, check_dtype
 from prism.ir.launch import Launch
 from prism.ir.printer import format_block
@@ -230,9 +230,15 @@ class BlockGraph(GraphBuilder, Stored, format=BLOCK_FORMAT):
         self._scaled(name, attrs, tensors)
 
     def _scaled(self, op: str, attrs: Mapping[str, Any], tensors: Sequence[Tensor]) -> None:
-        """Check the running-max rule (prism.ir.kinds.scaling) for the node about to be appended."""
+        """Check the running-max rule (prism.ir.kinds.scaling) for the node about to be appended. A table op on
+        operands that depend on no running max is independent of all, and so is an accumulator's (the rule's own
+        cases): most nodes of most graphs, decided without the running maxima's shapes."""
+        states = [self._scale.get(t.ref) for t in tensors]
+        if not any(states) and not isinstance(KINDS.get(op), (RunningMax, Online)):
+            self._pending_scale = None
+            return
         running = {r: self.type_of(r).shape for r, s in self._scale.items() if s == (RUNNING, r)}
-        self._pending_scale = scaling(op, attrs, [(t.shape, self._scale.get(t.ref)) for t in tensors], running,
+        self._pending_scale = scaling(op, attrs, [(t.shape, st) for t, st in zip(tensors, states)], running,
                                       me=(len(self.nodes), 0))
 
     def _append(self, node: Node) -> tuple[Tensor, ...]:

@@ -181,7 +181,18 @@ class MappingProblem:
 
     def once(self, m: Mapping) -> list[tuple[str, ...]]:
         """Per output, the grid dims it is written once along: those of `m.grid` that map none of its dims and
-        none of the loaders it is computed from (`cones`), so every block along them computes the same tile."""
+        none of the loaders it is computed from (`cones`), so every block along them computes the same tile.
+        Made once per mapping, as `maps` is, and shared."""
+        key = (m.grid, m.loop)
+        if key not in self._once:
+            self._once[key] = self._make_once(m)
+        return self._once[key]
+
+    @cached_property
+    def _once(self) -> dict[tuple, list[tuple[str, ...]]]:
+        return {}
+
+    def _make_once(self, m: Mapping) -> list[tuple[str, ...]]:
         loaders, omaps = self.maps(m)
         if not self.cones:
             return [() for _ in omaps]
@@ -192,7 +203,17 @@ class MappingProblem:
     def partials(self, m: Mapping) -> list[dict[str, int]] | None:
         """Per output, {grid dim: data dim} for each grid dim that sums it (neither maps it nor writes it `once`),
         the data dim its partials go side by side along: the last dims no grid dim maps, one each (None where an
-        output has too few)."""
+        output has too few). Made once per mapping, as `maps` is, and shared."""
+        key = (m.grid, m.loop)
+        if key not in self._partials:
+            self._partials[key] = self._make_partials(m)
+        return self._partials[key]
+
+    @cached_property
+    def _partials(self) -> dict[tuple, list[dict[str, int]] | None]:
+        return {}
+
+    def _make_partials(self, m: Mapping) -> list[dict[str, int]] | None:
         _, omaps = self.maps(m)
         out = []
         for dims, omap, once in zip(self.outputs, omaps, self.once(m)):

@@ -19,12 +19,14 @@ from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.ir.block import GRID_DIMS
 from prism.ir.kinds import ACCUMULATORS, MAX, ONLINE, SUM
 from prism.ir.ops import OPS, rescaling
+from prism.ir.sizes import loop_size_name
 from prism.symbolic.dims import UNIT, AtomSpace, InvExtent, UnionFind
 from prism.symbolic.draft import LOAD_OP, RUNNING_MAX_OP, BOp, Draft, attr_from_json, attr_json, op_dims
 from prism.symbolic.mapping import Mapping, MappingProblem
 
 __all__ = ["GROUP", "Structure", "check_shapes", "class_factor", "group_variant", "grouped_sums", "instantiate",
-           "program_classes", "structure_from_json", "tail_rows", "tail_variant", "walk_variant"]
+           "later_sizes", "program_classes", "structure_from_json", "tail_rows", "tail_variant", "walk_variant",
+           "walked"]
 
 
 @dataclass(frozen=True)
@@ -222,13 +224,29 @@ def instantiate(st: Structure, m: Mapping, shapes: Sequence[Sequence[int]] | Non
             if not rows:
                 raise MappingError("instantiate: a tail mapping whose first kernel has no grid dim that maps the "
                                    "same data dim in all it saves (tail_rows)")
-        walk = b.grid_size(next(iter(folds[0]))) if m.walk else None
+        walk = b.grid_size(walked(st, m)) if m.walk else None
         g.output(_fold(g, values[:len(st.outputs)], groups, scaled, st.kernel_ops, shapes, rows, walk))
         return g
     for op in st.kernel_ops:
         values.append(g.apply(op.op, [values[i] for i in op.inputs], _resolve(op.attrs, op.op, shapes)))
     g.output(*(values[v] for v in st.values))
     return g
+
+
+def walked(st: Structure, m: Mapping) -> str | None:
+    """The grid dim of the first kernel whose splits a walk mapping's second kernel walks, one per iteration (its
+    loop range is that dim's size); None for any other mapping."""
+    return next(iter(st.problem().partials(m)[0])) if m.walk else None
+
+
+def later_sizes(st: Structure, m: Mapping, grid: Sequence[int]) -> dict[str, int]:
+    """The parallel sizes of the later kernels that follow from the first kernel's `grid` through the mapping alone,
+    as `instantiate` makes them: a partials form's second kernel loops over the walked splits (a walk mapping) or
+    once. Its grid follows from the saved shapes too; only an instantiation gives those (prism.tune.space)."""
+    if not m.partials:
+        return {}
+    split = walked(st, m)
+    return {loop_size_name(1): grid[GRID_DIMS.index(split)] if split is not None else 1}
 
 
 def _running(st: Structure, o: int) -> int | None:

@@ -67,7 +67,7 @@ from prism.ir.graph import parallel_sizes
 from prism.ir.sizes import grid_size_name, kernel_of, loop_size_name, violations
 from prism.symbolic.dims import UNIT
 from prism.symbolic.draft import LOAD_OP, RUNNING_MAX_OP
-from prism.symbolic.structure import tail_rows
+from prism.symbolic.structure import later_sizes, tail_rows
 from prism.tune.target import H100, Target
 
 __all__ = ["GEMV_PER_THREAD", "GEMV_ROWS", "MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate",
@@ -295,13 +295,14 @@ class GraphSpace:
 
     def broken(self, grid: tuple[int, ...], loop: int) -> list[str]:
         """The sGraph's size constraints a tiling breaks (prism.ir.sizes), in words: the first kernel's sizes are
-        the tiling's, and the later kernels' are read off the µGraph it instantiates, once per grid (they follow
-        from the first kernel's grid alone: prism.symbolic.structure.instantiate); only for an sGraph proved under
-        constraints."""
+        the tiling's, the later kernels' those the mapping gives (prism.symbolic.structure.later_sizes: a walk's
+        loop), and any other is read off the µGraph it instantiates, once per grid (they follow from the first
+        kernel's grid alone: prism.symbolic.structure.instantiate); only for an sGraph proved under constraints."""
         constraints = self.sgraph.constraints
         if not constraints:
             return []
         sizes = {grid_size_name(d, 0): n for d, n in zip(GRID_DIMS, grid)} | {loop_size_name(0): loop}
+        sizes |= later_sizes(self.sgraph.structure, self.mapping, grid)
         if not all(c.names <= sizes.keys() for c in constraints):
             if grid not in self._later:
                 try:

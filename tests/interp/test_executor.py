@@ -1,10 +1,20 @@
-"""The reference executor's block-by-block semantics, checked against hand-derived torch expressions."""
+"""The reference executor's block-by-block semantics, checked against hand-derived torch expressions, both block by
+block and with every block at once (tests/interp/test_all_blocks.py compares the two ways on many more kernels)."""
 
 import pytest
 import torch
 
 import prism
 from prism import interp
+from prism.interp import executor
+
+
+@pytest.fixture(autouse=True, params=["all blocks at once", "block by block"])
+def way(request, monkeypatch):
+    """Every test here runs both ways: `run` takes all blocks at once wherever the splits are even."""
+    if request.param == "block by block":
+        monkeypatch.setattr(executor, "_even", lambda block: False)
+    return request.param
 
 
 def _rand(*shape, seed=0):
@@ -119,3 +129,18 @@ def test_program_fn_takes_programs_only():
     b.output(b.accum(b.input(_tt(4, 16), imap={"x": 1})), omap={"x": 1})
     with pytest.raises(prism.errors.InputError, match="kernel-level ops"):
         interp.program_fn(_kernel(b, (4, 16)))
+
+
+def test_a_ragged_split_is_run_block_by_block():
+    """40 rows in three blocks of 16-row tiles: the last block's tile is 8 rows, so the blocks' tiles differ in shape
+    and `run` takes them one at a time; all at once, the uneven tiles do not fit one view."""
+    b = prism.BlockGraph(grid=(3,), loop=1)
+    t = b.input(_tt(40, 4), imap={"x": 0})
+    assert t.shape == (16, 4)
+    b.output(b.accum(b.exp(t)), omap={"x": 0}, shape=(40, 4))
+    assert not executor._even(b)
+    x = _rand(40, 4)
+    (got,) = interp.run(_kernel(b, (40, 4)), [x], torch.float64)
+    torch.testing.assert_close(got, torch.exp(x))
+    with pytest.raises(RuntimeError):
+        interp.run_block(b, [x], together=True)

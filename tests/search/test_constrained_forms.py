@@ -136,3 +136,31 @@ def test_the_later_kernels_sizes_follow_from_the_first_kernels_grid_alone(search
             checked += 1
         assert not any(gs.broken(grid, loop) for grid, loop in gs.tilings())
     assert checked > 100
+
+
+@pytest.mark.parametrize("name", ["attention", "gqa"])
+def test_the_later_sizes_a_mapping_gives_are_those_its_instantiation_has(searched, name, monkeypatch):
+    """`later_sizes` (a walk's loop, a partials form's single pass) is what `instantiate` builds at every grid, and the
+    space keeps the same tilings reading them so as reading every later size off an instantiation."""
+    from prism.ir.sizes import kernel_of
+    from prism.symbolic import structure
+    from prism.tune.space import Space
+
+    w, cfg, result = searched(name)
+    program = w.build(cfg)
+    space = Space(result, program)
+    walks = checked = 0
+    for gs in space.graphs:
+        sg = gs.sgraph
+        for grid, loop in gs.tilings()[::7]:
+            given = structure.later_sizes(sg.structure, sg.mapping, grid)
+            later = {n: v for n, v in parallel_sizes(result.instantiate(gs.index, grid=grid, loop=loop)).items()
+                     if kernel_of(n)[1] > 0}
+            assert given == {n: later[n] for n in given}, sg.form
+            checked += 1
+            walks += sg.mapping.walk and given["i1"] > 1
+    assert checked > 100 and walks > 10
+    kept = [gs.tilings() for gs in space.graphs]
+    monkeypatch.setattr(structure, "later_sizes", lambda st, m, grid: {})
+    monkeypatch.setattr("prism.tune.space.later_sizes", lambda st, m, grid: {})
+    assert [gs.tilings() for gs in Space(result, program).graphs] == kept
