@@ -42,6 +42,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    "formula (default %(default)s; its graph column is captured by hand)")
     p.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--oracle", default=str(ROOT / "benchmarks" / "results"), help="folder of stored measured "
+                   "candidates (tune_samples_*.json): each config's fastest on this kind of GPU is always timed again "
+                   "(default %(default)s; '' keeps none)")
     args = p.parse_args(argv)
     from prism import workloads
 
@@ -63,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     opts = replace(search_options(args), budget=args.budget, time_budget=args.time_budget, warmup=args.warmup,
                    rep=args.rep, compile=not args.no_compile, compile_mode=args.compile_mode,
-                   cache=not args.no_cache)
+                   cache=not args.no_cache, oracle=args.oracle or None)
 
     def save(results: dict[str, Any]) -> None:
         Path(args.out).write_text(json.dumps(results, indent=1, default=str))

@@ -17,6 +17,12 @@ tuned (`--search-dir`, by the same Prism build) with each kernel's compiled warp
 
     PYTHONPATH=. python benchmarks/tune_calibrate.py from-bench gpu_bench.json --search-dir DIR --out samples.json
 
+Each sample names its sGraph (`Sample.sgraph`), so that a later run tunes the fastest form again
+(prism.tune.oracle.fastest); `identify` adds the names to a file written before samples carried them, from the
+searches its run tuned:
+
+    PYTHONPATH=. python benchmarks/tune_calibrate.py identify samples.json --search-dir DIR
+
 `regret` replays the samples as the oracle test does (prism.tune.oracle): per config, the measured µs of the
 model's pick over the fastest measured, with the shipped calibration, the data sheet's values or a fit on them
 (`--constants`), or fitted on the other configs only (`--left-out`), and optionally without a field of the model
@@ -74,6 +80,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     b.add_argument("bench", help="the JSON a gpu_bench.py run wrote")
     b.add_argument("--search-dir", required=True, help="the searches that run tuned (the same Prism build)")
     b.add_argument("--out", default="tune_samples.json")
+    i = sub.add_parser("identify", help="name each sample's sGraph in a file written before samples did")
+    i.add_argument("samples", help="a file written by `collect` or `from-bench`")
+    i.add_argument("--search-dir", required=True, help="the searches the run that measured it tuned")
     f = sub.add_parser("fit", help="fit the model's constants to collected samples")
     f.add_argument("samples", nargs="+", help="files written by `collect`")
     f.add_argument("--kind", default="h100", help="the GPU kind the samples were measured on (h100, h200)")
@@ -138,7 +147,7 @@ def collect_config(name: str, cfg: dict, result: Any, args: argparse.Namespace, 
             print(f"{group} {c}: {t.dropped}, not sampled", file=sys.stderr)
             continue
         kernels = tuple(k.work for k in estimate(g, target, aot=cr.kernels).kernels)
-        out.append(Sample(group, str(c), kernels, t.us).to_json())
+        out.append(Sample(group, str(c), kernels, t.us, result.graphs[c.graph].identity).to_json())
     return out
 
 
@@ -212,7 +221,7 @@ def from_bench(args: argparse.Namespace) -> int:
                 if not cost.compiled or any(k.num_warps != candidate.warps for k in aot[:1]):
                     raise PrismError(f"{group} {candidate}: its kernels here are not the ones the run compiled")
                 samples.append(Sample(group, str(candidate), tuple(k.work for k in cost.kernels),
-                                      e["measured_us"]).to_json())
+                                      e["measured_us"], result.graphs[candidate.graph].identity).to_json())
     except (PrismError, OSError, KeyError, ValueError) as e:
         print(f"tune_calibrate: {args.bench} cannot be read as samples ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
@@ -225,6 +234,45 @@ def from_bench(args: argparse.Namespace) -> int:
         print(f"{recombined} split-K candidate(s) skipped: the run timed their sums as atomic adds into a zeroed "
               "buffer, which this build combines in their launch (prism.codegen.split); stored samples keep them as "
               "timed")
+    return 0
+
+
+def identify(args: argparse.Namespace) -> int:
+    """Names each sample's sGraph (`Sample.sgraph`) in a file written before samples carried it, from the searches
+    the run that measured it tuned (`--search-dir`: the file's provenance says which); nothing else in the file
+    changes. Refuses in one line where a label's sGraph is not in that search or does not instantiate at the
+    sample's config and point: then the folder is not the one the run tuned."""
+    from prism import workloads
+    from prism.errors import PrismError
+    from prism.search import SearchResult
+    from prism.tune.space import Candidate
+
+    path = Path(args.samples)
+    data = json.loads(path.read_text())
+    searches: dict[str, Any] = {}
+    named = 0
+    try:
+        for s in data["samples"]:
+            name, config = s["group"].split(" ", 1)
+            if name not in searches:
+                searches[name] = SearchResult.load(Path(args.search_dir) / f"{name}.json")
+            c = Candidate.parse(s["label"])
+            graphs = searches[name].graphs
+            if c.graph >= len(graphs):
+                raise PrismError(f"{s['group']} {c}: the search has {len(graphs)} sGraphs")
+            cfg = next((cfg for cfg in workloads.get(name).configs if config_text(cfg) == config), None)
+            if cfg is None:
+                raise PrismError(f"{s['group']}: no config of {name} reads {config!r}")
+            shapes = [t.shape for t in workloads.get(name).build(cfg, "float16").inputs]
+            graphs[c.graph].instantiate(shapes, c.grid, c.loop)   # a MappingError: not the search that run tuned
+            named += s.get("sgraph") != graphs[c.graph].identity
+            s["sgraph"] = graphs[c.graph].identity
+    except (PrismError, OSError, KeyError, ValueError) as e:
+        print(f"tune_calibrate: {path} cannot be identified from {args.search_dir} ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    path.write_text(json.dumps(data, indent=1))
+    print(f"{named} of {len(data['samples'])} samples of {path} named by their sGraph")
     return 0
 
 
@@ -362,7 +410,8 @@ def steps(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return {"collect": collect, "from-bench": from_bench, "fit": fit, "regret": regret, "steps": steps}[args.step](args)
+    return {"collect": collect, "from-bench": from_bench, "identify": identify, "fit": fit, "regret": regret,
+            "steps": steps}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,11 @@ class TuneOptions(Settings):
         layout the kernel will read. torch.compile's backend gives the strides of what each region reads.
     sweep: on a GPU, a space of at most this many points is measured whole (every point compiled and timed)
         instead of `budget` of it: where the space is small, measuring beats the model's guess.
+    keep: points tried whatever the model and the draw pick, each (sGraph identity, candidate label): the
+        fastest form ever measured for this config on this kind of GPU (prism.tune.oracle.fastest), found in
+        this search by its identity (prism.search.result.SymbolicGraph.identity) and tried at its stored grid,
+        loop and launch, so that a pick is never slower than it for want of a draw. Part of the result cache's
+        key.
     """
 
     budget: int = 16
@@ -175,6 +180,7 @@ class TuneOptions(Settings):
     target: Any = None
     strides: tuple[tuple[int, ...], ...] | None = None
     sweep: int = SWEEP
+    keep: tuple[tuple[str, str], ...] = ()
 
     WHAT: ClassVar[str] = "tuning options"
 
@@ -195,7 +201,13 @@ class TuneOptions(Settings):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not low <= value <= high):
                 raise InputError(f"{who}: {name} must be a number from {low} to {high}, got {value!r}")
-        return self if self.strides is None else dataclasses.replace(self, strides=tuple(map(tuple, self.strides)))
+        if not isinstance(self.keep, (tuple, list)) or not all(
+                isinstance(k, (tuple, list)) and len(k) == 2 and all(isinstance(x, str) and x for x in k)
+                for k in self.keep):
+            raise InputError(f"{who}: keep must be pairs (sGraph identity, candidate label) of strings, got "
+                             f"{self.keep!r}")
+        strides = None if self.strides is None else tuple(map(tuple, self.strides))
+        return dataclasses.replace(self, strides=strides, keep=tuple(map(tuple, self.keep)))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from prism.bench.paper_search import config_text, saved_or_searched
 from prism.codegen.split import SPLIT_K
 from prism.errors import PrismError
 from prism.provenance import build_id
+from prism.tune.oracle import fastest
+from prism.tune.target import gpu_kind
 
 __all__ = ["num_text", "ratio", "COLUMNS", "GPUOptions", "GPUUnavailable", "against", "copy_bandwidth", "format_table",
            "max_error", "measure", "measure_gpu", "require_gpu", "search_result", "with_tvm"]
@@ -67,6 +69,9 @@ class GPUOptions:
     compile_mode: str = "max-autotune-no-cudagraphs"  # torch.compile's mode for the torch formula
     cache: bool = True  # use Prism's result cache
     seed: int = 0
+    # folder of stored measured candidates (tune_samples_*.json): each config's fastest measured on this kind of
+    # GPU is always among the candidates timed (prism.tune.oracle.fastest, TuneOptions.keep); None: none kept
+    oracle: str | None = None
 
 
 # ---- formatting (no GPU needed) ------------------------------------------------------------------
@@ -197,9 +202,10 @@ def max_error(got: Any, want: Any) -> float:
 
 
 def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench: Bench,
-            copy_bps: float) -> dict[str, Any]:
+            copy_bps: float, kept: Any = None) -> dict[str, Any]:
     """One row: Prism's kernels for `name` at `cfg` (from search `result`), eager and compiled torch, each
-    as called and in a CUDA graph; Prism inside torch.compile(reduce-overhead); the floor."""
+    as called and in a CUDA graph; Prism inside torch.compile(reduce-overhead); the floor. `kept`: the config's
+    fastest stored sample (prism.tune.fit.Sample), a point the tuning must try; the row keeps its label and µs."""
     import torch
     import torch._dynamo
 
@@ -222,9 +228,12 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
     copies = input_copies(xs)
     want = w.reference(*[x.float() for x in xs])
     t0 = time.time()
+    keep = ((kept.sgraph, kept.label),) if kept is not None else ()
     opt = superoptimize(program, search_result=result, budget=opts.budget, time_budget=opts.time_budget,
-                        device="cuda", cache=opts.cache, seed=opts.seed)
+                        device="cuda", cache=opts.cache, seed=opts.seed, keep=keep)
     row["superoptimize_s"] = time.time() - t0
+    if kept is not None:
+        row["kept"] = {"label": kept.label, "sgraph": kept.sgraph, "stored_us": kept.measured_us}
     rep = opt.report
     row.update(chosen=rep.best.label if rep.best else None, method=rep.method, spearman=rep.spearman,
                report=rep.to_json(), table=rep.table(), cached=rep.cached, kernels=len(opt.compiled.plan.steps))
@@ -315,6 +324,7 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
                    "options": asdict(opts), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "build": build_id(),
                    "split_k": SPLIT_K, "rows": []}
     done = {json.dumps([r["workload"], r["config"]]) for r in results["rows"]}
+    stored = fastest(sorted(Path(opts.oracle).glob("tune_samples_*.json")), gpu_kind(device)) if opts.oracle else {}
 
     def add(row: dict[str, Any]) -> None:
         results["rows"].append(row)
@@ -340,7 +350,8 @@ def measure_gpu(names: list[str], opts: GPUOptions = GPUOptions(), *, previous: 
             for cfg in todo:
                 say(f"gpu: measure {name} {config_text(cfg)} ...")
                 try:
-                    add(measure(name, cfg, result, opts, bench, results["copy_gbps"] * 1e9))
+                    add(measure(name, cfg, result, opts, bench, results["copy_gbps"] * 1e9,
+                                stored.get(f"{name} {config_text(cfg)}")))
                 except Exception as e:
                     add(_error_row(name, cfg, f"{type(e).__name__}: {str(e)[:300]}"))
     return results

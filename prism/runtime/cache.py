@@ -46,13 +46,17 @@ def default_path() -> Path:
 
 def cache_key(structural_hash: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[str], target: str,
               version: str, search: str | None = None,
-              strides: Sequence[Sequence[int]] | None = None) -> tuple[str, dict[str, Any]]:
+              strides: Sequence[Sequence[int]] | None = None,
+              kept: Sequence[Sequence[str]] = ()) -> tuple[str, dict[str, Any]]:
     """(hex key, the fields it hashes) for one program, its input shapes and dtypes, target and version,
-    the search it was tuned from (`search`: a given search result's identity, or the search's options), and the
-    strides its inputs are passed with where given (a kernel is tuned for the layout it reads)."""
+    the search it was tuned from (`search`: a given search result's identity, or the search's options), the
+    strides its inputs are passed with where given (a kernel is tuned for the layout it reads), and the points the
+    tuning was told to try where there are any (TuneOptions.keep: a tuning without them may have chosen a slower
+    form)."""
     fields = {"program": structural_hash, "shapes": [list(s) for s in shapes], "dtypes": list(dtypes),
               "target": target, "version": version} | ({} if search is None else {"search": search})
     fields |= {} if strides is None else {"strides": [list(s) for s in strides]}
+    fields |= {"kept": [list(k) for k in kept]} if kept else {}
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest(), fields
 

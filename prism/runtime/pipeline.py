@@ -352,7 +352,8 @@ def _optimize(graph: KernelGraph, dev: torch.device, search_result: Any, job: _J
     if store is not None:
         key, fields = cache_key(graph.structural_hash(), [t.shape for t in graph.inputs],
                                 [t.dtype for t in graph.inputs], target_key(dev, job.tune.target), build_id(),
-                                job.search.key() if given is None else _identity(given), job.tune.strides)
+                                job.search.key() if given is None else _identity(given), job.tune.strides,
+                                job.tune.keep)
         try:
             hit = store.get(key, lambda payload: _decode(payload, graph))
         except Exception as e:  # an unreadable cache never stops the optimizer

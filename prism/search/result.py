@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
@@ -62,6 +63,14 @@ class SymbolicGraph:
     def key(self) -> tuple:
         """The canonical order of results: by structure, then mapping."""
         return (self.structure.key(), repr(self.mapping))
+
+    @cached_property
+    def identity(self) -> str:
+        """A name of this sGraph that no search numbering enters: a hash of its JSON (structure, mapping,
+        constraints). A candidate measured on a GPU is stored with it (prism.tune.fit.Sample.sgraph), so a later
+        tuning from another search of the same program finds the same form again (TuneOptions.keep)."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def maps(self) -> dict[str, Any]:
         """{"loaders": [(imap, fmap), ...], "outputs": [omap, ...]} as BlockGraph takes them."""

@@ -31,21 +31,25 @@ make up for errors of the model's form (prism.tune.cost), which then ranked the 
 
 @dataclass(frozen=True)
 class Sample:
-    """One measured candidate: `group` is its program config (held-out correlation is per group)."""
+    """One measured candidate: `group` is its program config (held-out correlation is per group), `label` the
+    candidate as the tuner wrote it (its sGraph by index in the search that run tuned), `sgraph` that sGraph's
+    identity (prism.search.result.SymbolicGraph.identity; empty where a file predates it): what names the form in
+    another search of the same program."""
 
     group: str
     label: str
     kernels: tuple[KernelWork, ...]
     measured_us: float
+    sgraph: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "label": self.label, "measured_us": self.measured_us,
-                "kernels": [k.to_json() for k in self.kernels]}
+                "kernels": [k.to_json() for k in self.kernels]} | ({"sgraph": self.sgraph} if self.sgraph else {})
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Sample:
         return cls(d["group"], d["label"], tuple(KernelWork.from_json(k) for k in d["kernels"]),
-                   float(d["measured_us"]))
+                   float(d["measured_us"]), str(d.get("sgraph", "")))
 
 
 def predict(samples: Sequence[Sample], target: Target) -> list[float]:

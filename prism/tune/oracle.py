@@ -25,7 +25,7 @@ from prism.tune.profile import spearman
 from prism.tune.space import Candidate
 from prism.tune.target import Target, gpu_kind
 
-__all__ = ["Regret", "Step", "before_compile", "left_out", "load", "read", "regrets", "steps"]
+__all__ = ["Regret", "Step", "before_compile", "fastest", "left_out", "load", "read", "regrets", "steps"]
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,39 @@ def read(paths: Sequence[str | Path], kind: str | None = None) -> tuple[list[Sam
     wrong. A config measured in more than one file stays one group per file, named "<config> [<file stem>]": runs
     on other days measure other candidates, on other code, and a regret is the model's pick among what one run
     measured."""
-    files: list[tuple[str, list[Sample]]] = []
-    devices: list[str] = []
-    for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-            files.append((Path(path).stem, [Sample.from_json(s) for s in data["samples"]]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise InputError(f"{path}: not a file of measured candidates ({type(e).__name__}: {e})") from None
-        device = str(data.get("device", ""))
-        if kind is not None and (not device or gpu_kind(device) != kind):
-            raise InputError(f"{path}: measured on {device or 'an unnamed device'}, not on an {kind.upper()}")
-        devices.append(device)
-    seen = Counter(group for _, samples in files for group in {s.group for s in samples})
+    files = [_file(path, kind) for path in paths]
+    seen = Counter(group for _, samples, _ in files for group in {s.group for s in samples})
     return [s if seen[s.group] == 1 else replace(s, group=f"{s.group} [{stem}]")
-            for stem, samples in files for s in samples], devices
+            for stem, samples, _ in files for s in samples], [device for _, _, device in files]
+
+
+def _file(path: str | Path, kind: str | None) -> tuple[str, list[Sample], str]:
+    """One file's (stem, samples, device): `read`'s refusals."""
+    try:
+        data = json.loads(Path(path).read_text())
+        samples = [Sample.from_json(s) for s in data["samples"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}: not a file of measured candidates ({type(e).__name__}: {e})") from None
+    device = str(data.get("device", ""))
+    if kind is not None and (not device or gpu_kind(device) != kind):
+        raise InputError(f"{path}: measured on {device or 'an unnamed device'}, not on an {kind.upper()}")
+    return Path(path).stem, samples, device
+
+
+def fastest(paths: Sequence[str | Path], kind: str) -> dict[str, Sample]:
+    """Per config ("rmsnorm n=8,d=4096"), the fastest candidate ever measured for it in the files of `paths`
+    measured on GPUs of `kind` (files of other kinds are passed over, not refused), among those whose sGraph is
+    named (`Sample.sgraph`). A tuning of that config on that kind of GPU times it again (TuneOptions.keep), so a
+    run's pick is never a form slower than one measured before only because its draw missed it."""
+    best: dict[str, Sample] = {}
+    for path in paths:
+        _, samples, device = _file(path, None)
+        if not device or gpu_kind(device) != kind:
+            continue
+        for s in samples:
+            if s.sgraph and (s.group not in best or s.measured_us < best[s.group].measured_us):
+                best[s.group] = s
+    return best
 
 
 def before_compile(samples: Sequence[Sample], target: Target) -> list[Sample]:

@@ -30,13 +30,14 @@ class Status(StrEnum):
 
 @dataclass
 class Entry:
-    """One candidate: where it came from ("model": the cost model's best; "random": a uniform draw;
-    "baseline": the unfused program; "per output": the choices of a program with several outputs, together),
-    its estimate, its time if measured, its kernels, its fate (`status`, and `why` it was dropped), and `risk`:
-    why it can overflow (prism.tune.safety), None if it cannot. `output`: the output it was tuned for, when a
-    program with several outputs was tuned one output at a time; `text`: a label of its own (the joined
-    choice's). `seconds`: where its tuning time went, "compile" (ahead of time, in a worker: prism.tune.compile)
-    and on a GPU "load", "check" and "time" (prism.tune.profile.Timing)."""
+    """One candidate: where it came from ("model": the cost model's best; "random": a uniform draw; "kept": a
+    point the tuning was told to try, the fastest measured before (TuneOptions.keep); "baseline": the unfused
+    program; "per output": the choices of a program with several outputs, together), its estimate, its time if
+    measured, its kernels, its fate (`status`, and `why` it was dropped), and `risk`: why it can overflow
+    (prism.tune.safety), None if it cannot. `output`: the output it was tuned for, when a program with several
+    outputs was tuned one output at a time; `text`: a label of its own (the joined choice's). `seconds`: where
+    its tuning time went, "compile" (ahead of time, in a worker: prism.tune.compile) and on a GPU "load", "check"
+    and "time" (prism.tune.profile.Timing)."""
 
     candidate: Candidate
     origin: str

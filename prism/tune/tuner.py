@@ -17,7 +17,12 @@ processes that later compile) and spends the costly steps (compilation, profilin
    from, so the draw favours the model's good regions more than a draw over the whole band would. It skips
    points the compiler would mostly spill (`HEAVY`), the slowest to compile; no pick of any kind holds
    `TOO_HEAVY` times what a thread may (never near the fastest, and up to 23 s to compile);
-3. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
+3. the kept points (`TuneOptions.keep`): the fastest form ever measured for the config on this kind of GPU
+   (prism.tune.oracle.fastest), found in this search by its sGraph's identity and tried at its stored point,
+   whatever the model and the draw picked: a run's pick is then never slower than a form measured before only
+   because its draw missed it (RMSNorm d=4096 on the H200 chose 21.13 µs in one run where another's draw had
+   found a 17.45 µs split-K form);
+4. refinement: the points one step from the best so far (`Space.neighbours`: a parallel size to the
    next value, warps halved or doubled, stages one more or less), best estimate first, and from the best of
    each other form within `REFINE_BAND` of it, for up to `REFINE_ROUNDS` rounds while they improve.
 
@@ -37,11 +42,11 @@ import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from prism import pool
-from prism.errors import MappingError, PrismError
+from prism.errors import InputError, MappingError, PrismError
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 from prism.options import RANK_LIMIT, RANK_SAMPLE, TuneOptions
@@ -159,6 +164,7 @@ def tune(result, program: KernelGraph, options: TuneOptions | None = None, *, gp
         budget, explore, refine = _swept(len(space), gpu, opts, refine, report)
         seen: set[str] = set()
         picks = _select(space, ranked, budget, explore, seed, seen, target, report)
+        picks += _kept(space, opts.keep, seen, target, report)
         base = _Pick(Entry(Candidate(UNFUSED, (), 1), "baseline", risk=overflow_risk(program)),
                      estimate(program, target, strides=opts.strides), program)
         picks.append(base)
@@ -303,6 +309,33 @@ def _select(space: Space, ranked: list[Ranked], budget: int, explore: float, see
             picks.append(p)
             n_random -= 1
     return picks
+
+
+def _kept(space: Space, keep: Sequence[tuple[str, str]], seen: set[str], target: Target,
+          report: Report) -> list[_Pick]:
+    """The kept points (TuneOptions.keep) as picks: each stored (sGraph identity, label) at the index its sGraph
+    has in this search. A point this search lacks, or that does not instantiate at these shapes, is noted and
+    passed over (another build may find other forms); one the model or the draw already took is tried once."""
+    index = {g.identity: i for i, g in enumerate(space.result.graphs)}
+    out = []
+    for sgraph, label in keep:
+        try:
+            c = Candidate.parse(label)
+        except ValueError as e:
+            raise InputError(f"tune: keep: {e}") from None
+        if sgraph not in index:
+            report.notes.append(f"kept point {label}: no sGraph of this search is {sgraph}")
+            continue
+        c = replace(c, graph=index[sgraph])
+        try:
+            g = space.instantiate(c)
+        except MappingError as e:
+            report.notes.append(f"kept point {label} ({c} here) does not instantiate at these shapes: {e}")
+            continue
+        p = _Pick(Entry(c, "kept", risk=overflow_risk(g)), estimate(g, target, strides=space.strides), g)
+        if _fresh(p, seen):
+            out.append(p)
+    return out
 
 
 def _heavy(p: _Pick, target: Target, limit: float = HEAVY) -> bool:
