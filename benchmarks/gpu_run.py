@@ -277,9 +277,10 @@ def run(search_dir: str, out: str, budget: int, steps: Sequence[str] = DEFAULT_S
 
 
 def compare(runs: Sequence[str], before: Sequence[str]) -> int:
-    """Print `prism.bench.gpu.against` for gpu_bench runs and earlier ones; 2 with one line if a file is not a run or
-    the runs were measured on different devices."""
-    from prism.bench.gpu import against
+    """Print `prism.bench.gpu.against` for gpu_bench runs and earlier ones, then the configs whose pick is slower
+    than the fastest form stored for them beyond the noise the run measured (`prism.bench.gpu.regressions`): 1 if
+    there is one; 2 with one line if a file is not a run or the runs were measured on different devices."""
+    from prism.bench.gpu import against, regressions
 
     docs = []
     for path in [*runs, *before]:
@@ -297,7 +298,10 @@ def compare(runs: Sequence[str], before: Sequence[str]) -> int:
               file=sys.stderr)
         return 2
     print(against(docs[:len(runs)], docs[len(runs):]))
-    return 0
+    slower = regressions(docs[:len(runs)])
+    print(f"\nslower than the fastest form stored for them beyond the run's own noise: {len(slower)}"
+          + "".join(f"\n- {line}" for line in slower))
+    return 1 if slower else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,10 +30,11 @@ from prism.codegen.split import SPLIT_K
 from prism.errors import PrismError
 from prism.provenance import build_id
 from prism.tune.oracle import fastest
+from prism.tune.space import Candidate
 from prism.tune.target import gpu_kind
 
 __all__ = ["num_text", "ratio", "COLUMNS", "GPUOptions", "GPUUnavailable", "against", "copy_bandwidth", "format_table",
-           "max_error", "measure", "measure_gpu", "require_gpu", "search_result", "with_tvm"]
+           "max_error", "measure", "measure_gpu", "regressions", "require_gpu", "search_result", "with_tvm"]
 
 """Where the search runs: maps and structure do not depend on sizes, so one search serves every config."""
 
@@ -233,7 +234,8 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
                         device="cuda", cache=opts.cache, seed=opts.seed, keep=keep)
     row["superoptimize_s"] = time.time() - t0
     if kept is not None:
-        row["kept"] = {"label": kept.label, "sgraph": kept.sgraph, "stored_us": kept.measured_us}
+        row["kept"] = {"label": kept.label, "sgraph": kept.sgraph, "stored_us": kept.measured_us,
+                       "now_us": _timed_again(opt.report, result, kept)}
     rep = opt.report
     row.update(chosen=rep.best.label if rep.best else None, method=rep.method, spearman=rep.spearman,
                report=rep.to_json(), table=rep.table(), cached=rep.cached, kernels=len(opt.compiled.plan.steps))
@@ -253,6 +255,45 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
         except Exception as e:  # report, never hide: the row says why there is no figure
             row[f"{key}_failure"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
+
+
+def _timed_again(report: Any, result: Any, kept: Any) -> float | None:
+    """The µs this tuning measured for the stored point `kept` (its sGraph found by identity), None if it was not
+    timed (not in this search, did not instantiate, compile or run)."""
+    point = Candidate.parse(kept.label)
+    for e in report.entries:
+        c = e.candidate
+        if (0 <= c.graph < len(result.graphs) and result.graphs[c.graph].identity == kept.sgraph
+                and replace(c, graph=point.graph) == point and e.measured_us is not None):
+            return e.measured_us
+    return None
+
+
+def regressions(runs: list[dict[str, Any]]) -> list[str]:
+    """Configs of gpu_bench `runs` whose pick is slower than the fastest form stored for them by more than the
+    run-to-run noise the run measured itself. The stored form is timed again in the run (`row["kept"]`): the same
+    kernel in two processes, so `now / stored` is that noise, and a pick regressed where the tuner's time of it
+    exceeds `stored × max(1, now / stored)`. The tuner chooses the fastest it timed, so that happens only where
+    the stored form was not timed again (not in the search, or it failed): each such config is named."""
+    out = []
+    for r in (r for run in runs for r in run.get("rows", [])):
+        kept, chosen = r.get("kept"), _chosen_us(r)
+        if not kept or chosen is None:
+            continue
+        bound = max(kept["stored_us"], kept.get("now_us") or 0.0)
+        if chosen > bound:
+            again = "not timed again" if kept.get("now_us") is None else f"{kept['now_us']:.2f} µs again"
+            out.append(f"{r['workload']} {config_text(r['config'])}: chose {chosen:.2f} µs, the stored fastest "
+                       f"{kept['label']} measured {kept['stored_us']:.2f} µs ({again})")
+    return out
+
+
+def _chosen_us(row: dict[str, Any]) -> float | None:
+    """The tuner's own measured µs of the row's chosen candidate."""
+    report = row.get("report") or {}
+    chosen = report.get("chosen")
+    entries = report.get("entries") or []
+    return entries[chosen].get("measured_us") if chosen is not None and chosen < len(entries) else None
 
 
 def _prism_in_compile(opt: Any, xs: list, copies: list, bench: Bench) -> dict[str, Any]:

@@ -152,11 +152,40 @@ def test_compare_puts_each_configs_time_beside_an_earlier_runs(tmp_path, capsys)
     assert _script().main(["compare", str(now), "--before", str(before)]) == 0
     out = capsys.readouterr().out
     assert "| rmsnorm | n=8,d=4096 | 17.45 | 21.13 | 0.83x | #25 grid(x=32, y=8) loop=4 warps=16 stages=1 |" in out
-    assert out.strip().splitlines()[-1].startswith(
+    assert out.strip().splitlines()[-3].startswith(
         "slower than before by over 5%: 3 (rmsnorm n=8,d=4096; rmsnorm_mlp n=8,d=1024; swiglu n=8,d=4096); faster: 3")
+    # these runs tuned before a run kept the stored fastest form: none is judged against it
+    assert out.strip().splitlines()[-1] == "slower than the fastest form stored for them beyond the run's own noise: 0"
     (tmp_path / "x.json").write_text("[]")
     assert _script().main(["compare", str(tmp_path / "x.json"), "--before", str(before)]) == 2
     h100 = results / "gpu_bench_h100_2026-11-26.json"
     assert _script().main(["compare", str(now), "--before", str(h100)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "not a gpu_bench run" in err[0] and "do not compare" in err[1]
+
+
+def test_compare_fails_where_a_pick_is_slower_than_the_stored_fastest_beyond_the_runs_own_noise(tmp_path, capsys):
+    """The H200 run c chose a 21.13 µs kernel for RMSNorm d=4096 where run a had measured a 17.45 µs split-K form.
+    Had run c been told to keep that form and not timed it again, compare names the config and exits 1; had it
+    timed it again at 22.00 µs (the same kernel slower in this process: the run's noise), the pick is within it."""
+    results = ROOT / "benchmarks" / "results"
+    run = json.loads((results / "gpu_bench_h200_2026-11-27_c.json").read_text())
+    row = next(r for r in run["rows"] if r["workload"] == "rmsnorm" and r["config"] == {"n": 8, "d": 4096})
+    chosen = row["report"]["entries"][row["report"]["chosen"]]["measured_us"]
+    assert 20 < chosen < 22
+    row["kept"] = {"label": "#25 grid(x=32, y=8) loop=4 warps=16 stages=1", "sgraph": "bc7090d601cd45ce",
+                   "stored_us": 17.45, "now_us": None}
+    path = tmp_path / "now.json"
+    path.write_text(json.dumps(run))
+    before = results / "gpu_bench_h200_2026-11-27_a.json"
+    assert _script().main(["compare", str(path), "--before", str(before)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2] == "slower than the fastest form stored for them beyond the run's own noise: 1"
+    assert lines[-1] == (f"- rmsnorm n=8,d=4096: chose {chosen:.2f} µs, the stored fastest #25 grid(x=32, y=8) loop=4 "
+                         "warps=16 stages=1 measured 17.45 µs (not timed again)")
+    row["kept"]["now_us"] = 22.0
+    path.write_text(json.dumps(run))
+    assert _script().main(["compare", str(path), "--before", str(before)]) == 0
+    row["kept"]["now_us"] = chosen - 0.5     # timed again faster than the pick: the tuner would have chosen it
+    path.write_text(json.dumps(run))
+    assert _script().main(["compare", str(path), "--before", str(before)]) == 1

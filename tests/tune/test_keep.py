@@ -8,11 +8,13 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import prism.workloads as wl
+from prism.bench.gpu import _timed_again
 from prism.errors import InputError
 from prism.options import TuneOptions
 from prism.runtime.cache import cache_key
@@ -60,6 +62,12 @@ def test_the_fastest_form_ever_measured_is_among_the_candidates_a_later_tuning_t
     tried = {str(e.candidate): e for e in kept.entries}
     assert label in tried and tried[label].origin == "kept" and tried[label].estimate_us is not None
     assert tried[label].ok
+
+    # what gpu_bench stores beside the row: the µs this tuning measured for the stored point (none on a CPU)
+    assert _timed_again(kept, result, best) is None
+    tried[label].measured_us = 17.0
+    assert _timed_again(kept, result, best) == 17.0
+    assert _timed_again(kept, result, replace(best, label=best.label.replace("loop=4", "loop=2"))) is None
 
 
 def test_a_kept_point_the_search_lacks_is_noted_and_the_tuning_goes_on():
