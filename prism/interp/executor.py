@@ -187,8 +187,8 @@ class _Blocks(_Block):
         names = TILE_DIMS[op.family.rule]
         if names:
             attrs = {**attrs, **{a: attrs[a] + n for a in names}}
-        if len(args) > 1:
-            blocks = torch.broadcast_shapes(*(a.shape[:n] for a in args))
+        if len(args) > 1:   # each block axis is the grid dim's size or 1: the largest is the shape (no torch call)
+            blocks = tuple(max(sizes) for sizes in zip(*(a.shape[:n] for a in args)))
             args = [a.expand(*blocks, *a.shape[n:]) for a in args]
         return op.torch_fn(*args, **attrs)
 
