@@ -520,6 +520,11 @@ TABLES = [
         "Before: a36e62f; after: the generator also drops a state where a consumer-less tensor the canonical order "
         "has passed can take no one-input op any more and no op with a newer operand finishes it within the op "
         "budget. The same graphs and mappings.", _search_compare),
+    Table("Search time: the executor's block axes and the generator's states", ("search_compare_executor.json",), (
+        _compare("OLD", f". --runs 1 --workers 2 --out {RESULTS}/search_compare_executor"),),
+        "Before: 5e997aa; after: the executor takes the block axes' shape as the largest of each instead of "
+        "torch.broadcast_shapes, and the generator builds each state with its constructor instead of "
+        "dataclasses.replace. The same graphs and mappings.", _search_compare),
     Table("Search throughput against workers: attention", ("search_scaling_attention.json",), (
         f"PYTHONPATH=. python benchmarks/search_scaling.py --workload attention --runs 3 --out "
         f"{RESULTS}/search_scaling_attention",),
