@@ -316,6 +316,8 @@ def _kept(space: Space, keep: Sequence[tuple[str, str]], seen: set[str], target:
     """The kept points (TuneOptions.keep) as picks: each stored (sGraph identity, label) at the index its sGraph
     has in this search. A point this search lacks, or that does not instantiate at these shapes, is noted and
     passed over (another build may find other forms); one the model or the draw already took is tried once."""
+    if not keep:   # every tuning comes here: name no sGraph (a hash of its JSON each) unless a point is kept
+        return []
     index = {g.identity: i for i, g in enumerate(space.result.graphs)}
     out = []
     for sgraph, label in keep:
