@@ -34,6 +34,7 @@ from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.signature import Signature, indent
 from prism.codegen.split import slots, splits
 from prism.codegen.spec import MAX_GRID_YZ, RESERVED, SHORT_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
+from prism.codegen.stream import chunked, streamed
 from prism.codegen.templates import template
 from prism.errors import CodegenError
 from prism.ir.block import BlockGraph
@@ -90,6 +91,12 @@ class Emitter(Addressing, Signature):
         """Per split, its row counters: int32, one per output tile (`combine`)."""
         self.combined: dict[tuple[str, ...], list[str]] = {dims: [] for dims in self.splits}
         self.layout = Layout(block, self.bases, sizes)
+        self.streams = {i: c for i, c in streamed(block, self.layout.shape).items()
+                        if not self.layout.dims[block.nodes[i].inputs[0][0]][-1].masked}
+        """The matmuls summed over K in chunks (prism.codegen.stream), by node index: their chunk's K lanes. A K of
+        runtime size is masked at launch, so it stays one dot."""
+        self.chunked = chunked(block, self.streams)
+        """The streamed matmuls' operand loaders: (the matmul, K's dim). The matmul loads them, chunk by chunk."""
         self.runtime_loop = next((t for t in self.layout.classes if t.runtime and t.looped), None)
         """The tile dim of runtime size the loop walks: the trip count is then an argument, LOOP."""
         self.num_warps = num_warps or block.launch.num_warps or default_warps(block, self.layout)
@@ -145,12 +152,13 @@ class Emitter(Addressing, Signature):
         """A fresh accumulator for node i, set to `identity` before the loop; its name."""
         return self.carried(i, identity, "post")
 
-    def carried(self, i: int, identity: float, scope: str) -> str:
+    def carried(self, i: int, identity: float, scope: str, shape: str | None = None) -> str:
         """A variable for node i carried across loop iterations, set to `identity` before the loop; node i's
-        value in `scope` ("post" for an accumulator's final value, "loop" for a running value); its name."""
+        value in `scope` ("post" for an accumulator's final value, "loop" for a running value); its name. `shape`:
+        another shape of its lanes to carry it in (default: its tile's)."""
         name = self.fresh(f"acc{i}" if scope == "post" else f"m{i}")
         self.vals[i] = _Val(name, self.compute, scope, False)
-        shape, dtype = self.layout.shape_expr(i), TL_DTYPES[self.compute]
+        shape, dtype = shape or self.layout.shape_expr(i), TL_DTYPES[self.compute]
         init = (f"tl.zeros({shape}, dtype={dtype})" if identity == 0
                 else f"tl.full({shape}, {literal(identity)}, {dtype})")
         self.s.init.append(f"{name} = {init}{self.shape_comment(i)}")
@@ -228,13 +236,23 @@ class Emitter(Addressing, Signature):
     def load(self, i: int, index: int, imap: Mapping[str, int], fmap: int | None) -> None:
         base, dims = self.bases[index], self.layout.dims[i]
         ptrs, mask, strides = self.address(base, dims, imap, fmap, self.s.top)
+        self.define(i, base, self.load_expr(i, ptrs, mask), self.load_dtype(i), clean=True)
+        self.walk(ptrs, dims, fmap, strides)
+
+    def load_expr(self, i: int, ptrs: str, mask: str | None) -> str:
+        """Loader i's `tl.load` of the tile at `ptrs`: masked lanes 0, converted to `load_dtype`, with the launch's
+        cache hints."""
+        index, imap = self.b.nodes[i].attrs["index"], self.b.nodes[i].attrs["imap"]
         dtype = self.load_dtype(i)
         conv = "" if dtype == self.in_dtypes[index] else f".to({TL_DTYPES[dtype]})"
         args = f", mask={mask}, other=0.0" if mask else ""
         args += f", cache_modifier=\"{self.load_modifier}\"" if self.load_modifier else ""
         if self.b.launch.gemv and not self.load_modifier:   # ptxas takes no eviction hint beside .cg
             args += f", eviction_policy=\"{self.eviction(i, imap)}\""
-        self.define(i, base, f"tl.load({ptrs}{args}){conv}", dtype, clean=True)
+        return f"tl.load({ptrs}{args}){conv}"
+
+    def walk(self, ptrs: str, dims: tuple[TileDim, ...], fmap: int | None, strides: list[str]) -> None:
+        """The loop moves pointers `ptrs` one tile along dim `fmap` every iteration."""
         if fmap is not None and self.looped:
             self.s.advance.append(f"{ptrs} += {dims[fmap].tile_expr} * {strides[fmap]}")
 
@@ -247,6 +265,13 @@ class Emitter(Addressing, Signature):
     def accumulate(self, i: int, src: int, kind: Accumulator, running: int | None = None) -> None:
         if not self.looped:  # one iteration: the value is the tile itself
             self.alias(i, src)
+            return
+        if kind.dot and self.fusable(i) and not self.plain(self.layout.dims[src]):
+            # carried in the shape tl.dot takes, so no iteration changes its layout; the tile's shape after the loop
+            acc = self.carried(i, kind.identity, "post", self.folded(self.layout.dims[src]))
+            self.s.loop.append(f"{acc} = {self.dot(src, acc=acc, folded=True)}")
+            self.vals[i] = _Val(self.fresh(f"{acc}_tile"), self.compute, "post", False)
+            self.s.post.append(f"{self.vals[i].name} = tl.reshape({acc}, {self.layout.shape_expr(i)})")
             return
         acc = self.accumulator(i, kind.identity)
         prior = acc if running is None else f"{acc} * {self.rescale(running, i)}"
@@ -309,28 +334,82 @@ class Emitter(Addressing, Signature):
 
     # -- ops ---------------------------------------------------------------------------------------
 
-    def dot(self, i: int, acc: str | None = None) -> str:
+    def dot(self, i: int, acc: str | None = None, folded: bool = False) -> str:
+        """Matmul i's product, plus `acc` if given. With `folded` the product and `acc` are in the shape tl.dot takes
+        (`folded`); without, in the tile's, and `acc` is given only where the two are one (`plain`)."""
         node = self.b.nodes[i]
         a, b = (r[0] for r in node.inputs)
         dims, rank = self.layout.dims[i], len(node.outputs[0].shape)
         dtype = node.outputs[0].dtype
         k_padded = self.layout.dims[a][rank - 1].masked
+        if i in self.streams:
+            product = self.stream(i, folded)
+            return f"{acc} + {product}" if acc else product
         if self.b.launch.gemv:
             product = self.gemv(a, b, rank, k_padded)
             return f"{acc} + {product}" if acc else product
         av, bv = self.operand(a, dtype, clean=k_padded), self.operand(b, dtype, clean=k_padded)
-        extra = f", {acc}" if acc else ""
-        if dtype in ("float32", "float64"):
-            extra += ', input_precision="ieee"'
-        if self.compute == "float64":
-            extra += ", out_dtype=tl.float64"
+        plain = self.plain(dims)
+        extra = (f", {acc}" if acc else "") + self.precision(dtype)   # acc: in the shape of the dot's product
         dot = template(node.op)
-        lead = math.prod(t.block for t in dims[:-2])
-        if rank == 2 or (rank == 3 and lead > 1):
+        if plain:
             return dot.format(av, bv, extra=extra)
-        # tl.dot takes 2-D or 3-D blocks: fold the batch dims into one (none at all if they are all 1)
-        ar, br = (self.fold(s, name, lead) for s, name in ((a, av), (b, bv)))
-        return f"tl.reshape({dot.format(ar, br, extra=extra)}, {self.layout.shape_expr(i)})"
+        ar, br = (self.fold(s, name) for s, name in ((a, av), (b, bv)))
+        product = dot.format(ar, br, extra=extra)
+        return product if folded else f"tl.reshape({product}, {self.layout.shape_expr(i)})"
+
+    def precision(self, dtype: str) -> str:
+        """tl.dot's arguments after its accumulator for operands of `dtype`: IEEE products for float32 and float64,
+        float64 sums where the kernel computes in float64."""
+        extra = ', input_precision="ieee"' if dtype in ("float32", "float64") else ""
+        return extra + (", out_dtype=tl.float64" if self.compute == "float64" else "")
+
+    def plain(self, dims: tuple[TileDim, ...]) -> bool:
+        """tl.dot takes a tile of `dims` as it is: 2-D, or 3-D with a batch of more than one (a GEMV's, any)."""
+        return self.b.launch.gemv or len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
+
+    @staticmethod
+    def folded(dims: tuple[TileDim, ...]) -> str:
+        """A tile of `dims` as tl.dot takes it: its batch dims folded into one, none at all if they are all 1."""
+        lead = math.prod(t.block for t in dims[:-2])
+        return f"({'' if lead == 1 else f'{lead}, '}{dims[-2].block_expr}, {dims[-1].block_expr})"
+
+    def stream(self, i: int, folded: bool = False) -> str:
+        """Matmul i as a sum over K in chunks (prism.codegen.stream says why it is the matmul): an inner loop, in
+        the matmul's place, loads a chunk of each operand and adds its product into a float32 tile; returns the
+        tile's name, in the matmul's tile shape, or with `folded` in the shape tl.dot takes."""
+        node = self.b.nodes[i]
+        dims, rank, dtype = self.layout.dims[i], len(node.outputs[0].shape), node.outputs[0].dtype
+        chunk = self.chunk_dim(self.layout.dims[node.inputs[0][0]][rank - 1], self.streams[i])
+        plain = self.plain(dims)
+        total, kk = self.fresh(f"t{i}_sum"), self.fresh("kk")
+        body = []
+        operands = []
+        for o in (r[0] for r in node.inputs):
+            attrs, d = self.b.nodes[o].attrs, self.chunked[o][1]
+            base, odims = self.bases[attrs["index"]], self.layout.dims[o]
+            cdims = tuple(chunk if j == d else t for j, t in enumerate(odims))
+            ptrs, mask, strides = self.address(base, cdims, attrs["imap"], attrs["fmap"], self.s.top)
+            self.walk(ptrs, cdims, attrs["fmap"], strides)
+            name = self.fresh(f"{base}_chunk")
+            body.append(f"{name} = {self.load_expr(o, f'{ptrs} + {kk} * {strides[d]}', mask)}")   # in the dot's dtype
+            operands.append(name if plain else f"tl.reshape({name}, {self.folded(cdims)})")
+        body.append(f"{total} = {template(node.op).format(*operands, extra=f', {total}{self.precision(dtype)}')}")
+        self.lines(self.schedule[i]).extend(
+            [f"{total} = tl.zeros({self.layout.shape_expr(i) if plain else self.folded(dims)}, "
+             f"dtype={TL_DTYPES[self.compute]})",
+             f"for {kk} in range(0, {self.layout.dims[node.inputs[0][0]][rank - 1].block_expr}, {chunk.block_expr}):"
+             "  # K in chunks (prism.codegen.stream)",
+             *indent(body)])
+        return total if plain or folded else f"tl.reshape({total}, {self.layout.shape_expr(i)})"
+
+    def chunk_dim(self, k: TileDim, lanes: int) -> TileDim:
+        """The tile dim of a chunk of `lanes` of tile dim `k` (BLOCK_<k>C), a layout class of its own so its
+        constexpr is named and set like every block's."""
+        name = f"{k.name}C"   # class names end in a digit: no other class is called this
+        if not any(t.name == name for t in self.layout.classes):
+            self.layout.classes.append(TileDim(name, lanes, lanes))
+        return self.layout.tile_dim(name)
 
     def gemv(self, a: int, b: int, rank: int, k_padded: bool) -> str:
         """a @ b as a multiply and a sum over K in the compute dtype (a GEMV launch, prism.ir.Launch): the product
@@ -346,15 +425,13 @@ class Emitter(Addressing, Signature):
         lead = ":, " * (rank - 2)
         return f"tl.sum({av}[{lead}:, :, None] * {bv}[{lead}None, :, :], axis={rank - 1})"
 
-    def fold(self, i: int, name: str, lead: int) -> str:
-        """`name` (node i's value) reshaped to [lead, rows, cols], or [rows, cols] if lead is 1."""
-        if (name, lead) not in self.cache:
-            dims = self.layout.dims[i]
-            shape = ([] if lead == 1 else [str(lead)]) + [dims[-2].block_expr, dims[-1].block_expr]
-            self.cache[(name, lead)] = self.fresh(f"{name}_{len(shape)}d")
-            self.lines(self.vals[i].scope).append(
-                f"{self.cache[(name, lead)]} = tl.reshape({name}, ({', '.join(shape)}))")
-        return self.cache[(name, lead)]
+    def fold(self, i: int, name: str) -> str:
+        """`name` (node i's value) in the shape tl.dot takes (`folded`)."""
+        if name not in self.cache:
+            self.cache[name] = self.fresh(f"{name}_{len(self.folded(self.layout.dims[i]).split(','))}d")
+            self.lines(self.vals[i].scope).append(f"{self.cache[name]} = tl.reshape({name}, "
+                                                  f"{self.folded(self.layout.dims[i])})")
+        return self.cache[name]
 
     def op(self, i: int) -> None:
         node = self.b.nodes[i]
@@ -384,13 +461,12 @@ class Emitter(Addressing, Signature):
         """accum(matmul) where the matmul is computed every iteration for this accumulator only (the
         accumulator says whether `tl.dot` may add into it)."""
         src = self.b.nodes[i].inputs[0][0]
-        return (self.looped and contracts(self.b.nodes[src].op) and self.schedule[src] == INSIDE
-                and self.uses[(src, 0)] == [i] and self.plain_dot(src))
-
-    def plain_dot(self, i: int) -> bool:
-        """A matmul that tl.dot takes as it is: 2-D, or 3-D with a batch of more than one (a GEMV's takes any)."""
-        dims = self.layout.dims[i]
-        return self.b.launch.gemv or len(dims) == 2 or (len(dims) == 3 and dims[0].block > 1)
+        if not (self.looped and contracts(self.b.nodes[src].op) and self.schedule[src] == INSIDE
+                and self.uses[(src, 0)] == [i]):
+            return False
+        # a dot tl.dot takes folded adds into an accumulator carried folded (`accumulate`); an online one is
+        # rescaled in its tile's shape, so its product is added after the dot
+        return self.plain(self.layout.dims[src]) or not isinstance(kind_of(self.b.nodes[i]), Online)
 
     def summed(self, k: int) -> bool:
         return bool(self.b.summed(k))
@@ -418,7 +494,7 @@ class Emitter(Addressing, Signature):
         fused = {n.inputs[0][0] for i, n in b.topo()
                  if isinstance(kind_of(n), Accumulator) and kind_of(n).dot and self.fusable(i)}
         for i in sorted(range(len(b.nodes)), key=lambda i: isinstance(kind_of(b.nodes[i]), Saver)):
-            if i not in fused:
+            if i not in fused and i not in self.chunked:   # a streamed matmul loads its operands itself
                 kind = kind_of(b.nodes[i])
                 rule_for(EMIT, kind, "code generation")(self, i, b.nodes[i], kind)
 

@@ -101,6 +101,7 @@ from prism.codegen.emit import default_warps
 from prism.codegen.layout import Padded
 from prism.codegen.one_op import to_custom
 from prism.codegen.split import slots
+from prism.codegen.stream import chunked, streamed
 from prism.ir import BlockGraph, KernelGraph
 from prism.ir.kinds import (INSIDE, LOADER, Accumulator, Compute, Loader, RunningMax, Saver, Schedule, kind_of,
                              rule_for)
@@ -268,10 +269,19 @@ class _Work:
     padded: int = 0
     live: float = 0.0                                 # 32-bit values held per block (registers)
     dot_tile: int = 0                                 # padded output elements of the smallest dot
+    streams: dict[int, int] = field(default_factory=dict)           # matmuls summed over K in chunks (stream.py)
+    chunked: dict[int, tuple[int, int]] = field(default_factory=dict)   # their operand loaders: (matmul, K's dim)
 
     def numel(self, i: int) -> int:
         """Elements of node i's padded tile."""
         return math.prod(self.layout.shape(i))
+
+    def held(self, i: int) -> int:
+        """Elements of node i's tile on chip at once: a streamed matmul's operand, one chunk of it."""
+        if i not in self.chunked:
+            return self.numel(i)
+        m, d = self.chunked[i]
+        return self.numel(i) // self.layout.shape(i)[d] * self.streams[m]
 
     def read(self, i: int, index: int, imap: Mapping[str, int]) -> None:
         """Loader i reads its tile of input `index`, which the blocks along grid dims not in `imap` read alike
@@ -289,9 +299,11 @@ class _Work:
             self.bytes[f"{where}_l2"] += b * (1 - 1 / copies)
         else:
             self.bytes[where] += b
+        if i in self.chunked and not in_loop and self.schedule[self.chunked[i][0]] == INSIDE:
+            self.bytes["iter_l2"] += b   # a loop-invariant operand streamed anew in every iteration
         self.real += math.prod(tile)
         self.padded += self.numel(i)
-        self.live += self.numel(i) * size / 4
+        self.live += self.held(i) * size / 4
 
     def write(self, i: int, src: int, index: int) -> None:
         """Saver i writes node src's tile of its output (`index`). A sum across S blocks (prism.codegen.split)
@@ -325,8 +337,9 @@ class _Work:
             self.dot_tile = min(self.dot_tile or self.numel(i), self.numel(i))
             dsize = TORCH_DTYPES[node.outputs[0].dtype].itemsize
             for o in (a, b):
-                one = self.numel(o) * dsize
-                if self.schedule[o] == INSIDE and kind_of(self.block.nodes[o]) is LOADER and self.block.loop > 1:
+                one = self.held(o) * dsize
+                staged = i in self.streams or (self.schedule[o] == INSIDE and self.block.loop > 1)
+                if staged and kind_of(self.block.nodes[o]) is LOADER:   # a streamed K loop is pipelined too
                     self.staged_smem += one
                     self.smem += one * staged_copies(self.stages)
                 else:
@@ -353,11 +366,13 @@ def work_of(block: BlockGraph, name: str, in_dtypes: Sequence[str], out_dtypes: 
     (`order_of` its strides; None or none given: row-major)."""
     layout = Padded(block)
     stages = block.launch.num_stages or TRITON_STAGES
-    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, in_orders, stages=stages)
+    streams = streamed(block, layout.shape)
+    w = _Work(block, layout, block.schedule(), in_dtypes, out_dtypes, summed, target, in_orders, stages=stages,
+              streams=streams, chunked=chunked(block, streams))
     for i, node in block.topo():
         kind = kind_of(node)
         rule_for(COUNT, kind, "the cost model")(w, i, node, kind)
-    live = w.live + max(w.numel(i) for i in range(len(block.nodes)))
+    live = w.live + max(w.held(i) for i in range(len(block.nodes)))
     warps = block.launch.num_warps or default_warps(block, layout)
     flops = [w.flops[unit, inside] for unit in ("dot", "vec") for inside in (True, False)]
     work = KernelWork(name, block.grid, block.loop, w.bytes["pre"], w.bytes["iter"], w.bytes["store"], *flops, warps,

@@ -17,7 +17,7 @@ from prism.ir import BlockGraph, KernelGraph, Launch
 from prism.workloads.attention import logit_scales
 from prism.workloads.lora import LORA
 
-__all__ = ["Case", "CASES", "AOT_CASES", "GEMV", "launched_pdl", "projection"]
+__all__ = ["Case", "CASES", "AOT_CASES", "GEMV", "STREAMED", "launched_pdl", "projection"]
 
 
 @dataclass
@@ -105,6 +105,16 @@ def projection(m: int, k: int, n: int, block_n: int, block_k: int, splits: int =
         return Case(g, inputs, views={1: lambda t: t.t().contiguous().t()},
                     torch_reference=lambda x, w: x @ w)
     return make
+
+
+STREAMED = {
+    "streamed_moe": _workload("moe", {"e": 2, "n": 16, "d": 512, "f": 128}, splits=2, loop=2),
+    "streamed_projection_before_the_loop": projection(16, 512, 128, 64, 512, gemv=False),
+    "streamed_projection_padded_rows_f32": projection(5, 512, 96, 32, 512, dtype="float32", gemv=False),
+}
+"""Matmuls of two loaded tiles over a K of 512, summed in chunks of K (prism.codegen.stream): MoE's X @ W1 in every
+iteration (X loop-invariant, W1 walked), and a projection with no loop (both operands before it), once with rows
+padded to 16 and float32 products."""
 
 
 GEMV = {
@@ -495,6 +505,7 @@ CASES: dict[str, Callable[[], Case]] = {
     # GQA's safe split-KV form: grid (batch, KV head, split), kernel 2 a block per (batch, KV head, row)
     "large_logits_gqa_split_kv": _large_logits("gqa", SMALL["gqa"][0], splits=2, loop=2, partials=True),
     **GEMV,
+    **STREAMED,
     "pdl_split_k": _pdl(split_k),
     "pdl_split_kv_partials": _pdl(_workload("attention", SMALL["attention"][0], splits=2, loop=2, partials=True)),
     "pdl_split_kv_partials_tail": _pdl(_workload("attention", SMALL["attention"][0], splits=2, loop=2,
@@ -510,8 +521,8 @@ REAL = {
     "rmsnorm_linear": {"n": 2, "d": 4096, "o": 6144},
     "gqa": {"b": 2, "k": 8, "g": 4, "h": 4096, "d": 128},
     "ntrans": {"n": 64, "d": 4096},
-    # not the MoE expert: its hand-written form holds whole-d tiles (d = 2048) that no SM's shared memory
-    # fits (tests/tune/test_cost.py SLOWER_FUSED); the tuner never picks such a point
+    # not the MoE expert: its hand-written form holds a whole-d W2 tile and accumulator (d = 2048) and spills
+    # (tests/tune/test_cost.py SLOWER_FUSED); its searched forms are compiled in tests/codegen/test_stream.py
 }
 
 def _matmul4d() -> KernelGraph:

@@ -156,6 +156,16 @@ def _one_slot(source: str) -> str:
     return re.sub(r"(tl\.store\(part\w*_ptrs) \+ \(([^)]*)\) \*", r"\1 + 0 *", source)
 
 
+def _one_chunk(source: str) -> str:
+    """A streamed matmul reads its first chunk of K for every chunk."""
+    return re.sub(r"_ptrs \+ kk \* ", "_ptrs + 0 * ", source)
+
+
+def _chunk_short(source: str) -> str:
+    """A streamed matmul stops one chunk before the end of K."""
+    return re.sub(r"range\(0, (BLOCK_\w+), (BLOCK_\w+C)\)", r"range(0, \1 - \2, \2)", source)
+
+
 MUTANTS: dict[str, Callable[[], Case]] = {
     "mutant_zero_max_pad": _mutant(_negative_logits, _zero_max_pad),
     "mutant_unmasked_store": _mutant(RAGGED["ragged_rmsnorm_rows16"], _unmasked_store),   # rows unpadded
@@ -166,4 +176,6 @@ MUTANTS: dict[str, Callable[[], Case]] = {
     "mutant_split_slot_dropped": _mutant(CASES["split_gemv_m3_n5632_k2048_f32"], _slot_dropped),
     "mutant_split_counter_kept": _mutant(CASES["split_k"], _counter_kept),
     "mutant_split_one_slot": _mutant(CASES["split_k_norm_once"], _one_slot),
+    "mutant_stream_one_chunk": _mutant(CASES["streamed_moe"], _one_chunk),
+    "mutant_stream_chunk_short": _mutant(CASES["streamed_projection_before_the_loop"], _chunk_short),
 }

@@ -115,9 +115,9 @@ def test_kernel_list_matches_what_code_generation_launches(name):
         assert [k.num_warps for k in plan.kernels] == [k.warps for k in works]
 
 
-SLOWER_FUSED = {"moe": "its one loop walks f, so each block holds whole-d tiles of X and W1 (exp needs the whole "
-                       "sum over d first): at d = 2048 that is far past registers and shared memory, and the "
-                       "model costs the spills"}
+SLOWER_FUSED = {"moe": "its one loop walks f and its grid does not split d, so each block holds a whole-d W2 tile "
+                       "and a [16, 2048] float32 accumulator (X and W1, also whole-d, are streamed in chunks): at "
+                       "d = 2048 that is past 256 threads' registers, and the model costs the spills"}
 """Workloads whose hand-written fused kernel the model rightly finds slower than their unfused program."""
 
 
