@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +30,7 @@ from prism.codegen.split import SPLIT_K
 from prism.errors import PrismError
 from prism.provenance import build_id
 from prism.tune.oracle import fastest
-from prism.tune.space import Candidate
+from prism.tune.space import located
 from prism.tune.target import gpu_kind
 
 __all__ = ["num_text", "ratio", "COLUMNS", "GPUOptions", "GPUUnavailable", "against", "copy_bandwidth", "format_table",
@@ -260,13 +260,8 @@ def measure(name: str, cfg: dict[str, int], result: Any, opts: GPUOptions, bench
 def _timed_again(report: Any, result: Any, kept: Any) -> float | None:
     """The µs this tuning measured for the stored point `kept` (its sGraph found by identity), None if it was not
     timed (not in this search, did not instantiate, compile or run)."""
-    point = Candidate.parse(kept.label)
-    for e in report.entries:
-        c = e.candidate
-        if (0 <= c.graph < len(result.graphs) and result.graphs[c.graph].identity == kept.sgraph
-                and replace(c, graph=point.graph) == point and e.measured_us is not None):
-            return e.measured_us
-    return None
+    point = located(result.graphs, kept.sgraph, kept.label)
+    return next((e.measured_us for e in report.entries if e.candidate == point and e.measured_us is not None), None)
 
 
 def regressions(runs: list[dict[str, Any]]) -> list[str]:

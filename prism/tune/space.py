@@ -71,7 +71,7 @@ from prism.symbolic.structure import later_sizes, tail_rows
 from prism.tune.target import H100, Target
 
 __all__ = ["GEMV_PER_THREAD", "GEMV_ROWS", "MAX_NUMEL", "STAGE_VALUES", "TRITON_STAGES", "WARPS", "Candidate",
-           "Footprint", "GraphSpace", "Space", "Variable", "instantiate", "staged_copies"]
+           "Footprint", "GraphSpace", "Space", "Variable", "instantiate", "located", "staged_copies"]
 
 MAX_NUMEL = 1 << 20
 """Triton's largest block, in elements."""
@@ -718,6 +718,15 @@ def instantiate(sgraph, shapes: Sequence[Sequence[int]], dtype: str, names: Sequ
             block = node.attrs["block"]
             block.launch = replace(c.launch, tail=block.launch.tail)
     return g
+
+
+def located(graphs: Sequence[Any], identity: str, label: str) -> Candidate | None:
+    """A stored point (its sGraph's `identity`, prism.search.result.SymbolicGraph.identity, and its `label`, as
+    `Candidate.__str__` wrote it) at the index that sGraph has among `graphs`: another search numbers its sGraphs
+    its own way. None where none of them is that sGraph; ValueError where `label` is not a candidate."""
+    point = Candidate.parse(label)
+    index = next((i for i, g in enumerate(graphs) if g.identity == identity), None)
+    return None if index is None else replace(point, graph=index)
 
 
 PARALLEL_GRAPHS = 256

@@ -42,7 +42,7 @@ import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from prism import pool
@@ -58,7 +58,7 @@ from prism.tune.cost import Cost, estimate, overfull
 from prism.tune.rank import Ranked, climb
 from prism.tune.report import COST_MODEL, GPU_PROFILE, UNFUSED, Entry, Report, Status
 from prism.tune.safety import overflow_risk
-from prism.tune.space import Candidate, Space
+from prism.tune.space import Candidate, Space, located
 from prism.tune.target import Target, device_target
 
 __all__ = ["TuneError", "Tuned", "tune", "floor_seconds", "EXPLORE_BAND", "HEAVY", "TOO_HEAVY",
@@ -316,19 +316,15 @@ def _kept(space: Space, keep: Sequence[tuple[str, str]], seen: set[str], target:
     """The kept points (TuneOptions.keep) as picks: each stored (sGraph identity, label) at the index its sGraph
     has in this search. A point this search lacks, or that does not instantiate at these shapes, is noted and
     passed over (another build may find other forms); one the model or the draw already took is tried once."""
-    if not keep:   # every tuning comes here: name no sGraph (a hash of its JSON each) unless a point is kept
-        return []
-    index = {g.identity: i for i, g in enumerate(space.result.graphs)}
     out = []
     for sgraph, label in keep:
         try:
-            c = Candidate.parse(label)
+            c = located(space.result.graphs, sgraph, label)
         except ValueError as e:
             raise InputError(f"tune: keep: {e}") from None
-        if sgraph not in index:
+        if c is None:
             report.notes.append(f"kept point {label}: no sGraph of this search is {sgraph}")
             continue
-        c = replace(c, graph=index[sgraph])
         try:
             g = space.instantiate(c)
         except MappingError as e:
