@@ -34,7 +34,7 @@ from prism.codegen.render import UNIT, Expr, TritonBuilder, literal, render
 from prism.codegen.signature import Signature, indent
 from prism.codegen.split import slots, splits
 from prism.codegen.spec import MAX_GRID_YZ, RESERVED, SHORT_DTYPES, TL_DTYPES, KernelSpec, Param, base_name, unique
-from prism.codegen.stream import chunked, streamed
+from prism.codegen.stream import Streaming, chunked, streamed
 from prism.codegen.templates import template
 from prism.errors import CodegenError
 from prism.ir.block import BlockGraph
@@ -70,9 +70,10 @@ class _Scopes:
     store: list[str] = field(default_factory=list)
 
 
-class Emitter(Addressing, Signature):
+class Emitter(Addressing, Signature, Streaming):
     """One block graph's kernel, generated line by line: each node kind's rule (`EMIT`) calls one of its verbs
-    (load, op, accumulate, running_max, store)."""
+    (load, op, accumulate, running_max, store). Its addresses are Addressing's, its parameters and launcher
+    Signature's, a matmul summed over K in chunks Streaming's."""
 
     def __init__(self, block: BlockGraph, name: str, labels: list[str], in_dtypes: list[str],
                  out_dtypes: list[str], num_warps: int | None,
@@ -373,43 +374,6 @@ class Emitter(Addressing, Signature):
         """A tile of `dims` as tl.dot takes it: its batch dims folded into one, none at all if they are all 1."""
         lead = math.prod(t.block for t in dims[:-2])
         return f"({'' if lead == 1 else f'{lead}, '}{dims[-2].block_expr}, {dims[-1].block_expr})"
-
-    def stream(self, i: int, folded: bool = False) -> str:
-        """Matmul i as a sum over K in chunks (prism.codegen.stream says why it is the matmul): an inner loop, in
-        the matmul's place, loads a chunk of each operand and adds its product into a float32 tile; returns the
-        tile's name, in the matmul's tile shape, or with `folded` in the shape tl.dot takes."""
-        node = self.b.nodes[i]
-        dims, rank, dtype = self.layout.dims[i], len(node.outputs[0].shape), node.outputs[0].dtype
-        chunk = self.chunk_dim(self.layout.dims[node.inputs[0][0]][rank - 1], self.streams[i])
-        plain = self.plain(dims)
-        total, kk = self.fresh(f"t{i}_sum"), self.fresh("kk")
-        body = []
-        operands = []
-        for o in (r[0] for r in node.inputs):
-            attrs, d = self.b.nodes[o].attrs, self.chunked[o][1]
-            base, odims = self.bases[attrs["index"]], self.layout.dims[o]
-            cdims = tuple(chunk if j == d else t for j, t in enumerate(odims))
-            ptrs, mask, strides = self.address(base, cdims, attrs["imap"], attrs["fmap"], self.s.top)
-            self.walk(ptrs, cdims, attrs["fmap"], strides)
-            name = self.fresh(f"{base}_chunk")
-            body.append(f"{name} = {self.load_expr(o, f'{ptrs} + {kk} * {strides[d]}', mask)}")   # in the dot's dtype
-            operands.append(name if plain else f"tl.reshape({name}, {self.folded(cdims)})")
-        body.append(f"{total} = {template(node.op).format(*operands, extra=f', {total}{self.precision(dtype)}')}")
-        self.lines(self.schedule[i]).extend(
-            [f"{total} = tl.zeros({self.layout.shape_expr(i) if plain else self.folded(dims)}, "
-             f"dtype={TL_DTYPES[self.compute]})",
-             f"for {kk} in range(0, {self.layout.dims[node.inputs[0][0]][rank - 1].block_expr}, {chunk.block_expr}):"
-             "  # K in chunks (prism.codegen.stream)",
-             *indent(body)])
-        return total if plain or folded else f"tl.reshape({total}, {self.layout.shape_expr(i)})"
-
-    def chunk_dim(self, k: TileDim, lanes: int) -> TileDim:
-        """The tile dim of a chunk of `lanes` of tile dim `k` (BLOCK_<k>C), a layout class of its own so its
-        constexpr is named and set like every block's."""
-        name = f"{k.name}C"   # class names end in a digit: no other class is called this
-        if not any(t.name == name for t in self.layout.classes):
-            self.layout.classes.append(TileDim(name, lanes, lanes))
-        return self.layout.tile_dim(name)
 
     def gemv(self, a: int, b: int, rank: int, k_padded: bool) -> str:
         """a @ b as a multiply and a sum over K in the compute dtype (a GEMV launch, prism.ir.Launch): the product

@@ -29,13 +29,17 @@ loop-invariant operand read again from L2 in every iteration.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable, Mapping
 
+from prism.codegen.layout import Layout, TileDim
+from prism.codegen.signature import indent
+from prism.codegen.spec import TL_DTYPES
+from prism.codegen.templates import template
 from prism.ir.block import BlockGraph
 from prism.ir.kinds import COMPUTE, LOADER, kind_of
 from prism.ir.ops import contracts
 
-__all__ = ["CHUNK", "STREAM_ELEMENTS", "STREAM_K", "chunked", "streamed"]
+__all__ = ["CHUNK", "STREAM_ELEMENTS", "STREAM_K", "Streaming", "chunked", "streamed"]
 
 CHUNK = 64
 """Lanes of K per chunk: 128 bytes of a float16 row, the widest load a warp makes at once."""
@@ -87,3 +91,63 @@ def chunked(block: BlockGraph, streams: dict[int, int]) -> dict[int, tuple[int, 
         (a, _), (b, _) = node.inputs
         out[a], out[b] = (i, rank - 1), (i, rank - 2)
     return out
+
+
+class Streaming:
+    """The Emitter's streamed matmuls (`streams`, from `streamed`; their operand loaders `chunked`). It reads the
+    Emitter's block graph, layout, schedule, input base names and compute dtype, and writes through its addresses
+    (`address`, `walk`), loads (`load_expr`) and dot shapes (`plain`, `folded`, `precision`)."""
+
+    b: BlockGraph
+    layout: Layout
+    schedule: Mapping[int, str]
+    bases: list[str]
+    compute: str
+    s: Any
+    streams: dict[int, int]
+    chunked: dict[int, tuple[int, int]]
+    fresh: Callable[[str], str]
+    lines: Callable[[str], list[str]]
+    address: Callable[..., tuple[str, str | None, list[str]]]
+    walk: Callable[..., None]
+    load_expr: Callable[[int, str, str | None], str]
+    plain: Callable[[tuple[TileDim, ...]], bool]
+    folded: Callable[[tuple[TileDim, ...]], str]
+    precision: Callable[[str], str]
+
+    def stream(self, i: int, folded: bool = False) -> str:
+        """Matmul i as a sum over K in chunks (the module docstring says why it is the matmul): an inner loop, in
+        the matmul's place, loads a chunk of each operand and adds its product into a float32 tile; returns the
+        tile's name, in the matmul's tile shape, or with `folded` in the shape tl.dot takes."""
+        node = self.b.nodes[i]
+        dims, rank, dtype = self.layout.dims[i], len(node.outputs[0].shape), node.outputs[0].dtype
+        chunk = self.chunk_dim(self.layout.dims[node.inputs[0][0]][rank - 1], self.streams[i])
+        plain = self.plain(dims)
+        total, kk = self.fresh(f"t{i}_sum"), self.fresh("kk")
+        body = []
+        operands = []
+        for o in (r[0] for r in node.inputs):
+            attrs, d = self.b.nodes[o].attrs, self.chunked[o][1]
+            base, odims = self.bases[attrs["index"]], self.layout.dims[o]
+            cdims = tuple(chunk if j == d else t for j, t in enumerate(odims))
+            ptrs, mask, strides = self.address(base, cdims, attrs["imap"], attrs["fmap"], self.s.top)
+            self.walk(ptrs, cdims, attrs["fmap"], strides)
+            name = self.fresh(f"{base}_chunk")
+            body.append(f"{name} = {self.load_expr(o, f'{ptrs} + {kk} * {strides[d]}', mask)}")   # in the dot's dtype
+            operands.append(name if plain else f"tl.reshape({name}, {self.folded(cdims)})")
+        body.append(f"{total} = {template(node.op).format(*operands, extra=f', {total}{self.precision(dtype)}')}")
+        self.lines(self.schedule[i]).extend(
+            [f"{total} = tl.zeros({self.layout.shape_expr(i) if plain else self.folded(dims)}, "
+             f"dtype={TL_DTYPES[self.compute]})",
+             f"for {kk} in range(0, {self.layout.dims[node.inputs[0][0]][rank - 1].block_expr}, {chunk.block_expr}):"
+             "  # K in chunks (prism.codegen.stream)",
+             *indent(body)])
+        return total if plain or folded else f"tl.reshape({total}, {self.layout.shape_expr(i)})"
+
+    def chunk_dim(self, k: TileDim, lanes: int) -> TileDim:
+        """The tile dim of a chunk of `lanes` of tile dim `k` (BLOCK_<k>C), a layout class of its own so its
+        constexpr is named and set like every block's."""
+        name = f"{k.name}C"   # class names end in a digit: no other class is called this
+        if not any(t.name == name for t in self.layout.classes):
+            self.layout.classes.append(TileDim(name, lanes, lanes))
+        return self.layout.tile_dim(name)
