@@ -8,7 +8,8 @@ A job is WORKLOAD:CONFIG; both trees tune the same saved search result, DIR/WORK
 WORKLOAD --out DIR/WORKLOAD.json`, by either tree: what both read), with `prism.tune.tune` as `prism tune`
 calls it (budget 16, no GPU: the cost model ranks, candidates compile for sm_90), in a fresh process per
 run and an empty Triton cache (what a first tuning costs), alternating trees (benchmarks/trees.py). The
-table gives the seconds per phase (`Report.seconds`) and the choice, which a speed-up must not change.
+table gives the seconds per phase (`Report.seconds`) and the choice, which a speed-up must not change, and of the
+fused candidates compiled for sm_90 how many have a stack frame (registers spilled), with the largest.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from trees import SIDES, side_by_side
 
+from prism.bench.pages import frames_text
+
 CHILD = """
 import json, sys
 import prism.workloads as wl
@@ -27,8 +30,9 @@ from prism.tune import tune
 name, k, path, workers = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 w = wl.get(name)
 r = tune(SearchResult.load(path), w.build(w.configs[k]), workers=workers).report
+frames = [max(kn.get("frame") or 0 for kn in e.kernels) for e in r.entries if e.candidate.graph >= 0 and e.kernels]
 print(json.dumps({"seconds": r.seconds, "chosen": r.best.label, "estimate_us": r.best.estimate_us,
-                  "points": r.space.get("points")}))
+                  "points": r.space.get("points"), "frames": frames}))
 """
 
 JOBS = "attention:0,attention:1,qk_attention:0,qk_attention:1"
@@ -54,7 +58,8 @@ def main() -> None:
     lines = [f"Medians of {args.runs} run(s), {args.workers} workers, an empty Triton cache each; seconds per phase "
              "(space, rank, compile) and in all.", "",
              "| job | points | seconds before (space / rank / compile) | seconds after (space / rank / compile) | "
-             "speedup | chosen before | chosen after |", "|---|---|---|---|---|---|---|"]
+             "speedup | chosen before | chosen after | stack frames before | stack frames after |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name in (f"{n}:{k}" for n, k in jobs):
         side = {s: [r for r in runs if r["job"] == name and r["side"] == s] for s in SIDES}
         med = {s: {p: statistics.median(r["seconds"].get(p, 0.0) for r in side[s])
@@ -63,7 +68,8 @@ def main() -> None:
                 for s in SIDES}
         chosen = {s: "; ".join(sorted({f"{r['chosen']} ({r['estimate_us']:.2f} µs)" for r in side[s]})) for s in SIDES}
         lines.append(f"| {name} | {side['after'][0]['points']:,} | {text['before']} | {text['after']} | "
-                     f"{med['before']['total'] / med['after']['total']:.1f}x | {chosen['before']} | {chosen['after']} |")
+                     f"{med['before']['total'] / med['after']['total']:.1f}x | {chosen['before']} | {chosen['after']} | "
+                     f"{frames_text(side['before'])} | {frames_text(side['after'])} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(out.with_suffix(".md").read_text())
 

@@ -28,7 +28,8 @@ from prism.bench.gpu import SLOWER, against, format_table, num_text, ratio, with
 from prism.bench.paper_report import markdown, markdown_table
 from prism.bench.paper_search import config_text
 
-__all__ = ["NORM_OPS", "NOT_RECORDED", "families_table", "first_compile_table", "page", "write_benchmarks_page"]
+__all__ = ["NORM_OPS", "NOT_RECORDED", "families_table", "first_compile_table", "frames_text", "page",
+           "write_benchmarks_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = "benchmarks/results"
@@ -62,6 +63,11 @@ GPU_RUNS = [GPURun(r["file"], tuple(r["commands"]), r.get("searches"), r.get("tv
 first and measured every config)."""
 COMPARE_BEFORE, COMPARE_NOW = (tuple(PROVENANCE["compare"][k]) for k in ("before", "now"))
 """The H200 runs `gpu_run.py compare` set side by side: the later tree's two calls against the earlier's."""
+
+
+def _searches_of(run: str) -> str | None:
+    """The folder of saved searches gpu_bench run `run` tuned (provenance.json)."""
+    return next(r.searches for r in GPU_RUNS if r.file == run)
 
 
 class Table(NamedTuple):
@@ -264,6 +270,7 @@ def _tune_compare(docs: list[Any]) -> str:
     """As benchmarks/tune_compare.py writes its OUT.md: seconds per tuning phase and the choice, per job."""
     (records,) = docs
     phases = ("space", "rank", "compile", "total")
+    framed = any("frames" in r for r in records)
     rows = []
     for name in _jobs(records):
         side = _sides(records, name)
@@ -274,12 +281,24 @@ def _tune_compare(docs: list[Any]) -> str:
         chosen = {s: "; ".join(sorted({f"{r['chosen']} ({r['estimate_us']:.2f} µs)" for r in rs}))
                   for s, rs in side.items()}
         rows.append([name, f"{side['after'][0]['points']:,}", text["before"], text["after"],
-                     f"{med['before']['total'] / med['after']['total']:.1f}x", chosen["before"], chosen["after"]])
+                     f"{med['before']['total'] / med['after']['total']:.1f}x", chosen["before"], chosen["after"]]
+                    + ([frames_text(side["before"]), frames_text(side["after"])] if framed else []))
     return (f"Medians of {_runs(records)} run(s), an empty Triton cache each; the choice with the cost model's "
-            "estimate.\n\n"
+            "estimate" + ("; of the fused candidates compiled for sm_90, those with a stack frame" if framed else "")
+            + ".\n\n"
             + markdown_table(["job", "points", "seconds before (space / rank / compile)",
-                              "seconds after (space / rank / compile)", "speedup", "chosen before", "chosen after"],
-                             rows))
+                              "seconds after (space / rank / compile)", "speedup", "chosen before", "chosen after"]
+                             + (["stack frames before", "stack frames after"] if framed else []), rows))
+
+
+def frames_text(runs: list[dict[str, Any]]) -> str:
+    """Of the fused candidates a tuning compiled (its first run's `frames`: each one's largest stack frame), how many
+    have a stack frame, of how many, and the largest; "—" where the run did not record them."""
+    frames = runs[0].get("frames")
+    if frames is None:
+        return "—"
+    spilled = [f for f in frames if f]
+    return f"{len(spilled)} of {len(frames)}" + (f", at most {max(spilled)} B" if spilled else "")
 
 
 def _rank_climb(docs: list[Any]) -> str:
@@ -579,6 +598,15 @@ TABLES = [
         f"--runs 1 --workers 2 --out {RESULTS}/tune_compare_names",),
         "Before: 15236f1; after: a8e3cb9, as above. Both trees tune the same saved search results (searched by the "
         "earlier tree); the choices must be the same.", _tune_compare),
+    Table("MoE's tuning, before and after streamed contractions", ("tune_compare_stream.json",), (
+        f"python benchmarks/tune_compare.py OLD NEW --search-dir {RESULTS}/{_searches_of(COMPARE_NOW[0])} "
+        f"--jobs moe:0 --runs 2 --workers 2 --out {RESULTS}/tune_compare_stream",),
+        "Before: 478b022; after: the tree that sums a long contraction of two loaded tiles over K in chunks "
+        "(prism.codegen.stream, docs/fused-forms.md), carries a batch-1 dot's accumulator in tl.dot's shape, and "
+        "compiles candidates with the strides a launch on contiguous inputs passes. Both tune the MoE expert "
+        "(e 8, n 16, d 2048, f 1408) from the saved search the latest H200 run tuned, on a 2-core CPU (the cost model ranks; "
+        "candidates compile for sm_90): the choice, the seconds, and the stack frames of the fused candidates "
+        "compiled.", _tune_compare),
     Table("Ctrl-C at random moments", ("interrupts_cpu.json",), (
         f"python benchmarks/interrupts.py --runs 50 --out {RESULTS}/interrupts_cpu.json",),
         "`prism tune` and `prism optimize` sent SIGINT (to the process group, as a terminal does) at a seeded "
