@@ -55,14 +55,14 @@ def streamed(block: BlockGraph, shape: Callable[[int], tuple[int, ...]]) -> dict
     gives a node's padded tile (prism.codegen.layout)."""
     if block.launch.gemv:
         return {}
-    uses = block.consumers()
     out: dict[int, int] = {}
-    for i, node in block.topo():
+    uses = None   # found only where a matmul passes the cheaper tests: the cost model asks for every tiling it ranks
+    for i, node in enumerate(block.nodes):
         if kind_of(node) is not COMPUTE or not contracts(node.op):
             continue
         (a, _), (b, _) = node.inputs
         rank = len(node.outputs[0].shape)
-        if a == b or not all(kind_of(block.nodes[o]) is LOADER and uses.get((o, 0)) == [i] for o in (a, b)):
+        if a == b or kind_of(block.nodes[a]) is not LOADER or kind_of(block.nodes[b]) is not LOADER:
             continue
         k = block.nodes[a].outputs[0].shape[rank - 1]
         if k < STREAM_K or k != shape(a)[rank - 1] or k % CHUNK:
@@ -71,7 +71,9 @@ def streamed(block: BlockGraph, shape: Callable[[int], tuple[int, ...]]) -> dict
             continue
         if math.prod(shape(a)) + math.prod(shape(b)) < STREAM_ELEMENTS:
             continue
-        out[i] = CHUNK
+        uses = uses or block.consumers()
+        if uses.get((a, 0)) == [i] and uses.get((b, 0)) == [i]:
+            out[i] = CHUNK
     return out
 
 
