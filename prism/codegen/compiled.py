@@ -14,7 +14,7 @@ from prism.codegen.aot import AotKernel, compile_aot, describe
 from prism.codegen.direct_launch import BoundGraph
 from prism.codegen.load import interpreting, load_module, write_module
 from prism.codegen.plan import BUFFER_DTYPES, Plan, plan_graph
-from prism.codegen.spec import KernelSpec
+from prism.codegen.spec import KernelSpec, contiguous
 from prism.errors import InputError
 from prism.ir.graph import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
@@ -172,7 +172,7 @@ class CompiledGraph:
         values a launch passes: the graph inputs' `strides`, every other buffer's contiguous strides."""
         given = dict(zip(self.plan.inputs, strides))
         values = [s for j in step.inputs + step.outputs
-                  for s in given.get(j) or torch.empty(self.plan.buffers[j].shape, device="meta").stride()]
+                  for s in given.get(j) or contiguous(self.plan.buffers[j].shape)]
         names = [n for n, t in step.kernel.signature.items() if t == "i32"]
         return dict(zip(names, values))
 

@@ -31,6 +31,7 @@ import torch
 
 from prism.codegen import native
 from prism.codegen.plan import BUFFER_DTYPES, Plan
+from prism.codegen.spec import contiguous
 
 __all__ = ["BoundGraph", "ALIGN", "native_steps"]
 
@@ -48,14 +49,6 @@ class _Launch:
     grid: tuple[int, int, int]
     slots: tuple[int, ...]      # plan buffer of each pointer argument, in order
     trailing: tuple[Any, ...]   # the strides and constexprs that follow the pointers
-
-
-def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
 
 
 class BoundGraph:
@@ -94,7 +87,7 @@ class BoundGraph:
         for step, kernel in zip(plan.steps, kernels):
             slots = step.inputs + step.outputs
             shapes = [plan.buffers[j].shape for j in slots]
-            trailing = [s for j in slots for s in strides.get(j) or _contiguous(plan.buffers[j].shape)]
+            trailing = [s for j in slots for s in strides.get(j) or contiguous(plan.buffers[j].shape)]
             trailing += list(step.kernel.runtime_at(shapes)) + list(step.kernel.constexprs.values())
             if len(slots) + len(trailing) != len(step.kernel.signature):
                 raise RuntimeError(f"{step.kernel.name}: {len(slots) + len(trailing)} arguments for a signature of "

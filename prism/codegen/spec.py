@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["COUNTER_DTYPE", "MAX_GRID_YZ", "KernelSpec", "Param", "Size", "base_name", "unique", "RESERVED",
-           "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
+__all__ = ["COUNTER_DTYPE", "MAX_GRID_YZ", "KernelSpec", "Param", "Size", "base_name", "contiguous", "unique",
+           "RESERVED", "SHORT_DTYPES", "SIGNATURE_DTYPES", "TL_DTYPES"]
 
 TL_DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32",
              "float64": "tl.float64"}
@@ -118,3 +118,13 @@ def unique(want: str, used: set[str]) -> str:
         out = f"{want}_{k}"
     used.add(out)
     return out
+
+
+def contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides, in elements, of a tensor of `shape` stored contiguously (row-major): what a launch passes for
+    a buffer given no other layout."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))

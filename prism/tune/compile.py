@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from prism import pool
 from prism.codegen.aot import AotKernel
+from prism.codegen.spec import contiguous
 from prism.ir import KernelGraph
 
 __all__ = ["CompileResult", "cache_dir", "compile_one", "compile_many", "compile_task", "default_workers",
@@ -92,7 +93,7 @@ def compile_one(doc: dict[str, Any], arch: int = 90, warm: int | None = None,
         graph = KernelGraph.from_json(doc)
         compiled = compile_graph(graph)
         kernels, problems = _launched(graph, compiled, warm, strides) if warm is not None else (None, ())
-        kernels = kernels or compiled.aot(_target(arch), strides or contiguous(graph))
+        kernels = kernels or compiled.aot(_target(arch), strides or [contiguous(t.shape) for t in graph.inputs])
     except Exception as e:  # a candidate that does not compile is dropped, with the reason
         return CompileResult(error=_first_line(e), seconds=time.time() - start)
     return CompileResult(tuple(replace(k, ptx=None) for k in kernels), None, time.time() - start, problems)
@@ -114,18 +115,6 @@ def _launched(graph: KernelGraph, compiled: Any, seed: int,
     except Exception as e:  # said in the result's problems (the tuner's notes), as above
         return None, (f"its launch in the compile worker failed ({_first_line(e)}); compiled ahead of time",)
     return kernels, ()
-
-
-def contiguous(graph: KernelGraph) -> list[tuple[int, ...]]:
-    """The strides of `graph`'s inputs stored contiguously: what a launch on the tuner's inputs passes."""
-    out = []
-    for t in graph.inputs:
-        acc, strides = 1, []
-        for n in reversed(t.shape):
-            strides.append(acc)
-            acc *= n
-        out.append(tuple(reversed(strides)))
-    return out
 
 
 def _first_line(e: Exception) -> str:
