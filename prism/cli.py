@@ -286,6 +286,8 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, given: A
                             **_backend(args))
         result = given if given is not None else _searched(args, prog, opt, bars)
     check = opt.check(prog.reference)
+    if check["ok"] and not args.no_torch:
+        opt.against_torch(prog.reference)
     read_here = given is not None and (out / "search.json").resolve() == Path(args.result).resolve()
     files = _write_outputs(out, prog, opt, None if given is not None else result, keep_search=read_here)
     rep = opt.report
@@ -309,6 +311,8 @@ def _tune_and_write(args: argparse.Namespace, prog: Program, out: Path, given: A
                                                         if rep.cached else ""))
         print(f"runs as    {rep.execution}")
         print(f"check      {check['text']}")
+        if rep.torch:
+            print(f"torch      {rep.torch_text}")
         print(f"files      {out}/: " + ", ".join(sorted(p.name for p in files.values())))
         print(f"picture    {files['picture']}")
         for note in rep.notes:
@@ -561,6 +565,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds of tuning after which no more candidates are refined (default: no limit; "
                        "the first batch is always tried whole)")
         c.add_argument("--no-cache", action="store_true", help="ignore Prism's result cache")
+        c.add_argument("--no-torch", action="store_true",
+                       help="on a GPU, do not time the program as torch runs it (eager and Inductor) beside the "
+                       "chosen kernels")
         c.add_argument("--out", help="output folder (default prism-out/NAME, see below)")
 
     c = command("check", "run each workload's hand-written fused kernel in the reference executor and "

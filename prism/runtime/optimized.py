@@ -177,6 +177,24 @@ class OptimizedGraph:
                 f"({'ok' if ok else 'MISMATCH'}, bound 2e-2 of max(1, |out|))")
         return {"ok": ok, "relative_error": err, "against": against, "text": text}
 
+    def against_torch(self, reference: Callable[..., Any] | None = None, inductor: bool = True) -> dict[str, Any]:
+        """This graph's time beside the same program as torch runs it (prism.tune.profile.beside_torch), kept in
+        `report.torch` and returned: what a user weighs Prism against. `reference` is the program as a torch
+        function of the inputs (a workload's; default: the program's own ops, prism.interp.program_fn), run
+        eagerly and compiled by Inductor (`inductor` False skips that compile). Without a GPU nothing is timed,
+        and `why` says so."""
+        from prism.tune.profile import beside_torch, random_inputs
+
+        if self.execution != CUDA:
+            self.report.torch = {"why": "not timed: no GPU (a CPU run has no torch kernels to compare, and the "
+                                        "cost model does not price cuBLAS or Inductor)"}
+        else:
+            program = self._program_fn
+            fn = reference if reference is not None else lambda *xs: program(xs)
+            inputs = random_inputs(self.program, seed=2, device=self.device)
+            self.report.torch = beside_torch(lambda *xs: self(*xs), fn, inputs, inductor)
+        return self.report.torch
+
     def as_op(self, runner: Any = None) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
         """The custom op running this graph (registered once per chosen graph and execution mode: graphs that share
         a structural hash run the same kernels), through `runner` if given (an object with `run_op`, as this graph
@@ -209,3 +227,4 @@ class OptimizedGraph:
         best = self.report.best
         return (f"<OptimizedGraph {best.label if best else '?'} via {self.report.method}, "
                 f"runs on {self.execution}>")
+

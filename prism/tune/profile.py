@@ -18,7 +18,7 @@ import torch
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
-__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "copies_for", "input_copies", "kernel_profile",
+__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "beside_torch", "copies_for", "input_copies", "kernel_profile",
            "random_inputs", "timings",
            "spearman", "ranks", "close", "time_kernels"]
 
@@ -151,6 +151,47 @@ def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> tuple[bo
     scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
     err = (got - want).abs().max().item() / scale if want.numel() else 0.0
     return bool(err <= rtol), err
+
+
+def beside_torch(prism: Callable[..., Any], fn: Callable[..., Any], inputs: Sequence[torch.Tensor],
+                 inductor: bool = True, timer: Callable[[Callable[..., Any], list], float] | None = None
+                 ) -> dict[str, Any]:
+    """`prism`, a program's chosen kernels, timed beside `fn`, the same program as torch ops, run eagerly and
+    compiled by Inductor (torch.compile's default mode, unless `inductor` is False), in one harness: a CUDA-graph
+    replay over rotated copies of `inputs` (`bench_graph`, or `timer`). Each torch version's outputs are first
+    checked against Prism's: a time is only worth comparing for the same function. Returns `eager_us`,
+    `inductor_us`, `prism_us` and `how`; `inductor_error` where Inductor failed or disagreed (a finding about
+    torch, so the others are still timed); only `why` where the torch ops themselves disagree."""
+    want = [t.float() for t in prism(*inputs)]
+    wrong = _disagrees(fn, inputs, want)
+    if wrong:
+        return {"why": f"not timed: the program as torch ops {wrong}"}
+    fns: dict[str, Callable[..., Any]] = {"prism": prism, "eager": fn}
+    out: dict[str, Any] = {"how": "CUDA-graph replay medians, one process"}
+    if inductor:
+        try:
+            compiled = torch.compile(fn, dynamic=False)
+            wrong = _disagrees(compiled, inputs, want)
+        except Exception as e:
+            wrong = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+        if wrong:
+            out["inductor_error"] = wrong
+        else:
+            fns["inductor"] = compiled
+    copies = input_copies(inputs)
+    for name, f in fns.items():
+        out[f"{name}_us"] = (timer or bench_graph)(f, copies) * 1e6
+    return out
+
+
+def _disagrees(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str:
+    """Why `fn`'s outputs on `inputs` do not match `want` (`close`), or ""."""
+    got = fn(*inputs)
+    got = [got] if isinstance(got, torch.Tensor) else list(got)
+    verdicts = [close(g, w) for g, w in zip(got, want)] if len(got) == len(want) else [(False, math.inf)]
+    if all(ok for ok, _ in verdicts):
+        return ""
+    return f"disagrees with Prism's kernels (relative error {max(e for _, e in verdicts):.1e})"
 
 
 @dataclass(frozen=True)

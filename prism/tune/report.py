@@ -115,6 +115,9 @@ class Report:
     forms: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per form of the ranked sGraphs (prism.search.result.SymbolicGraph.form): how many sGraphs, and the best
     ranked point's label, estimate and safety, so forms no pick came from are seen beside the others."""
+    torch: dict[str, Any] = field(default_factory=dict)
+    """The program as torch runs it, beside the choice (OptimizedGraph.against_torch): `eager_us`,
+    `inductor_us` and `prism_us` timed in one harness, or `why` it was not timed; empty where nobody asked."""
 
     @classmethod
     def joined(cls, parts: Sequence[Report], baseline_us: float | None = None,
@@ -186,6 +189,23 @@ class Report:
             return f"GPU profiling (triton.testing.do_bench medians) on {self.target}"
         return (f"analytical cost model (prism.tune.cost) for {self.target}, no GPU timing; candidates "
                 "compiled ahead of time to PTX where shown")
+
+    @property
+    def torch_text(self) -> str:
+        """The torch line: "eager 9.10 µs, Inductor 6.20 µs; Prism 4.00 µs, 1.55x faster than torch (...)", against
+        the faster of torch's two, or why torch was not timed."""
+        t = self.torch
+        if "why" in t:
+            return t["why"]
+        times = [f"{name} {t[key]:.2f} µs" for name, key in (("eager", "eager_us"), ("Inductor", "inductor_us"))
+                 if t.get(key) is not None]
+        if "inductor_error" in t:
+            times.append(f"Inductor {t['inductor_error']}")
+        text = ", ".join(times)
+        ratio = min(t[k] for k in ("eager_us", "inductor_us") if t.get(k) is not None) / t["prism_us"]
+        text += f"; Prism {t['prism_us']:.2f} µs, " + (f"{ratio:.2f}x faster than torch" if ratio >= 1 else
+                                                       f"{1 / ratio:.2f}x slower than torch")
+        return text + f" ({t['how']})"
 
     @property
     def seconds_text(self) -> str:
@@ -262,6 +282,8 @@ class Report:
             lines.append("forms, the cost model's best of each: " + "; ".join(self.forms_text()))
         if self.spearman is not None:
             lines.append(f"cost model vs measured: Spearman rank correlation {self.spearman:+.3f}")
+        if self.torch:
+            lines.append(f"against torch: {self.torch_text}")
         if self.seconds:
             lines.append(f"time: {self.seconds_text}")
         if self.candidate_seconds_text:
@@ -276,11 +298,12 @@ class Report:
         return {"method": self.method, "target": self.target, "entries": [e.to_json() for e in self.entries],
                 "chosen": self.chosen, "reason": self.reason, "execution": self.execution,
                 "spearman": self.spearman, "space": self.space, "search": self.search, "seconds": self.seconds,
-                "notes": list(self.notes), "floor_us": self.floor_us} | ({"forms": self.forms} if self.forms else {})
+                "notes": list(self.notes), "floor_us": self.floor_us} | ({"forms": self.forms} if self.forms else {}) \
+            | ({"torch": self.torch} if self.torch else {})
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Report:
         return cls(d["method"], d["target"], [Entry.from_json(e) for e in d["entries"]], d.get("chosen"),
                    d.get("reason", ""), d.get("execution", ""), d.get("spearman"), dict(d.get("space", {})),
                    dict(d.get("search", {})), dict(d.get("seconds", {})), list(d.get("notes", [])),
-                   d.get("floor_us"), forms=dict(d.get("forms", {})))
+                   d.get("floor_us"), forms=dict(d.get("forms", {})), torch=dict(d.get("torch", {})))

@@ -107,6 +107,7 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path, monkeypatch
     assert "@triton.jit" in (out / "kernel.py").read_text()
     assert "chosen" in text and "check      chosen kernel vs the workload's torch reference" in text
     assert "(ok," in text and "picture    " in text
+    assert re.search(r"torch      (not timed: no GPU|eager [0-9.]+ µs, Inductor [0-9.]+ µs; Prism [0-9.]+ µs)", text)
     assert "space      " in text and "points" in text                    # the space's size
     assert re.search(r"forms      \S+ \(\d+ sGraphs\) [0-9.]+ us #\d+ grid", text)   # each form's best point
     assert re.search(r"tuning     [0-9.]+ s \(workers [0-9.]+, space [0-9.]+, rank [0-9.]+, compile", text)
@@ -123,8 +124,9 @@ def test_optimize_writes_kernel_picture_and_report(capsys, tmp_path, monkeypatch
 
 def test_tune_a_saved_result_at_another_config(capsys, searched_swiglu, tmp_path):
     code, doc = run_json(capsys, "tune", str(searched_swiglu), "swiglu", "--config", "n=8,d=128", "--workers", "1",
-                         "--budget", "2", "--time-budget", "600", "--no-cache", "--out", str(tmp_path / "t"))
-    assert code == EXIT_OK
+                         "--budget", "2", "--time-budget", "600", "--no-cache", "--no-torch",
+                         "--out", str(tmp_path / "t"))
+    assert code == EXIT_OK and "torch" not in doc["report"]
     assert doc["check"]["ok"] and doc["config"] == {"n": 8, "d": 128}
     assert {"space", "rank", "compile", "total"} <= set(doc["report"]["seconds"])
     assert doc["report"]["chosen"] is not None and Path(doc["files"]["kernel"]).is_file()
