@@ -10,7 +10,6 @@ It runs in one of three ways, fixed when it is made and stated in `.execution` a
 
 from __future__ import annotations
 
-import math
 import warnings
 from functools import cached_property
 from pathlib import Path
@@ -163,15 +162,11 @@ class OptimizedGraph:
         {"ok", "relative_error" (the worst output's), "against", "text"}: what `prism tune` prints and
         `prism bench` tabulates."""
         from prism.interp import run
-        from prism.tune.profile import close, random_inputs
+        from prism.tune.profile import agreement, random_inputs
 
         inputs = random_inputs(self.program, seed=seed, device=self.device)
-        got = self(*inputs)
         cpu = [t.float().cpu() for t in inputs]
-        want = reference(*cpu) if reference is not None else run(self.program, cpu)
-        want = [want] if isinstance(want, torch.Tensor) else list(want)
-        verdicts = [close(g, w.float()) for g, w in zip(got, want)] if len(got) == len(want) else [(False, math.inf)]
-        ok, err = all(v for v, _ in verdicts), max(e for _, e in verdicts)
+        ok, err = agreement(self(*inputs), reference(*cpu) if reference is not None else run(self.program, cpu))
         against = "the workload's torch reference" if reference is not None else "the reference executor"
         text = (f"chosen kernel vs {against} on random inputs: relative error {err:.1e} "
                 f"({'ok' if ok else 'MISMATCH'}, bound 2e-2 of max(1, |out|))")
@@ -227,4 +222,3 @@ class OptimizedGraph:
         best = self.report.best
         return (f"<OptimizedGraph {best.label if best else '?'} via {self.report.method}, "
                 f"runs on {self.execution}>")
-

@@ -18,8 +18,8 @@ import torch
 from prism.ir import KernelGraph
 from prism.ir.ops import TORCH_DTYPES
 
-__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "bench", "bench_graph", "beside_torch", "copies_for", "input_copies", "kernel_profile",
-           "random_inputs", "timings",
+__all__ = ["L2_BYTES", "TIMING_MS", "Timing", "agreement", "bench", "bench_graph", "beside_torch", "copies_for",
+           "input_copies", "kernel_profile", "random_inputs", "timings",
            "spearman", "ranks", "close", "time_kernels"]
 
 L2_BYTES = 50 * 2**20
@@ -162,7 +162,7 @@ def beside_torch(prism: Callable[..., Any], fn: Callable[..., Any], inputs: Sequ
     checked against Prism's: a time is only worth comparing for the same function. Returns `eager_us`,
     `inductor_us`, `prism_us` and `how`; `inductor_error` where Inductor failed or disagreed (a finding about
     torch, so the others are still timed); only `why` where the torch ops themselves disagree."""
-    want = [t.float() for t in prism(*inputs)]
+    want = prism(*inputs)
     wrong = _disagrees(fn, inputs, want)
     if wrong:
         return {"why": f"not timed: the program as torch ops {wrong}"}
@@ -185,13 +185,17 @@ def beside_torch(prism: Callable[..., Any], fn: Callable[..., Any], inputs: Sequ
 
 
 def _disagrees(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str:
-    """Why `fn`'s outputs on `inputs` do not match `want` (`close`), or ""."""
-    got = fn(*inputs)
-    got = [got] if isinstance(got, torch.Tensor) else list(got)
+    """Why `fn`'s outputs on `inputs` do not match `want` (`agreement`), or ""."""
+    ok, err = agreement(fn(*inputs), want)
+    return "" if ok else f"disagrees with Prism's kernels (relative error {err:.1e})"
+
+
+def agreement(got: Any, want: Any) -> tuple[bool, float]:
+    """Whether every output in `got` matches its counterpart in `want` (each a tensor or a sequence of them) to
+    fp16 accuracy (`close`), and the worst output's relative error; outputs of another count never match."""
+    got, want = ([x] if isinstance(x, torch.Tensor) else list(x) for x in (got, want))
     verdicts = [close(g, w) for g, w in zip(got, want)] if len(got) == len(want) else [(False, math.inf)]
-    if all(ok for ok, _ in verdicts):
-        return ""
-    return f"disagrees with Prism's kernels (relative error {max(e for _, e in verdicts):.1e})"
+    return all(ok for ok, _ in verdicts), max(e for _, e in verdicts)
 
 
 @dataclass(frozen=True)
