@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.capture.views import Mapped, Pending, Source, Viewed, broadcast_form, groups, rows, viewable
+from prism.capture.views import Pending, Source, Viewed, broadcast_form, groups, rows
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 
@@ -32,8 +32,8 @@ class Deferred:
 
 
 Value = Any
-"""What a node lowers to: a Tensor, a Viewed tensor, a Pending input, a Mapped input (an element-wise function
-of one, not made yet), a Deferred factor, a Python scalar, or a tuple of these (an op with several results)."""
+"""What a node lowers to: a Tensor, a Viewed tensor, a Pending input, a Deferred factor, a Python scalar, or a
+tuple of these (an op with several results)."""
 
 
 def op_name(node: Any) -> str:
@@ -80,7 +80,6 @@ class Lowering:
     dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
     _made: dict[Source, Tensor] = field(default_factory=dict)
     _sliced: dict[tuple, Tensor] = field(default_factory=dict)  # prism.capture.lower._slice's, by (ref, dim, range)
-    _mapped: dict[tuple[Mapped, bool], Tensor | Viewed] = field(default_factory=dict)  # `made`'s
     node: Any = None  # the node being lowered, for messages
 
     def fail(self, why: str, operand: Value = None) -> UnsupportedOp:
@@ -116,8 +115,6 @@ class Lowering:
             return v
         if isinstance(v, Pending):
             return self.input(v)
-        if isinstance(v, Mapped):
-            return self.made(v)  # type: ignore[return-value]
         if isinstance(v, Viewed):
             raise self.fail(f"a view of an intermediate to {list(v.shape)} ({v.t.name} is {list(v.t.shape)}), "
                             "where this op needs its operand's own shape")
@@ -130,8 +127,6 @@ class Lowering:
         already; else the error `why(its tensor)` says."""
         if isinstance(v, Pending):
             return self.input(fold(v, ("view", want), want))
-        if isinstance(v, Mapped):
-            return self.made(fold(v, ("view", want), want))  # type: ignore[return-value]
         w = self.value(v)
         t = w.t if isinstance(w, Viewed) else w
         if tuple(t.shape) != tuple(want):
@@ -142,20 +137,7 @@ class Lowering:
         """`v` as a Prism tensor, possibly seen through views (an input enters as rows under `as_rows`)."""
         if isinstance(v, Pending) and self.as_rows and rows(v.shape) != v.shape:
             return wrap(self.input(fold(v, ("view", rows(v.shape)), rows(v.shape))), v.shape)
-        if isinstance(v, Mapped):
-            return self.made(v, as_value=True)
         return v if isinstance(v, Viewed) else self.tensor(v)
-
-    def made(self, m: Mapped, as_value: bool = False) -> Tensor | Viewed:
-        """Mapped `m` computed in the graph: its functions applied to its input, read as `tensor` reads an input
-        (`as_value`: as `value` does, in rows where it takes them); once per input shape, however many read it."""
-        key = (m, as_value)
-        if key not in self._mapped:
-            v = self.value(m.base) if as_value else self.input(m.base)
-            for fn in m.fns:
-                v = Viewed(fn(v.t), v.shape) if isinstance(v, Viewed) else fn(v)
-            self._mapped[key] = v
-        return self._mapped[key]
 
     def grouped(self, v: Value) -> tuple[Tensor, tuple[int, ...], list[list[int]]]:
         """`v`'s Prism tensor, its logical shape and the grouping of the one in the other."""
@@ -185,7 +167,7 @@ class Lowering:
 
     def shape(self, v: Value) -> tuple[int, ...]:
         """The logical shape of `v`."""
-        return v.shape if isinstance(v, (Tensor, Pending, Mapped, Viewed)) else self.tensor(v).shape
+        return v.shape if isinstance(v, (Tensor, Pending, Viewed)) else self.tensor(v).shape
 
 
 def wrap(t: Tensor, shape: tuple[int, ...]) -> Tensor | Viewed:
@@ -193,10 +175,7 @@ def wrap(t: Tensor, shape: tuple[int, ...]) -> Tensor | Viewed:
     return t if tuple(t.shape) == tuple(shape) else Viewed(t, tuple(shape))
 
 
-def fold(v: Pending | Mapped, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Pending | Mapped:
-    """A view `step` of an input folded into it: of an element-wise function of one, into that input (Mapped)."""
-    if isinstance(v, Mapped):
-        return Mapped(fold(v.base, step, shape), v.fns)  # type: ignore[arg-type]
+def fold(v: Pending, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Pending:
     return Pending(v.source.then(*step), tuple(shape), v.dtype)
 
 
@@ -228,11 +207,11 @@ def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
         if len(sa) != len(sb):
             a, b = (ranked(lw, a, len(sb)), b) if len(sa) < len(sb) else (a, ranked(lw, b, len(sa)))
         return getattr(lw.graph, name)(lw.tensor(a), lw.tensor(b))
-    host = next((v for v in hosts if not viewable(v)), hosts[0])
+    host = next((v for v in hosts if not isinstance(v, Pending)), hosts[0])
     other = b if host is a else a
     t, _, grouping = lw.grouped(host)
     want = broadcast_form(lw.shape(other), full, grouping)
-    if want is None and viewable(other):   # an input: torch expands it over the merged dims it lacks
+    if want is None and isinstance(other, Pending):   # an input: torch expands it over the merged dims it lacks
         other = _expanded(other, full, grouping)
         want = broadcast_form(other.shape, full, grouping)
     if want is None:
@@ -244,7 +223,7 @@ def broadcast(lw: Lowering, name: str, a: Value, b: Value) -> Tensor | Viewed:
     return wrap(getattr(lw.graph, name)(x, y), full)
 
 
-def _expanded(v: Pending | Mapped, full: tuple[int, ...], grouping: list[list[int]]) -> Pending | Mapped:
+def _expanded(v: Pending, full: tuple[int, ...], grouping: list[list[int]]) -> Pending:
     """Input `v` (broadcast against `full`) expanded, by an input step, to the whole of every group of `full`'s
     dims that it has some dims of: an ALiBi bias [heads, 1, keys] against scores held with batch and heads
     merged. The input then holds as many copies as the group has (a bias: a few KB), each read where torch's
@@ -261,8 +240,8 @@ def _expanded(v: Pending | Mapped, full: tuple[int, ...], grouping: list[list[in
 
 
 def ranked(lw: Lowering, v: Value, rank: int) -> Value:
-    """Input `v` (Pending or Mapped) with size-1 dims in front up to `rank` (torch's broadcast between ranks)."""
-    if not viewable(v):
+    """Pending `v` with size-1 dims in front up to `rank` (torch's broadcast between ranks)."""
+    if not isinstance(v, Pending):
         raise lw.fail(f"broadcasts a rank-{len(lw.shape(v))} intermediate against rank {rank}; Prism "
                       "broadcasts between equal ranks (inputs can be viewed, intermediates cannot)")
     shape = (1,) * (rank - len(v.shape)) + v.shape

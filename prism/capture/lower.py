@@ -29,7 +29,7 @@ import torch
 from prism.capture import sdpa  # noqa: F401  (its rules register into the table: attention)
 from prism.capture.aten import (ATEN, Deferred, Handler, Lowering, Size, Unavailable, Value, aten_op, broadcast, fold,
                                 op_name, ranked, softmax, static_size, where, wrap)
-from prism.capture.views import Mapped, Pending, Source, Viewed, rows, viewable
+from prism.capture.views import Pending, Source, Viewed, rows
 from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
 from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
@@ -41,14 +41,8 @@ def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _map(lw: Lowering, v: Value, fn: Callable[[Tensor], Tensor]) -> Tensor | Viewed | Mapped:
-    """An element-wise op on `v`, whatever its views; on a floating-point input, or an element-wise function of one,
-    made where it is read (Mapped: so that views of it still fold into the input). Another input is made now, so
-    that an op Prism cannot take on it is refused here, where the cut belongs."""
-    if isinstance(v, Pending) and v.dtype.is_floating_point:
-        return Mapped(v, (fn,))
-    if isinstance(v, Mapped):
-        return Mapped(v.base, v.fns + (fn,))
+def _map(lw: Lowering, v: Value, fn: Callable[[Tensor], Tensor]) -> Tensor | Viewed:
+    """An element-wise op on `v`, whatever its views."""
     v = lw.value(v)
     return Viewed(fn(v.t), v.shape) if isinstance(v, Viewed) else fn(v)
 
@@ -326,7 +320,7 @@ def _rows_matmul(lw: Lowering, x: Any, w: Any) -> Tensor | Viewed:
 
 
 def _transposed(lw: Lowering, w: Any) -> Any:
-    if not viewable(w) or len(w.shape) != 2:
+    if not isinstance(w, Pending) or len(w.shape) != 2:
         raise lw.fail("a transposed weight must be a 2-D input (Prism cannot transpose an intermediate)")
     return _view(lw, w, ("permute", (1, 0)), (w.shape[1], w.shape[0]))
 
@@ -367,7 +361,7 @@ def _view(lw: Lowering, a: Any, step: tuple[str, tuple[int, ...]], shape: tuple[
     same = list(step[1]) == sorted(step[1]) if step[0] == "permute" else True
     if shape == tuple(lw.shape(a)) and same:
         return a
-    if viewable(a):
+    if isinstance(a, Pending):
         return fold(a, step, shape)
     if step[0] == "view" and math.prod(shape) == math.prod(lw.shape(a)) and not isinstance(a, (Deferred, tuple)):
         v = lw.value(a)
@@ -388,7 +382,7 @@ def _reshape(lw: Lowering, a: Any, *args: Any) -> Any:
 @aten_op("aten.expand.default")
 def _expand(lw: Lowering, a: Any, *args: Any) -> Any:
     shape = _out_shape(lw)
-    if shape != tuple(lw.shape(a)) and viewable(a):
+    if shape != tuple(lw.shape(a)) and isinstance(a, Pending):
         if len(shape) != len(a.shape):
             a = ranked(lw, a, len(shape))
         return fold(a, ("expand", shape), shape)
@@ -415,7 +409,7 @@ def _keeps_order(dims: tuple[int, ...], shape: tuple[Any, ...]) -> bool:
 @aten_op("aten.permute.default", "aten.t.default", "aten.transpose.int")
 def _permute(lw: Lowering, a: Any, *args: Any) -> Any:
     dims = _permutation(op_name(lw.node), args, len(lw.shape(a)))
-    if _keeps_order(dims, lw.shape(a)) and not viewable(a):  # the order of elements stays
+    if _keeps_order(dims, lw.shape(a)) and not isinstance(a, Pending):  # the order of elements stays
         return _view(lw, a, ("view", _out_shape(lw)), _out_shape(lw))
     return _view(lw, a, ("permute", dims), _out_shape(lw))
 
@@ -444,7 +438,7 @@ def _narrow(lw: Lowering, a: Any, dim: int, start: Any, end: Any, step: Any = 1)
         raise lw.fail(f"an empty slice [{start}:{end}] of dim {dim} of {list(shape)}")
     out = list(shape)
     out[dim] = end - start
-    if viewable(a):
+    if isinstance(a, Pending):
         return fold(a, ("slice", (dim, start, end)), tuple(out))
     t, _, k = lw.dim(a, dim)
     return wrap(_slice(lw, t, k, start, end), tuple(out))

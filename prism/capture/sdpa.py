@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from prism.capture.aten import Lowering, Unavailable, aten_op, broadcast, fold, op_name, softmax, wrap
-from prism.capture.views import Pending, Source, Viewed, viewable
+from prism.capture.views import Pending, Source, Viewed
 
 __all__ = ["ATTENTION_OPS"]
 
@@ -81,7 +81,7 @@ def _as(lw: Lowering, x: Any, step: tuple[str, tuple[int, ...]], shape: tuple[in
     torch), or an intermediate that already has `shape`."""
     if tuple(lw.shape(x)) == tuple(shape) and step[0] == "view":
         return x
-    if viewable(x):
+    if isinstance(x, Pending):
         return fold(x, step, shape)
     if isinstance(x, Viewed) and tuple(x.t.shape) == tuple(shape):
         return x.t

@@ -12,10 +12,6 @@ of L (size-1 dims of L belong nowhere), so that an op over logical dims is an op
 broadcasts against. Where no grouping exists the lowering says so (UnsupportedOp), and the cone stays with
 torch.
 
-An element-wise function of one input (`1 + w`, a norm's weight) is kept unmade (`Mapped`) until an op reads
-it, and made then from the input viewed as that op needs: element-wise ops commute with views, so its views fold
-into the input as the input's own do.
-
 Inputs are views of FX values: a `Source` names the node and the steps torch takes to make the input
 (reshape, permute, expand, a slice, a cast to the cone's dtype, a causal mask built from the query's shape, a boolean
 mask made additive); `STEPS` is the one table of what
@@ -32,7 +28,7 @@ import torch
 
 from prism.ir import Tensor
 
-__all__ = ["Mapped", "Pending", "STEPS", "Source", "Viewed", "broadcast_form", "groups", "rows", "viewable"]
+__all__ = ["Pending", "STEPS", "Source", "Viewed", "broadcast_form", "groups", "rows"]
 
 aten = torch.ops.aten
 
@@ -97,33 +93,6 @@ class Pending:
     source: Source
     shape: tuple[int, ...]
     dtype: torch.dtype
-
-
-@dataclass(frozen=True)
-class Mapped:
-    """An element-wise function of one pending input (`1 + w`, a norm's weight; `cos * scaling`), made in the
-    kernel graph only where it is read, in the shape its reader needs (prism.capture.aten.Lowering.made).
-    Element-wise ops commute with views, expands and slices: `fns` applied to the input viewed is the view of
-    `fns` applied to the input, element for element. So a view of it folds into its input as a Pending's does,
-    where the same value made at once would be an intermediate, which Prism cannot view (`1 + w` of shape [d]
-    broadcast against rows held as [n, d] needs it as [1, d])."""
-
-    base: Pending
-    fns: tuple[Callable[[Tensor], Tensor], ...]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.base.shape
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.base.dtype
-
-
-def viewable(v: Any) -> bool:
-    """Whether a view of `v` folds into a cone input: `v` is one (Pending), or an element-wise function of one
-    (Mapped)."""
-    return isinstance(v, (Pending, Mapped))
 
 
 @dataclass(frozen=True)
