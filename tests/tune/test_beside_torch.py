@@ -71,13 +71,11 @@ def test_the_report_says_the_times_and_the_ratio_against_torchs_faster(torch_us,
     assert f"against torch: {rep.torch_text}" in rep.summary()
 
 
-def test_without_a_gpu_the_report_says_torch_was_not_timed():
+def test_on_the_cpu_the_report_says_torch_was_not_timed():
     g = prism.KernelGraph()
     x = g.input((4, 32), name="X")
     g.output(g.relu(x))
     with pytest.warns(RuntimeWarning, match="no GPU"):
         opt = prism.superoptimize(g, budget=1, device="cpu")
-    if opt.execution == "cuda":
-        pytest.skip("this machine has a GPU: the CPU rule does not apply")
     assert opt.against_torch()["why"].startswith("not timed: no GPU")
     assert opt.report.to_json()["torch"] == opt.report.torch
