@@ -64,7 +64,8 @@ class Ahead:
         """Start superoptimizing `cone`'s program as its replacement (`prism.capture.backend._take`) will take
         it: lowered whole; where an op cannot be lowered, without the operand torch computes for it (`Cone.detach`:
         a norm's `1 + weight`), else without that op and what the cone computes before it (`Cone.cut`: RoPE's
-        products before attention); a region that does not lower, cone by cone. Nothing where none of that
+        products before attention), and that part as a cone of its own (`Cone.before`); a region that does not
+        lower, cone by cone. Nothing where none of that
         lowers: the replacement lowers it again and says why."""
         try:
             graph, sources, _ = lower(cone.live(), cone.inputs(), cone.roots)
@@ -75,8 +76,11 @@ class Ahead:
             elif isinstance(e, UnsupportedOp):
                 apart = cone.detach(e.node)
                 cut, rest = apart if apart is not None else cone.cut(e.node)
-                if cut and cone.root not in cut and rest.matmuls:
-                    self.start(rest)
+                if cut and cone.root not in cut:
+                    before = None if apart is not None else cone.before(e.node)
+                    for part in (before, rest):
+                        if part is not None and (part.matmuls or part.reduces):
+                            self.start(part)
             return
         self.submit(graph, input_strides(sources))
 

@@ -100,6 +100,8 @@ MODES: dict[str | None, dict[str, Any]] = {None: {}, "default": {}, "reduce-over
 
 
 OPTIONS = Options()
+NOTHING_LEFT = "no matmul or reduction left after the cut: element-wise ops alone are torch's (Inductor fuses them)"
+"""Why `_take` leaves what a cut leaves, where that has neither a matmul nor a reduction (`Cone.reduces`)."""
 history: list[dict[str, Any]] = []
 """One record per compiled graph: {"replaced": [...], "left": [...]} (what, why, op names), "launches" (per call of
 the graph: Prism's kernels, what torch runs of the rest, named, and the total: prism.capture.launches), and "rest"
@@ -229,11 +231,12 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
           ahead: Ahead) -> None:
     """Replace `cone` by a Prism op; where an op in it cannot be lowered, first leave to torch the operand of it
     that the cone computes apart (`Cone.detach`: a norm's `1 + weight`, which the cone then reads), and where that
-    does not do, that op and everything the cone computes before it, and replace the rest if it still has a
-    matmul (RoPE's products before attention stay with torch, and attention is still Prism's); where the rest has
-    none, the part before that op is taken as a cone of its own (`Cone.before`: a norm and projection whose output
-    is permuted, then used by ops Prism leaves alone; or, where the op is the matmul, the part ending at it). A region of
-    several cones that Prism cannot take whole (symbolic sizes, an op it does not have) is taken cone by cone."""
+    does not do, that op and everything the cone computes before it. The part before that op is then a cone of its
+    own where it has a matmul or a reduction (`Cone.before`: a norm and projection whose output is permuted, or,
+    where the op is the matmul, the part ending at it), and so is the rest (RoPE's products before attention stay
+    with torch, and attention is still Prism's; Qwen3's norm of each head after its projection); what is left
+    with neither is element-wise, torch's (NOTHING_LEFT). A region of several cones that Prism cannot take whole
+    (symbolic sizes, an op it does not have) is taken cone by cone."""
     if cone.parts:
         sizes = [n for x in [*cone.inputs(), *cone.roots] for n in _shape(x.meta.get("val"))]
         why = "symbolic sizes" if any(isinstance(n, torch.SymInt) for n in sizes) else None
@@ -264,19 +267,18 @@ def _take(gm: torch.fx.GraphModule, cone: Cone, device: torch.device, record: di
             cut, rest = cone.cut(e.node)
             if cone.root in cut or not cut:
                 return _leave(cone, e, record)
-            before = None if rest.matmuls else cone.before(e.node)  # cut elsewhere: the part before is a cone
+            before = cone.before(e.node)   # cut elsewhere: the part before is a cone of its own
             left = [n for n in cut if before is None or n not in before.nodes]
             record["left"].append({"what": f"{len(left)} op(s) cut from the cone ending at {cone.root.name}",
                                    "ops": [op_name(n) for n in left], "nodes": [n.name for n in left],
                                    "why": f"cut from the cone ending at {cone.root.name}: {e}"})
             log.info("prism: cut %d op(s) from %s: %s", len(cut), cone.root.name, e)
-            if not rest.matmuls:
-                _leave(rest, UnsupportedOp("no matmul left after the cut"), record)
-                if before is not None:
-                    log.info("prism: the part of %s before %s is a cone of its own, ending at %s",
-                             cone.root.name, e.node.name, before.name)
-                    _take(gm, before, device, record, opts, ahead)
-                return None
+            if before is not None:
+                log.info("prism: the part of %s before %s is a cone of its own, ending at %s",
+                         cone.root.name, e.node.name, before.name)
+                _take(gm, before, device, record, opts, ahead)
+            if not rest.matmuls and not rest.reduces:
+                return _leave(rest, UnsupportedOp(NOTHING_LEFT), record)
             cone = rest
         except PrismError as e:  # Prism cannot take this cone: it stays with torch, and says why
             return _leave(cone, e, record)

@@ -18,7 +18,10 @@ producers Prism has:
   - at most `max_matmuls` matmuls and `max_ops` ops, so that the search stays tractable; layout ops do not
     count (they fold into shapes and the cone's inputs: a float16 model's casts around its norms and the
     transposes of its weights would otherwise cut a norm in two, its mean left to torch).
-Cones without a matmul are left to torch: elementwise fusion is what Inductor does well. A producer that
+Cones grow from matmuls. A part of one that a cut leaves without a matmul (prism.capture.backend._take) is still
+Prism's where it reduces (`REDUCTIONS`: Qwen3's norm of each head of Q and K, between the projection and the
+transpose that Prism cannot take); element-wise ops alone are left to torch: elementwise fusion is what
+Inductor does well. A producer that
 depends on a matmul only through a value used several times (a residual that feeds the next norm) does not
 count as depending on it.
 
@@ -38,11 +41,15 @@ from prism.capture.lower import IGNORED, SAME_NAMED, SOFTMAXES
 from prism.capture.sdpa import ATTENTION_OPS
 from prism.ir.ops import OPS
 
-__all__ = ["Cone", "cones", "out_of_place", "regions", "MATMULS", "VIEWS"]
+__all__ = ["Cone", "cones", "out_of_place", "regions", "MATMULS", "REDUCTIONS", "VIEWS"]
 
 MATMULS = {"aten.mm.default": 1, "aten.bmm.default": 1, "aten.matmul.default": 1, "aten.linear.default": 1,
            "aten.addmm.default": 1} | dict.fromkeys(ATTENTION_OPS, 2)
 """The ops that contract, each with the matmuls it counts as (attention: Q Kᵀ and the product with V)."""
+REDUCTIONS = {"aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten.var_mean.correction",
+              "aten.var.correction", "aten.var_mean.dim", "aten.var.dim", "aten.rms_norm.default",
+              "aten.layer_norm.default", "aten.native_layer_norm.default", *SOFTMAXES}
+"""The ops that reduce a dim (a norm's, a softmax's): a part of a cone with one is Prism's even without a matmul."""
 EXPS = {aten for aten, name in SAME_NAMED.items() if OPS[name].online.exponential} | set(SOFTMAXES)
 """The ops whose value is an exponential (prism.ir.ops.OnlineRule), alone or in a softmax: a matmul's operand may
 depend on a matmul through one, since the online softmax rescales what it scales."""
@@ -80,6 +87,10 @@ class Cone:
     def matmuls(self) -> int:
         return sum(MATMULS.get(op_name(n), 0) for n in self.nodes)
 
+    @property
+    def reduces(self) -> bool:
+        return any(op_name(n) in REDUCTIONS for n in self.nodes)
+
     def live(self) -> list[Any]:
         """The cone's nodes its roots still depend on (an earlier cone's replacement can cut some off)."""
         members, found, stack = set(self.nodes), set(self.roots), list(self.roots)
@@ -97,12 +108,12 @@ class Cone:
         return found, Cone(self.roots, [n for n in self.nodes if n not in found])
 
     def before(self, node: Any) -> Cone | None:
-        """Where `node` cannot be lowered and a cut there would take every matmul of the cone with it: the cone's
-        part before `node`, as a cone of its own, rooted at the values `node` reads from the cone (through layout
-        ops, which stay with torch: a permute of a projection's output). Where that part has no matmul and `node`
-        is one, the part ending at `node`: what comes after a matmul can stop it from lowering (Qwen3's norm of
-        each head of K holds the projection's operand in the head's dims), and without it the matmul may lower.
-        None where neither has a matmul."""
+        """Where `node` cannot be lowered: the cone's part before `node`, as a cone of its own, rooted at the values
+        `node` reads from the cone (through layout ops, which stay with torch: a permute of a projection's output
+        or of a norm's). Where that part has no matmul and `node` is one, the part ending at `node`: what comes
+        after a matmul can stop it from lowering (Qwen3's norm of each head of K holds the projection's operand
+        in the head's dims), and without it the matmul may lower. None where the part has neither a matmul nor a
+        reduction."""
         members, roots, stack = set(self.nodes), [], [node]
         while stack:
             for p in stack.pop().all_input_nodes:
@@ -118,7 +129,29 @@ class Cone:
         if not part.matmuls and op_name(node) in MATMULS and node not in self.roots:
             upstream = self._upstream(node)
             part = Cone([node], [n for n in self.nodes if n in upstream])
-        return part if part.matmuls else None
+        elif not part.matmuls:
+            part = part.shared_values() or part
+        return part if part.matmuls or part.reduces else None
+
+    def shared_values(self) -> Cone | None:
+        """The part of this cone ending at the values it computes that something outside it also reads (directly
+        or through layout ops), rooted at the last of them; None where there is none. A norm's output that the
+        cone multiplies by RoPE's cos, and that torch's rotate_half also reads (OLMo-2's Q in a decode step):
+        rooted at its roots, the cone would compute the norm and torch would compute it again; rooted at the
+        norm, torch reads it."""
+        members = set(self.nodes)
+
+        def source(n: Any) -> Any:   # the value a layout op of the cone shows
+            while n is not None and op_name(n) in VIEWS:
+                n = next((p for p in n.all_input_nodes if p in members), None)
+            return n
+        shared = {source(n) for n in self.nodes
+                  if n not in self.roots and any(u not in members for u in n.users)} - {None, *self.roots}
+        if not shared:
+            return None
+        roots = [n for n in self.nodes if n in shared and not any(n in self._upstream(m) for m in shared - {n})]
+        found = set().union(*(self._upstream(r) for r in roots))
+        return Cone(roots, [n for n in self.nodes if n in found])
 
     def _upstream(self, node: Any) -> set[Any]:
         """`node` and the cone's nodes it depends on (none where `node` is not the cone's), with the pieces

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import prism.capture as pc
+from prism.capture.backend import NOTHING_LEFT
 from tests.conftest import example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -625,7 +626,7 @@ def test_a_cone_left_for_its_unfused_program_names_the_best_fused_candidate_and_
     and the model's best point of each form), so a lost cone says which form fell short."""
     from types import SimpleNamespace
 
-    from prism.capture.backend import _fused
+    from prism.capture.backend import NOTHING_LEFT, _fused
     from prism.errors import PrismError
     from prism.tune import COST_MODEL, Report
     from prism.tune.report import UNFUSED, Entry, Status
@@ -666,6 +667,55 @@ def test_a_cut_that_leaves_no_matmul_takes_the_part_before_it_as_a_cone(options)
     (replaced,) = record["replaced"]
     assert {"aten.mm.default", "aten.rsqrt.default", "aten.mean.dim"} <= set(replaced["ops"]), replaced["ops"]
     whys = [r["why"] for r in record["left"]]
-    assert any("a permute of an intermediate" in w for w in whys) and "no matmul left after the cut" in whys, whys
+    assert any("a permute of an intermediate" in w for w in whys) and NOTHING_LEFT in whys, whys
     cut = next(r for r in record["left"] if "a permute of an intermediate" in r["why"])
     assert "aten.transpose.int" in cut["ops"] and "aten.mm.default" not in cut["ops"], cut   # the cone's, not torch's
+
+
+class HeadNormedQK(torch.nn.Module):
+    """Qwen3's attention inputs: Q and K projected from the normed rows, a norm over each head with a weight of its
+    own, then the heads' transpose (of an intermediate, which Prism cannot view)."""
+
+    def __init__(self, d: int = 32, head: int = 8) -> None:
+        super().__init__()
+        self.head, self.q, self.k = head, torch.nn.Linear(d, d, bias=False), torch.nn.Linear(d, d // 2, bias=False)
+        self.qw, self.kw = torch.nn.Parameter(torch.rand(head) + 0.5), torch.nn.Parameter(torch.rand(head) + 0.5)
+
+    def forward(self, x):
+        def norm(v):
+            return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+        b, s, _ = x.shape
+        h = norm(x)
+        q = norm(self.q(h).view(b, s, -1, self.head)) * self.qw
+        k = norm(self.k(h).view(b, s, -1, self.head)) * self.kw
+        return q.transpose(1, 2), k.transpose(1, 2)
+
+
+def test_a_norm_a_cut_leaves_without_a_matmul_is_a_region_of_its_own(options):
+    """Cut at the transpose (K) or at the projection (Q, whose operand the head norm holds in the head's dims), each
+    head norm is left without a matmul: it still reduces, so it is a region of its own, after its projection's."""
+    torch.manual_seed(0)
+    got, want, record = _compile(HeadNormedQK(), torch.randn(2, 4, 32))
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-4, atol=1e-4), (g - w).abs().max()
+    norms = [r for r in record["replaced"] if "aten.mm.default" not in r["ops"]]
+    assert len(norms) == 2 and all("aten.rsqrt.default" in r["ops"] for r in norms), record["replaced"]
+    assert sum("aten.mm.default" in r["ops"] for r in record["replaced"]) == 2, record["replaced"]
+    left = {op for r in record["left"] for op in r["ops"]}
+    assert not left & {"aten.rsqrt.default", "aten.mean.dim", "aten.mm.default"}, record["left"]
+
+
+def test_torchs_own_encoder_layer_fuses_the_norm_after_attention(options):
+    """nn.TransformerEncoderLayer (MultiheadAttention, then LayerNorm; in training mode without dropout, so that
+    torch's fused fast path is not taken): the output projection's result is permuted back to batch first, which
+    Prism cannot take, and the cut leaves the residual add and the LayerNorm without a matmul. They reduce, so
+    they are a region of their own, and the projection before the permute is one too."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, dropout=0.0, batch_first=True).train()
+    got, want, record = _compile(layer, torch.randn(2, 8, 64))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
+    norms = [r["ops"] for r in record["replaced"] if "aten.native_layer_norm.default" in r["ops"]]
+    assert len(norms) == 2 and any("aten.addmm.default" not in ops for ops in norms), record["replaced"]
+    left = {op for r in record["left"] for op in r["ops"]}
+    assert not left & {"aten.native_layer_norm.default", "aten.addmm.default", "aten.mm.default"}, record["left"]

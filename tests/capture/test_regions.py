@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import prism.capture as pc
 from prism.capture.aten import op_name
 from prism.capture.lower import lower
-from prism.capture.partition import cones, regions
+from prism.capture.partition import Cone, cones, regions
 from prism.errors import UnsupportedOp
 from tests.conftest import example
 
@@ -176,3 +176,25 @@ def test_a_region_prism_cannot_take_whole_is_taken_cone_by_cone(options, monkeyp
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     replaced = pc.history[-1]["replaced"]
     assert len(replaced) == 7 and not [r for r in replaced if "," in r["root"]]
+
+
+class SharedNorm(torch.nn.Module):
+    """A norm whose output, viewed into heads, is scaled (in the part) and also read by an op outside it (the flip
+    stands for RoPE's rotate_half, which torch computes)."""
+
+    def forward(self, x):
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        v = n.view(4, 2, 8)
+        return v * 2.0, v.flip(-1)
+
+
+def test_a_part_whose_value_others_read_through_a_view_ends_at_that_value():
+    """Rooted at the scaling, the part would compute the norm and torch would compute it again for the flip: the
+    part ends at the norm instead, which the flip then reads."""
+    graph = _aten(SharedNorm(), torch.rand(4, 16)).graph
+    nodes = [n for n in graph.nodes if op_name(n) not in ("aten.flip.default", "output") and n.op == "call_function"]
+    scale = nodes[-1]
+    norm = next(n for n in nodes if op_name(n) == "aten.view.default").all_input_nodes[0]
+    part = Cone([scale], nodes).shared_values()
+    assert part.roots == [norm] and scale not in part.nodes and part.reduces
+    assert Cone([norm], part.nodes).shared_values() is None      # nothing of it is read elsewhere
