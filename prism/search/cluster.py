@@ -14,14 +14,15 @@ to MAX_RETRIES times; after that the search raises ClusterError: it never return
 local search would. An exception raised by a task itself is Prism's own and goes on as it is. Ctrl-C
 (any exception in the caller, or a caller that stops reading results) cancels every unfinished task: a
 queued one never starts, a running one gets KeyboardInterrupt at its next Python step (an e-graph run
-returns to Python every few iterations); tasks that go on are cancelled again. Not `force=True`, which
-kills the worker at once: in Ray 2.60 a forced cancel that meets the task finishing aborts the driver
-("Check failed: Tried to complete task that was not pending", in about one Ctrl-C in three during the
-prefilter's short tasks)."""
+returns to Python every few iterations); tasks that go on are cancelled again, and once the caller has its
+Ctrl-C, on a thread (RayWorkers._cancel). Not `force=True`, which kills the worker at once: in Ray 2.60 a
+forced cancel that meets the task finishing aborts the driver ("Check failed: Tried to complete task that was
+not pending", in about one Ctrl-C in three during the prefilter's short tasks)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
@@ -35,7 +36,9 @@ BACKENDS = ("local", "ray")
 MAX_RETRIES = 3
 """How often Ray runs a task again after its worker process died."""
 CANCEL_SECONDS = 10.0
-"""How long a cancel goes on cancelling the tasks that have not stopped yet (see RayWorkers._cancel)."""
+"""How long a cancel goes on cancelling, in the caller, the tasks that have not stopped yet (RayWorkers._cancel)."""
+LINGER_SECONDS = 300.0
+"""How long it then goes on, on a daemon thread, for the tasks still running (RayWorkers._cancel)."""
 _WAIT = 0.2
 """Seconds the driver waits on Ray at a time, so that Ctrl-C is seen promptly."""
 
@@ -110,14 +113,28 @@ class RayWorkers:
 
     def _cancel(self, refs: list[Any]) -> None:
         """Cancel the tasks of `refs`, and again every _WAIT seconds for those still running, for up to
-        CANCEL_SECONDS: in Ray 2.60 a cancel that reaches a task as its worker starts it can be lost (about
-        one Ctrl-C in eight on a loaded machine), and the task then runs to its end. Not `force=True`: see
-        the module docstring."""
-        deadline = time.monotonic() + CANCEL_SECONDS
-        while refs and time.monotonic() < deadline:
-            for ref in refs:
-                self.ray.cancel(ref)
-            refs = self.ray.wait(refs, num_returns=len(refs), timeout=_WAIT)[1]
+        CANCEL_SECONDS here, then for up to LINGER_SECONDS on a daemon thread, so that Ctrl-C returns promptly. In
+        Ray 2.60 a cancel that reaches a task as its worker starts it can be lost (about one Ctrl-C in eight on a
+        loaded machine), and the task then runs to its end; and a cancel that reaches a worker before the task
+        does is dropped, so a task whose worker is slow to start it (a new worker process importing torch on a
+        loaded machine) needs a cancel sent after it started. Not `force=True`: see the module docstring."""
+        refs = self._cancelling(refs, CANCEL_SECONDS)
+        if refs:
+            threading.Thread(target=self._cancelling, args=(refs, LINGER_SECONDS), daemon=True,
+                             name="prism-ray-cancel").start()
+
+    def _cancelling(self, refs: list[Any], seconds: float) -> list[Any]:
+        """Cancel `refs` every _WAIT seconds while some run, for up to `seconds`, or until this process leaves
+        Ray (whose tasks then end with it); returns those still running."""
+        deadline = time.monotonic() + seconds
+        try:
+            while refs and time.monotonic() < deadline and self.ray.is_initialized():
+                for ref in refs:
+                    self.ray.cancel(ref)
+                refs = self.ray.wait(refs, num_returns=len(refs), timeout=_WAIT)[1]
+        except self.ray.exceptions.RaySystemError:   # it left Ray between the check and a call
+            return []
+        return refs
 
     def _result(self, fn: Callable[..., Any], i: int, ref: Any) -> Any:
         errors = self.ray.exceptions
