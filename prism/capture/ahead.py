@@ -65,8 +65,7 @@ class Ahead:
         it: lowered whole; where an op cannot be lowered, without the operand torch computes for it (`Cone.detach`:
         a norm's `1 + weight`), else without that op and what the cone computes before it (`Cone.cut`: RoPE's
         products before attention), and that part as a cone of its own (`Cone.before`); a region that does not
-        lower, cone by cone. Nothing where none of that
-        lowers: the replacement lowers it again and says why."""
+        lower, cone by cone. Nothing where none of that lowers: the replacement lowers it again and says why."""
         try:
             graph, sources, _ = lower(cone.live(), cone.inputs(), cone.roots)
         except Exception as e:

@@ -21,9 +21,8 @@ producers Prism has:
 Cones grow from matmuls. A part of one that a cut leaves without a matmul (prism.capture.backend._take) is still
 Prism's where it reduces (`REDUCTIONS`: Qwen3's norm of each head of Q and K, between the projection and the
 transpose that Prism cannot take); element-wise ops alone are left to torch: elementwise fusion is what
-Inductor does well. A producer that
-depends on a matmul only through a value used several times (a residual that feeds the next norm) does not
-count as depending on it.
+Inductor does well. A producer that depends on a matmul only through a value used several times (a residual
+that feeds the next norm) does not count as depending on it.
 
 Cones that compute a node in common (a norm that Q, K and V each project) join into one region with several
 outputs (`regions`): Prism searches each output's part and their joint forms, one kernel writing all of them
