@@ -42,12 +42,14 @@ if model == "decoder_layer":
         return f(*inputs)
 else:
     from transformers import DynamicCache
-    m = runpy.run_path(sys.argv[3] + "/examples/hf_decode.py")["model"](model, 2)
+    hf = runpy.run_path(sys.argv[3] + "/examples/hf_decode.py")
+    m = hf["model"](model, 2)
+    key = hf["cache_keyword"](m)
     prompt = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
     def step(forward):
         cache = DynamicCache()
-        nxt = forward(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        return forward(input_ids=nxt, past_key_values=cache, use_cache=True).logits
+        nxt = forward(input_ids=prompt, **{key: cache}, use_cache=True).logits[:, -1:].argmax(-1)
+        return forward(input_ids=nxt, **{key: cache}, use_cache=True).logits
     with torch.no_grad():
         want = step(m.forward)
     m.forward = torch.compile(m.forward, backend=backend.split("-")[0], options=options)

@@ -88,16 +88,16 @@ def small(hf: Any, name: str, layers: int, backend: str | None, repeat: int, dev
     if backend is not None:
         m.forward = torch.compile(m.forward, backend=backend, options=options)
     prompt = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1)).to(device)
-    cache = DynamicCache()
+    cache, key = DynamicCache(), hf.cache_keyword(m)
     with torch.no_grad():
         start = time.perf_counter()
-        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        m(input_ids=nxt, past_key_values=copy.deepcopy(cache), use_cache=True)
+        nxt = m(input_ids=prompt, **{key: cache}, use_cache=True).logits[:, -1:].argmax(-1)
+        m(input_ids=nxt, **{key: copy.deepcopy(cache)}, use_cache=True)
         compile_s = time.perf_counter() - start
         prism.capture.wait()
         ready_s = time.perf_counter() - start
         copies = [copy.deepcopy(cache) for _ in range(repeat)]
-        us = median_us(lambda: m(input_ids=nxt, past_key_values=copies.pop(), use_cache=True), repeat,
+        us = median_us(lambda: m(input_ids=nxt, **{key: copies.pop()}, use_cache=True), repeat,
                        device == "cuda")
     return {"compile_s": compile_s, "called_us": us, "ready_s": ready_s}
 
@@ -123,7 +123,8 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
     row: dict[str, Any] = {}
     start_record = len(prism.capture.history)
     with torch.no_grad():
-        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits.argmax(-1)
+        key = runpy.run_path(str(EXAMPLE))["cache_keyword"](m)
+        nxt = m(input_ids=prompt, **{key: cache}, use_cache=True, logits_to_keep=1).logits.argmax(-1)
         position = torch.tensor([kv], device=device)
         how = {"options": mode} if isinstance(mode, dict) else {"mode": mode}
         forward = m.forward if backend is None else torch.compile(m.forward, backend=backend, **how)
@@ -134,7 +135,7 @@ def llama2048(layers: int, batch: int, kv: int, backend: str | None, mode: str |
                 return forward(input_ids=tokens, use_cache=False, logits_to_keep=1)
             for layer in cache.layers:
                 layer.cumulative_length.fill_(kv)
-            return forward(input_ids=nxt, past_key_values=cache, cache_position=position, use_cache=True)
+            return forward(input_ids=nxt, **{key: cache}, cache_position=position, use_cache=True)
         start = time.perf_counter()
         step()
         if cuda:

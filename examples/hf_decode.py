@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import inspect
 import logging
 from typing import Any
 
@@ -61,15 +62,21 @@ def model(name: str, layers: int = 2, dtype: torch.dtype = torch.float32) -> Any
     return configs[name]().to(dtype).eval()
 
 
+def cache_keyword(m: torch.nn.Module) -> str:
+    """The keyword `m`'s forward takes a KV cache by: `cache` in newer `transformers` (5.24 warns that
+    `past_key_values` is going), `past_key_values` in older ones."""
+    return "cache" if "cache" in inspect.signature(type(m).forward).parameters else "past_key_values"
+
+
 def decode(m: Any, prompt: torch.Tensor, tokens: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Greedy decoding with a KV cache: each step's logits (the prefill's last position first) and the tokens."""
     from transformers import DynamicCache
 
     cache, ids, logits = DynamicCache(), prompt, []
-    out_ids = []
+    out_ids, key = [], cache_keyword(m)
     with torch.no_grad():
         for _ in range(tokens):
-            step = m(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1]
+            step = m(input_ids=ids, **{key: cache}, use_cache=True).logits[:, -1]
             logits.append(step)
             ids = step.argmax(-1, keepdim=True)
             out_ids.append(ids)

@@ -15,12 +15,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from prism.capture.views import Pending, Source, Viewed, broadcast_form, groups, rows
+from prism.capture.views import Pending, Source, Viewed, broadcast_form, groups, refinement, rows
 from prism.errors import UnsupportedOp
 from prism.ir import KernelGraph, Tensor
+from prism.ir.ops import TORCH_DTYPES, op
 
 __all__ = ["ATEN", "Deferred", "Handler", "Lowering", "Size", "Unavailable", "Value", "aten_op", "broadcast", "fold", "op_name",
-           "ranked", "softmax", "static_size", "where", "wrap"]
+           "ranked", "reheld", "softmax", "static_size", "where", "wrap"]
 
 @dataclass(frozen=True)
 class Deferred:
@@ -80,6 +81,7 @@ class Lowering:
     dtype: torch.dtype | None = None  # the cone's dtype: every input is loaded as it (see `input`)
     _made: dict[Source, Tensor] = field(default_factory=dict)
     _sliced: dict[tuple, Tensor] = field(default_factory=dict)  # prism.capture.lower._slice's, by (ref, dim, range)
+    _reheld: dict[tuple, Tensor] = field(default_factory=dict)  # `reheld`'s, by (ref, shape)
     node: Any = None  # the node being lowered, for messages
 
     def fail(self, why: str, operand: Value = None) -> UnsupportedOp:
@@ -108,6 +110,10 @@ class Lowering:
             self._made[v.source] = self.graph.input(v.shape, dtype, unique)
             self.sources.append(v.source)
         return self._made[v.source]
+
+    def source_of(self, t: Tensor) -> Source:
+        """The Source of graph input `t`."""
+        return next(s for s, made in self._made.items() if made is t)
 
     def tensor(self, v: Value) -> Tensor:
         """`v` as a Prism tensor of its logical shape (an input made of a pending one)."""
@@ -168,6 +174,60 @@ class Lowering:
     def shape(self, v: Value) -> tuple[int, ...]:
         """The logical shape of `v`."""
         return v.shape if isinstance(v, (Tensor, Pending, Viewed)) else self.tensor(v).shape
+
+
+def reheld(lw: Lowering, t: Tensor, want: Sequence[int]) -> Tensor:
+    """Tensor `t` as a Prism tensor of shape `want` of as many elements, in the same row-major order (a reshape).
+    Prism has no reshape, but an element-wise op computes each element where it sits, so the ops that make `t`
+    are made again at `want`, down to the inputs, where it is one more view (a `Source` step), as
+    `prism.capture.lower._slice` pushes a slice back: each operand is held alike, or, where the op broadcasts
+    it, in the form it takes at `want` (an input with none is expanded by torch first). So grouped-query
+    attention reads its query after RoPE (torch's rotation and the element-wise ops on an input, [b, hq, s, e])
+    as [b, hk, g·s, e]. A value on the way that is neither (a norm of each head before RoPE) raises
+    UnsupportedOp saying which; the caller cuts the cone at `t` then, as it did before (a norm, RoPE and
+    attention in one cone would also be more than a search finishes). The ops at `t`'s own shape stay, pruned
+    where nothing else reads them."""
+    want = tuple(want)
+    if tuple(t.shape) == want:
+        return t
+    key = (t.ref, want)
+    if key not in lw._reheld:
+        lw._reheld[key] = _remade(lw, t, want)
+    return lw._reheld[key]
+
+
+def _remade(lw: Lowering, t: Tensor, want: tuple[int, ...]) -> Tensor:
+    g, node = lw.graph, lw.graph.nodes[t.node]
+    if node.op == "input":
+        return lw.input(Pending(lw.source_of(t).then("view", want), want, TORCH_DTYPES[t.dtype]))
+    if not op(node.op).family.elementwise:
+        raise _unheld(t, f"it is computed by {node.op}, which Prism computes at its own shape only")
+    return g.apply(node.op, [_operand_at(lw, g.tensor(r), tuple(t.shape), want) for r in node.inputs], node.attrs)
+
+
+def _operand_at(lw: Lowering, x: Tensor, full: tuple[int, ...], want: tuple[int, ...]) -> Tensor:
+    """Operand `x` of an element-wise op whose result, of shape `full`, is remade at `want`: in the form a
+    broadcast reads it there (its dims that `full` splits or merges, at 1 where it broadcasts), or an input
+    expanded to `full` by torch where it has none."""
+    if tuple(x.shape) == full:
+        return reheld(lw, x, want)
+    pieces = refinement(full, want)
+    if pieces is None:
+        raise _unheld(x, f"no finer shape groups both {list(full)} and {list(want)}")
+    mine = [1] * len(pieces)
+    for d, group in enumerate(groups(full, pieces)):  # type: ignore[arg-type]  (a refinement groups both)
+        for i in group:
+            mine[i] = pieces[i] if x.shape[d] == full[d] else 1
+    form = broadcast_form(mine, pieces, groups(want, pieces))  # type: ignore[arg-type]
+    if form is not None:
+        return reheld(lw, x, form)
+    if lw.graph.nodes[x.node].op != "input":
+        raise _unheld(x, f"it broadcasts against {list(full)}, and no Prism broadcast reads it as {list(want)}")
+    return lw.input(Pending(lw.source_of(x).then("expand", full).then("view", want), want, TORCH_DTYPES[x.dtype]))
+
+
+def _unheld(t: Tensor, why: str) -> UnsupportedOp:
+    return UnsupportedOp(f"{t.name} {list(t.shape)} cannot be computed at that shape: {why}")
 
 
 def wrap(t: Tensor, shape: tuple[int, ...]) -> Tensor | Viewed:

@@ -306,9 +306,12 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
         if order[node] > order[cone.root] and hoisted(node):
             cone.root.prepend(node)
     made: list[Any] = []
+    fakes = [v for v in (n.meta.get("val") for n in inputs) if hasattr(v, "fake_mode")]
 
     def call(target: Any, *args: Any, **kwargs: Any) -> Any:
         made.append(gm.graph.call_function(target, args, kwargs))
+        if fakes:
+            _fake_value(made[-1], fakes[0].fake_mode)
         return made[-1]
 
     with warnings.catch_warnings(), gm.graph.inserting_before(cone.root):
@@ -327,6 +330,22 @@ def _replace(gm: torch.fx.GraphModule, cone: Any, device: torch.device, record: 
         pending.attach(entry)
     log.info("prism: replaced %s (%d ops: %s) by %s, %s", cone.name, len(cone.nodes),
              ", ".join(sorted({_short(op_name(n)) for n in cone.nodes})), entry["op"], entry["chosen"])
+
+
+def _fake_value(node: Any, mode: Any) -> None:
+    """The value of `node`, an ATen op made for an input step, on its operands' fake tensors (fake `mode`'s),
+    where they have them: how many launches the rest makes is read from it (a reshape copies only where its
+    operand's strides say so, prism.capture.launches). Nothing where an operand has none or torch's fake kernel
+    refuses."""
+    if not isinstance(node.target, torch._ops.OpOverload) or node.target.namespace != "aten" \
+            or not all(isinstance(n.meta.get("val"), torch.Tensor) for n in node.all_input_nodes):
+        return
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["val"])
+    try:
+        with mode:
+            node.meta["val"] = node.target(*args, **kwargs)
+    except Exception:   # noqa: BLE001  (a count, never a reason to fail the compile)
+        pass
 
 
 def _static(cone: Cone, nodes: list[Any], inputs: list[Any], device: torch.device, call: Callable[..., Any],

@@ -461,7 +461,7 @@ def _slice(lw: Lowering, t: Tensor, k: int, start: int, end: int) -> Tensor:
         return x if x.shape[d] == 1 else _slice(lw, x, d, start, end)
 
     if node.op == "input":
-        source = next(s for s, made in lw._made.items() if made is t)
+        source = lw.source_of(t)
         shape = list(t.shape)
         shape[k] = end - start
         out = lw.input(Pending(source.then("slice", (k, start, end)), tuple(shape), TORCH_DTYPES[t.dtype]))

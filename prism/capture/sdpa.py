@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
-from prism.capture.aten import Lowering, Unavailable, aten_op, broadcast, fold, op_name, softmax, wrap
+from prism.capture.aten import Lowering, Unavailable, aten_op, broadcast, fold, op_name, reheld, softmax, wrap
 from prism.capture.views import Pending, Source, Viewed
+from prism.errors import UnsupportedOp
+from prism.ir import Tensor
 
 __all__ = ["ATTENTION_OPS"]
 
@@ -64,11 +66,12 @@ def attention(lw: Lowering, q: Any, k: Any, v: Any, mask: Any, causal: bool, sca
     vt = lw.tensor(v)
     g_ = lw.graph
     logits = g_.mul_scalar(g_.matmul(qt, kt), float(scale) if scale is not None else 1 / math.sqrt(e))
-    if causal:
-        if not isinstance(q, Pending):
-            raise lw.fail("a causal mask needs the query as an input of the cone", q)
+    if causal:   # built by torch from an operand of the cone (its dtype and device; the sizes are given)
+        like = next((x for x in (q, k, v) if isinstance(x, Pending)), None)
+        if like is None:
+            raise lw.fail("a causal mask needs the query, key or value as an input of the cone", q)
         bias = (1,) * (len(sq) - 2) + (g * s, t)
-        causal_mask = Pending(Source(q.source.node).then("causal", (g, s, t, len(sq))), bias, q.dtype)
+        causal_mask = Pending(Source(like.source.node).then("causal", (g, s, t, len(sq))), bias, like.dtype)
         logits = lw.tensor(broadcast(lw, "add", logits, causal_mask))
     if mask is not None:
         logits = lw.tensor(broadcast(lw, "add", logits, _grouped_mask(lw, mask, (*lead, hq, s, t), g)))
@@ -77,15 +80,19 @@ def attention(lw: Lowering, q: Any, k: Any, v: Any, mask: Any, causal: bool, sca
 
 
 def _as(lw: Lowering, x: Any, step: tuple[str, tuple[int, ...]], shape: tuple[int, ...]) -> Any:
-    """Input `x` viewed (a cone input: attention's operands come from RoPE and the KV cache, which stay with
-    torch), or an intermediate that already has `shape`."""
+    """Input `x` viewed (a cone input: the KV cache, a projection's heads, which stay with torch), or an
+    intermediate reshaped (`reheld`: the query after RoPE, its heads regrouped for grouped-query attention)."""
     if tuple(lw.shape(x)) == tuple(shape) and step[0] == "view":
         return x
     if isinstance(x, Pending):
         return fold(x, step, shape)
-    if isinstance(x, Viewed) and tuple(x.t.shape) == tuple(shape):
-        return x.t
-    raise lw.fail(f"attention needs its operand {list(lw.shape(x))} as {list(shape)}, and it is an intermediate", x)
+    why = f"attention needs its operand {list(lw.shape(x))} as {list(shape)}, and it is an intermediate"
+    if not isinstance(x, (Tensor, Viewed)) or step[0] != "view":
+        raise lw.fail(why, x)
+    try:
+        return reheld(lw, x.t if isinstance(x, Viewed) else x, shape)
+    except UnsupportedOp as e:
+        raise lw.fail(f"{why}: {e}", x) from None
 
 
 def _grouped_mask(lw: Lowering, mask: Any, full: tuple[int, ...], g: int) -> Any:

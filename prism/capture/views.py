@@ -20,7 +20,9 @@ each step is in ATen, used both to run the steps on tensors and to put them into
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -28,7 +30,7 @@ import torch
 
 from prism.ir import Tensor
 
-__all__ = ["Pending", "STEPS", "Source", "Viewed", "broadcast_form", "groups", "rows"]
+__all__ = ["Pending", "STEPS", "Source", "Viewed", "broadcast_form", "groups", "refinement", "rows"]
 
 aten = torch.ops.aten
 
@@ -118,6 +120,18 @@ def groups(p: Sequence[int], l: Sequence[int]) -> list[list[int]] | None:
             return None
         out.append(group)
     return out if not rest else None
+
+
+def refinement(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    """The coarsest shape that both `a` and `b` group (prism.capture.views.groups), dims of size 1 left out: the
+    pieces between the running products of either's dims ([2, 4, 8] and [2, 2, 16]: [2, 2, 2, 8]). None where
+    there is none: a dim of one ends inside a piece that the other does not split there ([2, 3] and [3, 2])."""
+    if math.prod(a) != math.prod(b):
+        return None
+    bounds = sorted({1} | {p for s in (a, b) for p in itertools.accumulate((n for n in s if n != 1), operator.mul)})
+    if any(hi % lo for lo, hi in zip(bounds, bounds[1:])):
+        return None
+    return tuple(hi // lo for lo, hi in zip(bounds, bounds[1:]))
 
 
 def broadcast_form(operand: Sequence[int], full: Sequence[int], grouping: list[list[int]]) -> tuple[int, ...] | None:

@@ -126,14 +126,14 @@ def test_a_llama_shaped_decode_step_runs_each_region_as_one_fused_kernel(options
     config = tf.LlamaConfig(vocab_size=128, hidden_size=2048, intermediate_size=5632, num_hidden_layers=1,
                             num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=64)
     m = tf.LlamaForCausalLM(config).to(torch.float16).eval()
-    cache = tf.DynamicCache()
+    cache, key = tf.DynamicCache(), example("hf_decode").cache_keyword(m)
     prompt = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
     torch._dynamo.reset()
     with torch.no_grad():
-        nxt = m(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        want = m(input_ids=nxt, past_key_values=copy.deepcopy(cache), use_cache=True).logits
+        nxt = m(input_ids=prompt, **{key: cache}, use_cache=True).logits[:, -1:].argmax(-1)
+        want = m(input_ids=nxt, **{key: copy.deepcopy(cache)}, use_cache=True).logits
         step = torch.compile(m.forward, backend="prism")
-        got = step(input_ids=nxt, past_key_values=copy.deepcopy(cache), use_cache=True).logits
+        got = step(input_ids=nxt, **{key: copy.deepcopy(cache)}, use_cache=True).logits
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
     replaced = pc.history[-1]["replaced"]
     assert len(replaced) == 6, [r["ops"] for r in replaced]

@@ -86,3 +86,24 @@ def test_the_history_counts_every_launch_of_a_graph_prisms_and_the_rests(options
         assert count["rest_kernels"] == ["aten.sin.default", "aten.clone.default"]
     else:                   # Inductor fuses the sine into the copy
         assert len(count["rest_kernels"]) == 1 and "sin" in count["rest_kernels"][0], count
+
+
+class DecodeAttention(torch.nn.Module):
+    """A decode step's grouped-query attention on a query of [batch, 1, heads, dim] seen as [batch, heads, 1, dim]."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k, v, enable_gqa=True)
+
+
+def test_input_steps_that_only_view_launch_nothing(options):
+    """The query's steps into Prism's op: its transpose, then the view into groups of query heads. Its strides
+    allow that view at one position, so nothing is copied: the steps' nodes carry their fake values, so the
+    count can see it (without them the view counted as a copy)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 1, 4, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(DecodeAttention(), backend="prism", options={"rest": "eager"})(q, k, v)
+    torch.testing.assert_close(got, DecodeAttention()(q, k, v), rtol=1e-5, atol=1e-5)
+    record = pc.history[-1]
+    assert len(record["replaced"]) == 1 and record["launches"]["rest_kernels"] == [], record["launches"]

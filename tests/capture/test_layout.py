@@ -4,13 +4,15 @@ executor against torch; what cannot be lowered names its reason."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import prism
 from prism.capture import capture
-from prism.capture.views import broadcast_form, groups
+from prism.capture.views import broadcast_form, groups, refinement
 from prism.errors import UnsupportedOp
 
 
@@ -30,6 +32,13 @@ def test_groups_find_which_logical_dims_each_prism_dim_merges():
     assert broadcast_form((64,), (2, 8, 64), [[0, 1], [2]]) == (1, 64)
     assert broadcast_form((2, 8, 1), (2, 8, 64), [[0, 1], [2]]) == (16, 1)
     assert broadcast_form((1, 8, 64), (2, 8, 64), [[0, 1], [2]]) is None  # half a group: no Prism broadcast
+
+
+def test_a_refinement_is_the_pieces_both_shapes_group():
+    assert refinement((2, 4, 8, 16), (2, 2, 16, 16)) == (2, 2, 2, 8, 16)   # GQA's grouped rows
+    assert refinement((2, 4, 1, 16), (2, 2, 2, 16)) == (2, 2, 2, 16)       # the same at a decode step
+    assert refinement((16, 1), (2, 8)) == (2, 8)
+    assert refinement((2, 3), (3, 2)) is None and refinement((4,), (2, 3)) is None
 
 
 def test_a_linear_on_a_3d_activation_is_multiplied_as_rows():
@@ -143,6 +152,44 @@ def test_scaled_dot_product_attention_with_gqa_and_a_causal_mask(heads, kv_heads
     got, want, cap = _run(attn, q, k, v)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert len(cap.graph.inputs) == 3 + causal
+
+
+@pytest.mark.parametrize("s,t", [(5, 5), (1, 9)])
+def test_the_query_grouped_attention_reads_is_computed_at_the_grouped_shape(s, t):
+    """Llama's query after RoPE, q·cos + rotate_half(q)·sin (the rotation is torch's, a concatenation):
+    grouped-query attention reads it as [b, kv heads, group·s, e], so its products and their sum are made again
+    at that shape from the inputs. cos and sin vary along s but not along the heads: at a prefill a group mixes
+    the two, and torch expands them first; at a decode step (s = 1) they are read as they are."""
+    torch.manual_seed(0)
+    q, rq = torch.randn(2, 4, s, 8), torch.randn(2, 4, s, 8)
+    k, v = torch.randn(2, 2, t, 8), torch.randn(2, 2, t, 8)
+    cos, sin = torch.randn(2, 1, s, 8), torch.randn(2, 1, s, 8)
+
+    def attn(q, rq, k, v, cos, sin):
+        return F.scaled_dot_product_attention(q * cos + rq * sin, k, v, is_causal=s > 1, enable_gqa=True)
+
+    got, want, cap = _run(attn, q, rq, k, v, cos, sin)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    grouped = (2, 2, 2 * s, 8)
+    rope = [grouped] * 4 if s > 1 else [grouped] * 2 + [(2, 1, 1, 8)] * 2    # q, rq, cos, sin
+    attention = [(2, 2, 8, t), (2, 2, t, 8)] + [(1, 1, 2 * s, t)] * (s > 1)  # kᵀ, v, the causal mask
+    assert sorted(tuple(x.shape) for x in cap.graph.inputs) == sorted(rope + attention)
+
+
+@pytest.mark.parametrize("query,why", [
+    (lambda q: q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6), "computed by sum"),  # a norm of each head
+    (lambda q: torch.softmax(q, dim=2), "broadcasts against [2, 4, 5, 8]"),                  # its max over the rows
+])
+def test_a_query_that_is_not_element_wise_in_its_inputs_is_not_regrouped_for_attention(query, why):
+    """Such a query is cut from attention's cone by the backend (it enters as an input, which can be viewed)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+
+    def attn(q, k, v):
+        return F.scaled_dot_product_attention(query(q), k, v, enable_gqa=True)
+
+    with pytest.raises(UnsupportedOp, match=r"as \[2, 2, 10, 8\], and it is an intermediate: .*" + re.escape(why)):
+        capture(attn, q, k, v)
 
 
 def test_an_additive_attention_mask_is_expanded_over_a_group_of_query_heads():
