@@ -57,7 +57,7 @@ def model(name: str, layers: int = 2, dtype: torch.dtype = torch.float32) -> Any
         "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**small, num_key_value_heads=2, pad_token_id=0,
                                                          bos_token_id=1, eos_token_id=2)),
         "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=128, n_embd=64, n_layer=layers, n_head=4,
-                                                         n_positions=256)),
+                                                         n_positions=256, bos_token_id=1, eos_token_id=2)),
     }
     return configs[name]().to(dtype).eval()
 
