@@ -111,9 +111,13 @@ class Lowering:
             self.sources.append(v.source)
         return self._made[v.source]
 
-    def source_of(self, t: Tensor) -> Source:
-        """The Source of graph input `t`."""
-        return next(s for s, made in self._made.items() if made is t)
+    def input_then(self, t: Tensor, shape: Sequence[int], *steps: tuple[str, tuple[Any, ...]]) -> Tensor:
+        """The graph input that is graph input `t` after input `steps` more, of `shape`: a slice or a reshape
+        of a computed value pushed back to the inputs it reads."""
+        source = next(s for s, made in self._made.items() if made is t)
+        for kind, arg in steps:
+            source = source.then(kind, arg)
+        return self.input(Pending(source, tuple(shape), TORCH_DTYPES[t.dtype]))
 
     def tensor(self, v: Value) -> Tensor:
         """`v` as a Prism tensor of its logical shape (an input made of a pending one)."""
@@ -199,7 +203,7 @@ def reheld(lw: Lowering, t: Tensor, want: Sequence[int]) -> Tensor:
 def _remade(lw: Lowering, t: Tensor, want: tuple[int, ...]) -> Tensor:
     g, node = lw.graph, lw.graph.nodes[t.node]
     if node.op == "input":
-        return lw.input(Pending(lw.source_of(t).then("view", want), want, TORCH_DTYPES[t.dtype]))
+        return lw.input_then(t, want, ("view", want))
     if not op(node.op).family.elementwise:
         raise _unheld(t, f"it is computed by {node.op}, which Prism computes at its own shape only")
     return g.apply(node.op, [_operand_at(lw, g.tensor(r), tuple(t.shape), want) for r in node.inputs], node.attrs)
@@ -223,7 +227,7 @@ def _operand_at(lw: Lowering, x: Tensor, full: tuple[int, ...], want: tuple[int,
         return reheld(lw, x, form)
     if lw.graph.nodes[x.node].op != "input":
         raise _unheld(x, f"it broadcasts against {list(full)}, and no Prism broadcast reads it as {list(want)}")
-    return lw.input(Pending(lw.source_of(x).then("expand", full).then("view", want), want, TORCH_DTYPES[x.dtype]))
+    return lw.input_then(x, want, ("expand", full), ("view", want))
 
 
 def _unheld(t: Tensor, why: str) -> UnsupportedOp:

@@ -32,7 +32,7 @@ from prism.capture.aten import (ATEN, Deferred, Handler, Lowering, Size, Unavail
 from prism.capture.views import Pending, Source, Viewed, rows
 from prism.errors import GraphError, UnsupportedOp
 from prism.ir import KernelGraph, Tensor
-from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, TORCH_DTYPES, op
+from prism.ir.ops import MATMUL, MAX_REDUCE, REDUCE, ROWWISE, op
 
 __all__ = ["IGNORED", "SAME_NAMED", "SOFTMAXES", "input_strides", "lower"]
 
@@ -461,10 +461,9 @@ def _slice(lw: Lowering, t: Tensor, k: int, start: int, end: int) -> Tensor:
         return x if x.shape[d] == 1 else _slice(lw, x, d, start, end)
 
     if node.op == "input":
-        source = lw.source_of(t)
         shape = list(t.shape)
         shape[k] = end - start
-        out = lw.input(Pending(source.then("slice", (k, start, end)), tuple(shape), TORCH_DTYPES[t.dtype]))
+        out = lw.input_then(t, shape, ("slice", (k, start, end)))
     elif not _slices_through(op(node.op).family, k, len(t.shape)):
         raise lw.fail(f"a slice of dim {k} of {t.name} {list(t.shape)}, computed by {node.op}, which a slice "
                       "does not commute with")
