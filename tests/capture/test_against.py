@@ -11,7 +11,8 @@ from prism.capture import against
 from prism.errors import PrismError
 
 pytest.importorskip("transformers", reason="the model test needs transformers (the test extra installs it)")
-pytestmark = pytest.mark.filterwarnings("ignore")
+# one group under pytest-xdist: the tests compile the same model, searched once into the session's cache
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.xdist_group("against-llama")]
 
 
 def _llama():

@@ -1,5 +1,10 @@
 """Starts the interpreter runner (a subprocess with TRITON_INTERPRET=1) as soon as collection ends, so
-it works through the selected interpreter cases while this process compiles kernels ahead of time."""
+it works through the selected interpreter cases while this process compiles kernels ahead of time.
+
+Under pytest-xdist every worker collects every test, and a runner started by each would interpret every case
+once per worker. There the interpreter's tests are one `xdist_group` (the README's test command distributes by
+group), so one worker runs them all, and that worker starts the runner when its first interpreter test asks for
+the results; the other workers meanwhile run the rest."""
 
 from __future__ import annotations
 
@@ -20,17 +25,27 @@ INTERPRETED = ("test_interpret.py", "test_ragged.py")
 """The test files whose `case` parameters name interpreter cases (tests/codegen/cases.py, ragged_cases.py)."""
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(session, config, items):
     names = [item.callspec.params["case"] for item in items
              if item.path.name in INTERPRETED and "case" in getattr(getattr(item, "callspec", None), "params", {})]
+    for item in items:
+        if "interp_results" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("interpreter"))
     if not names or _RUN:
         return
+    _RUN["names"] = names
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _start()
+
+
+def _start() -> None:
     folder = Path(tempfile.mkdtemp(prefix="prism-interp-"))
     env = dict(os.environ, TRITON_INTERPRET="1", PRISM_CACHE_DIR=str(folder / "cache"),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     log = open(folder / "log.txt", "w")
     cmd = [sys.executable, "-m", "tests.codegen.interp_runner", str(folder / "results.json"),
-           *dict.fromkeys(names)]
+           *dict.fromkeys(_RUN["names"])]
     _RUN.update(proc=subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
                 folder=folder, log=log, started=time.time())
 
@@ -40,6 +55,8 @@ def interp_results() -> dict:
     """{case: result} from the runner (waits for it); results carry ok, error, max_rel_err, wall."""
     if not _RUN:
         pytest.skip("no interpreter case was collected")
+    if "proc" not in _RUN:
+        _start()
     proc, folder = _RUN["proc"], _RUN["folder"]
     try:
         proc.wait(timeout=600)
@@ -55,7 +72,7 @@ def interp_results() -> dict:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not _RUN:
+    if "proc" not in _RUN:
         return
     if _RUN["proc"].poll() is None:   # e.g. interrupted: stop our runner
         _RUN["proc"].kill()
