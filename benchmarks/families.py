@@ -52,17 +52,15 @@ pc.OPTIONS.search = {"time_limit": search_seconds, "max_grid": 1}
 def say(**out):
     print("RESULT " + json.dumps(out, default=str), flush=True)
     sys.exit(0)
-try:
-    config = hf["config"](name)
-    with torch.device("meta"):
-        params = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
-except Exception as e:
-    say(status="no small config", why=f"{type(e).__name__}: {e}"[:300])
-if params > max_params:
-    say(status="too large", why=f"{params:,} parameters in its small config", params=params)
+problem = hf["unrunnable"](name, max_params)
+if problem:
+    say(status=problem[0], why=problem[1])
 prompt = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(1))
+params = None
 try:
-    want, _ = hf["decode"](hf["model"](name), prompt, 2)
+    eager = hf["model"](name)
+    params = sum(p.numel() for p in eager.parameters())
+    want, _ = hf["decode"](eager, prompt, 2)
 except Exception as e:
     say(status="eager fails", why=f"{type(e).__name__}: {e}"[:300], params=params)
 torch._dynamo.reset()

@@ -23,14 +23,35 @@ import torch
 
 MODELS = ("llama", "qwen2", "phi3", "gpt2")
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=256)
-TINY = SMALL | dict(num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+TINY = SMALL | dict(num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                   # mixtures of experts
+                   num_experts=4, num_local_experts=4, n_routed_experts=4, moe_intermediate_size=32,
+                   num_experts_per_tok=2, n_group=1, topk_group=1,
+                   # latent attention (DeepSeek's low-rank Q and KV)
+                   q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
+                   # the decoder of an encoder-decoder family (BART's)
+                   d_model=64, decoder_ffn_dim=128, encoder_ffn_dim=128, decoder_attention_heads=4,
+                   encoder_attention_heads=4)
 """Any other family's config: its defaults with these sizes (names a config does not have set attributes no
 layer reads), and FAMILY's changes, which make the sizes agree where a family derives one from another."""
 FAMILY: dict[str, dict[str, Any]] = {
     "codegen": dict(rotary_dim=8), "gptj": dict(rotary_dim=8), "gpt_neox": dict(rotary_pct=0.5),
-    "minicpm3": dict(num_key_value_heads=4), "plbart": dict(num_attention_heads=4, decoder_attention_heads=4),
+    "zaya": dict(num_experts_per_tok=1),
+    "gemma4_text": dict(vocab_size_per_layer_input=128),
+    # hybrids whose two small layers must still hold an attention layer (the cache's length is read there)
+    "bamba": dict(attn_layer_indices=[1]), "bailing_hybrid": dict(layer_group_size=2),
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1),
 }
-DERIVED = {"falcon": ("head_dim",)}
+HYBRID = {"qwen3_next": ("layer_types", "linear_attention", "full_attention"),
+          "qwen3_5_text": ("layer_types", "linear_attention", "full_attention"),
+          "qwen3_5_moe_text": ("layer_types", "linear_attention", "full_attention"),
+          "granitemoehybrid": ("layer_types", "mamba", "attention"), "lfm3": ("layer_types", "conv", "full_attention"),
+          "recurrent_gemma": ("block_types", "recurrent", "attention")}
+"""Hybrids that list their layers' kinds, as (the list's name, the kind without attention, attention): their
+layers alternate the two, so that a small model holds an attention layer too."""
+LATENT = dict(num_key_value_heads=SMALL["num_attention_heads"])
+"""Latent attention (a config with `kv_lora_rank`, DeepSeek's) keeps a KV head per query head."""
+DERIVED = {"falcon": ("head_dim",), "xlstm": ("v_head_dim",)}
 """Sizes a family's config derives and will not be given."""
 
 
@@ -38,8 +59,29 @@ def config(name: str, layers: int = 2) -> Any:
     """A small config of `transformers` family `name` (a key of its causal-LM auto mapping)."""
     import transformers as tf
 
-    sizes = TINY | {"num_hidden_layers": layers} | FAMILY.get(name, {})
+    depth = {"num_hidden_layers": layers, "decoder_layers": layers, "encoder_layers": layers}
+    kind = tf.CONFIG_MAPPING[name]
+    latent = LATENT if "kv_lora_rank" in {*vars(kind), *getattr(kind, "__annotations__", {})} else {}
+    sizes = TINY | depth | latent | FAMILY.get(name, {})
+    if name in HYBRID:
+        key, other, attention = HYBRID[name]
+        sizes[key] = [other, attention] * (layers // 2) + [other] * (layers % 2)
     return tf.AutoConfig.for_model(name, **{k: v for k, v in sizes.items() if k not in DERIVED.get(name, ())})
+
+
+def unrunnable(name: str, max_params: int) -> tuple[str, str] | None:
+    """Why family `name` has no small model here, as (status, why): "no small config" (transformers refuses
+    these sizes, said as it says it) or "too large" (more than `max_params` parameters, counted on the meta
+    device, without allocating them); None where it has one."""
+    import transformers as tf
+
+    try:
+        small = config(name)
+        with torch.device("meta"):
+            params = sum(p.numel() for p in tf.AutoModelForCausalLM.from_config(small).parameters())
+    except Exception as e:
+        return "no small config", f"{type(e).__name__}: {e}"[:300]
+    return ("too large", f"{params:,} parameters in its small config") if params > max_params else None
 
 
 def model(name: str, layers: int = 2, dtype: torch.dtype = torch.float32) -> Any:
@@ -72,7 +114,7 @@ def decode(m: Any, prompt: torch.Tensor, tokens: int) -> tuple[list[torch.Tensor
     """Greedy decoding with a KV cache: each step's logits (the prefill's last position first) and the tokens."""
     from transformers import DynamicCache
 
-    cache, ids, logits = DynamicCache(), prompt, []
+    cache, ids, logits = DynamicCache(config=m.config), prompt, []
     out_ids, key = [], cache_keyword(m)
     with torch.no_grad():
         for _ in range(tokens):

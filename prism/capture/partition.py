@@ -31,6 +31,7 @@ outputs (`regions`): Prism searches each output's part and their joint forms, on
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,9 +203,10 @@ def _prism(node: Any) -> bool:
 def out_of_place(graph: Any) -> int:
     """Turn each in-place ATen op whose target is an intermediate nothing else reads (torch's `nn.RMSNorm`:
     `x.pow(2).mean(-1, keepdim=True).add_(eps)`) into its out-of-place form, so that cones can take it; returns
-    how many. Its value is the same, and no other node sees the target mutated: the target is computed in the
-    graph (not an input, a parameter or a buffer, whose mutation the caller sees) and its only user is the op.
-    Ops that mutate anything else stay as they are, and stay with torch."""
+    how many. Its value is the same, and no other node sees the target mutated: the target is a new tensor
+    computed in the graph (not an input, a parameter or a buffer, whose mutation the caller sees, nor a view of
+    another tensor, which the write changes too: RWKV fills a `zeros_like` one `select` at a time) and its only
+    user is the op. Ops that mutate anything else stay as they are, and stay with torch."""
     import torch
 
     changed = 0
@@ -217,7 +219,7 @@ def out_of_place(graph: Any) -> int:
                                                                          schema.arguments[0].alias_info.is_write):
             continue
         base = node.args[0] if node.args else None
-        if not hasattr(base, "op") or base.op != "call_function" or set(base.users) != {node}:
+        if not _fresh(base) or set(base.users) != {node}:
             continue
         packet = getattr(torch.ops.aten, schema.name.split("::")[-1][:-1], None)
         pure = getattr(packet, target._overloadname, None) if packet is not None else None
@@ -226,6 +228,19 @@ def out_of_place(graph: Any) -> int:
         node.target = pure
         changed += 1
     return changed
+
+
+def _fresh(node: Any) -> bool:
+    """Whether `node` makes a new tensor: an ATen op none of whose results aliases an argument (a view does), or
+    a result of such an op taken out of its tuple."""
+    import torch
+
+    if getattr(node, "op", None) != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return _fresh(node.args[0])
+    return (isinstance(node.target, torch._ops.OpOverload)
+            and all(r.alias_info is None for r in node.target._schema.returns))
 
 
 def cones(graph: Any, max_ops: int = 16, max_matmuls: int = 2) -> list[Cone]:

@@ -38,14 +38,17 @@ _RUNNERS: dict[str, Any] = {}
 
 def runner_op(name: str, graph: KernelGraph, runner: Any) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
     """Op `prism::name` calling `runner.run_op(xs)` (the latest runner given this name: runners that share a
-    name compute the same), with outputs of `graph`'s output types."""
+    name compute the same), with outputs of `graph`'s output types, contiguous as the fake ones are: Inductor
+    checks an op's outputs against its fake strides, and the program run as torch ops can end in a view (a
+    transpose)."""
     _RUNNERS[name] = runner
     if name not in _OPS:
         outs = [(t.shape, TORCH_DTYPES[t.dtype]) for t in graph.output_tensors]
 
         def run(xs: list[torch.Tensor]) -> list[torch.Tensor]:
             inputs = {id(x) for x in xs}  # an op's outputs may not alias its inputs
-            return [y.clone() if id(y) in inputs else y for y in _RUNNERS[name].run_op(xs)]
+            ys = [y.contiguous() for y in _RUNNERS[name].run_op(xs)]
+            return [y.clone() if id(y) in inputs else y for y in ys]
 
         def fake(xs: list[torch.Tensor]) -> list[torch.Tensor]:
             return [torch.empty(shape, dtype=dtype, device=xs[0].device) for shape, dtype in outs]

@@ -5,6 +5,7 @@ batch size) takes the result cache instead of searching again."""
 from __future__ import annotations
 
 import io
+import operator
 from pathlib import Path
 
 import pytest
@@ -528,13 +529,22 @@ def test_only_in_place_ops_on_intermediates_read_by_nothing_else_are_taken_out_o
         u = aten.mul_.Tensor(v, z)                   # v is read again below: stays
         s = aten.add.Tensor(u, v)
         aten.mul_.Tensor(x, s)                       # an input: its mutation is seen by the caller, stays
-        return s
+        t = aten.zeros_like.default(x)
+        aten.copy_.default(aten.select.int(t, 0, 1), s[0])   # a view of t: writing it changes t, stays (RWKV)
+        return s, t
 
     graph = torch.fx.symbolic_trace(f).graph
     assert out_of_place(graph) == 1
     targets = [n.target for n in graph.nodes if n.op == "call_function"]
     assert targets == [aten.mul.Tensor, aten.add.Scalar, aten.mul.Tensor, aten.mul_.Tensor, aten.add.Tensor,
-                       aten.mul_.Tensor]
+                       aten.mul_.Tensor, aten.zeros_like.default, aten.select.int, operator.getitem,
+                       aten.copy_.default]
+    x, w = torch.randn(3, 4), torch.randn(3, 4)
+    want = f(x.clone(), w)
+    graph.eliminate_dead_code()   # as the backend does after: an op made out of place whose value is unread goes
+    got = torch.fx.GraphModule(torch.nn.Module(), graph)(x.clone(), w)
+    for g, v in zip(got, want):
+        torch.testing.assert_close(g, v)
 
 
 class _OnePlusWeightNorm(torch.nn.Module):

@@ -202,6 +202,25 @@ def test_the_custom_op_computes_what_the_call_does(opt_cpu):
     assert opt.op is opt.op and "prism" in str(opt.op)
 
 
+def test_the_custom_ops_outputs_are_laid_out_as_its_fake_ones(opt_cpu):
+    """Inductor asserts an op's outputs have its fake outputs' strides (contiguous), and the program run as torch
+    ops can end in a view: a CPU bmm of two transposed operands returns a transposed result (OLMo-Hybrid)."""
+    from prism.runtime.torch_op import runner_op
+
+    w, cfg, opt = opt_cpu
+
+    class Transposed:
+        def run_op(self, xs):
+            return [y.t().contiguous().t() for y in opt.run_op(xs)]
+
+    xs = w.inputs(cfg, seed=3)
+    (y,) = runner_op("test_transposed_result", opt.graph, Transposed())(list(xs))
+    with torch._subclasses.FakeTensorMode() as mode:
+        (fake,) = opt.op([mode.from_tensor(x) for x in xs])
+    assert y.stride() == fake.stride()
+    assert torch.equal(y, opt.run_op(xs)[0])
+
+
 def test_torch_compile_fullgraph_traces_the_call_as_the_custom_op(opt_cpu):
     """No graph break (fullgraph=True) around an OptimizedGraph call; torch code before and after it."""
     import torch._dynamo
