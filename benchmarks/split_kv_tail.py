@@ -1,4 +1,4 @@
-"""The split-KV combine as a tail (issue 12): kernel 2 launched on its own, or run by kernel 1's last blocks.
+"""The split-KV combine as a tail: kernel 2 launched on its own, or run by kernel 1's last blocks.
 
 For each decode config of Attention, QK-Attention and GQA (fp16), the safe split-KV form (each split's online
 sums and max side by side; kernel 2 rescales them to the largest max, adds and divides) at two split counts,

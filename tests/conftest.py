@@ -21,24 +21,6 @@ settings.load_profile("prism")
 _RESULTS: dict = {}
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--longer", action="store_true",
-                     help="also run the tests marked longer (minutes each; CI's run leaves them out)")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "longer(reason): a test of minutes, run only with --longer (why it is long)")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test marked longer is skipped, with its reason, unless --longer asks for it."""
-    if config.getoption("--longer"):
-        return
-    for item in items:
-        mark = item.get_closest_marker("longer")
-        if mark:
-            item.add_marker(pytest.mark.skip(reason=f"{mark.args[0]}: run with --longer"))
-
 
 @pytest.fixture(scope="session")
 def searched():

@@ -26,12 +26,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 TESTED = ("llama", "qwen2", "phi3", "gpt2")
 """test_hf_models.py's."""
-LONGER = {"gemma2": "soft-capped attention leaves many small cones",
-          "bloom": "ALiBi attention leaves many small cones"}
-"""Families whose compile takes about two minutes even under the tests' limit (run with --longer)."""
-FAMILIES = [pytest.param(name, marks=pytest.mark.longer(f"{LONGER[name]} (about two minutes)"))
-            if name in LONGER else name
-            for name in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) if name not in TESTED]
+FAMILIES = [name for name in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) if name not in TESTED]
 
 
 @pytest.mark.parametrize("name", FAMILIES)

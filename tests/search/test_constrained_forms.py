@@ -1,4 +1,4 @@
-"""The search's forms that compute the program only for some parallel sizes (issue 34's classes B and D, made from
+"""The search's forms that compute the program only for some parallel sizes (classes B and D, made from
 each verified partials graph: prism.symbolic.structure.walk_variant and group_variant), proved under the size
 constraints their proofs need, run at sizes inside them, refused outside them, and shown in a tuning report.
 

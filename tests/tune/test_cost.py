@@ -171,7 +171,7 @@ def test_each_warp_on_an_sm_costs_time_every_iteration():
 
 def test_a_spill_costs_more_the_further_the_registers_overflow():
     """A compiler-reported spill of a kernel whose estimated registers fit costs spill_penalty; one whose live
-    values need twice what a thread may hold costs spill_slope more (issue 36: a 2-warp attention kernel that
+    values need twice what a thread may hold costs spill_slope more (a 2-warp attention kernel that
     spilled so was measured 74x slower than the same at 4 warps)."""
     from dataclasses import replace
 

@@ -1,5 +1,5 @@
 """The cost model replayed over candidates measured on GPUs (prism.tune.oracle): per stored config, the
-measured µs of the model's pick over the fastest measured. The goal (issue 36) is at most 1.10 everywhere;
+measured µs of the model's pick over the fastest measured. The goal is at most 1.10 everywhere;
 the bounds below are today's picks, so a change to the cost model or its calibration that picks a slower
 measured kernel anywhere fails here, and one that meets the goal lowers them."""
 
@@ -25,16 +25,16 @@ RUN = RESULTS / "gpu_bench_h100_2026-11-26.json"
 RUN_SEARCHES = RESULTS / "searches_h100_2026-11-26"
 H100_TODAY = {  # the regret of today's pick per config (a config measured in several files: one group per file).
     # Files a-d: 2026-11-25/26 (collect, and the tuner's own timed candidates in gpu_bench runs); e, f: the two
-    # gpu_bench runs of 2026-11-26, session 7. Calibration: fitted on all six (prism/tune/data/h100.json).
+    # gpu_bench runs of 2026-11-26. Calibration: fitted on all six (prism/tune/data/h100.json).
     # The per-warp cost and the spill's overflow (prism.tune.cost, 2026-11-27) took the geomean from 1.38 to 1.16
     # and moved one pick to a slower kernel: rmsnorm_mlp n=8,d=1024 of file c, 1.197 -> 1.241, raised here by that
-    # change and no other. A one-stage loop's compute no longer overlapping its loads (prism.tune.cost, session 11)
+    # change and no other. A one-stage loop's compute no longer overlapping its loads (prism.tune.cost)
     # took the H200's picks on the later run (files c, d) from 1.28 to 1.11 (fitted on a, b only) and moved seven
     # H100 picks to slower kernels, raised here by that change and no other: rmsnorm d=1024 of d, e, f (1.000 ->
     # 1.275, 1.290, 1.271) and d=4096 of c (1.036 -> 1.326), where the H100 measured one stage fastest (two stages
     # much slower at loop=2, which neither form predicts), attention h=16384 of e, f (1.035, 1.039 -> 1.058,
     # 1.077) and qk_attention h=16384 (1.037 -> 1.084). A block of 16 warps holding at most 128 registers a thread
-    # (prism.tune.target.Target.registers, session 12; the spill of a kernel before a tail is the model's estimate)
+    # (prism.tune.target.Target.registers; the spill of a kernel before a tail is the model's estimate)
     # took attention h=8192 of d and qk_attention h=8192 to the fastest (1.853, 1.476 -> 1.000).
     "rmsnorm n=8,d=4096 [tune_samples_h100_a]": 1.000, "rmsnorm n=8,d=1024 [tune_samples_h100_a]": 1.552,
     "rmsnorm_mlp n=8,d=1024 [tune_samples_h100_a]": 1.071, "rmsnorm_mlp n=16,d=1024 [tune_samples_h100_a]": 1.076,
@@ -58,13 +58,13 @@ H100_TODAY = {  # the regret of today's pick per config (a config measured in se
 }
 
 
-H200_TODAY = {  # gpu_bench runs on an H200, the tuner's own timed candidates: files a and b (session 9, 18 of 19
-    # configs), c and d (session 11, all 19); calibration fitted on all four (prism/tune/data/h200.json). The per-warp
-    # cost and the spill's overflow (prism.tune.cost, session 10) moved three picks of a and b to slower kernels:
+H200_TODAY = {  # gpu_bench runs on an H200, the tuner's own timed candidates: files a and b (18 of 19
+    # configs), c and d (all 19); calibration fitted on all four (prism/tune/data/h200.json). The per-warp
+    # cost and the spill's overflow (prism.tune.cost) moved three picks of a and b to slower kernels:
     # rmsnorm n=8,d=4096 2.027 -> 2.231, qk_attention h=16384 1.102 -> 1.146, ntrans n=64 1.007 -> 1.040. The
-    # one-stage loop's serial compute and the refit on c and d (session 11) moved these to slower ones:
+    # one-stage loop's serial compute and the refit on c and d moved these to slower ones:
     # qk_attention h=16384 of a 1.146 -> 1.344, gqa k=8,g=4 of a and b 1.238 -> 1.270; each raised here by that
-    # change and no other. The 16-warp register limit (session 12) took gqa k=8,g=4 of a and b to 1.207.
+    # change and no other. The 16-warp register limit took gqa k=8,g=4 of a and b to 1.207.
     "rmsnorm n=8,d=4096 [tune_samples_h200_a]": 2.231, "rmsnorm n=8,d=1024 [tune_samples_h200_a]": 1.304,
     "rmsnorm_mlp n=8,d=1024 [tune_samples_h200_a]": 1.000, "rmsnorm_mlp n=16,d=1024 [tune_samples_h200_a]": 1.065,
     "swiglu n=8,d=1024 [tune_samples_h200_a]": 1.019, "swiglu n=8,d=4096 [tune_samples_h200_a]": 1.000,
@@ -116,8 +116,8 @@ def test_the_tuner_picks_no_slower_measured_kernel_than_today(kind):
 def test_the_oracle_catches_a_wrong_cost_model(monkeypatch):
     """The check has teeth: a model that forgets waves of blocks over the SMs, one whose L2 re-reads no longer
     pass through the SM (as before 2026-11-25), one where warps come free or where every spill costs alike (both
-    as before 2026-11-27), one where a one-stage loop overlaps its loads as a pipelined one does (as before session
-    11) picks slower measured kernels and fails it."""
+    as before 2026-11-27), one where a one-stage loop overlaps its loads as a pipelined one does (as before the
+    refit on files c and d) picks slower measured kernels and fails it."""
     import prism.tune.cost as cost
 
     right = cost.kernel_seconds
@@ -244,8 +244,8 @@ def test_the_regret_command_replays_the_oracle_and_the_model_before_a_field():
 
 
 def test_regret_fit_on_earlier_runs_replays_a_later_run_they_never_saw():
-    """`regret --constants fit --fit-on A B -- C D`: constants fitted on the H200's session-9 run (a, b), picks
-    replayed on its session-11 run (c, d), the same as prism.tune.fit and prism.tune.oracle give; --fit-on with
+    """`regret --constants fit --fit-on A B -- C D`: constants fitted on the H200's runs a and b, picks
+    replayed on its runs c and d, the same as prism.tune.fit and prism.tune.oracle give; --fit-on with
     the shipped constants is one line and exit 2."""
     from prism.tune.fit import fit
     from prism.tune.target import TARGETS
@@ -288,7 +288,7 @@ def test_steps_compare_measured_and_predicted_ratios_of_one_launch_field():
 
 
 def test_the_steps_command_shows_the_warps_trend_the_model_follows():
-    """On the H200's candidates of session 9 (files a and b), 8 -> 16 warps measured 1.22x slower over 52 pairs;
+    """On the H200's candidates of files a and b, 8 -> 16 warps measured 1.22x slower over 52 pairs;
     the shipped model predicts within 5% of that, the model without its per-warp cost (refitted) did not slow down
     at all."""
     files = [str(RESULTS / f"tune_samples_h200_{x}.json") for x in "ab"]
@@ -325,7 +325,7 @@ def test_left_out_picks_each_config_by_a_fit_on_the_others_only():
 def test_before_compile_replays_the_ranking_the_tuner_compiles_by():
     """`regret --before-compile` (prism.tune.oracle.before_compile): each candidate's own kernels hold the model's
     registers and spills at their warps instead of the compiler's, as the tuner ranks points before compiling any;
-    lowered ops keep theirs. On the H200's session-9 run the estimate picks attention h=8192 at 8 warps, where the
+    lowered ops keep theirs. On the H200's runs a and b the estimate picks attention h=8192 at 8 warps, where the
     compiler's figures pick the fastest at 4, and the command prints that replay."""
     from prism.tune.oracle import before_compile
 

@@ -1,4 +1,4 @@
-"""LoRA's fused µGraph (issue 16): B's tile is loop-invariant and meets acc(X @ A) after the loop. It builds,
+"""LoRA's fused µGraph: B's tile is loop-invariant and meets acc(X @ A) after the loop. It builds,
 runs in the reference executor, is proven equal to the program, and is costed and compiled with B loaded
 once; mutants that split B along the wrong dim are refused, at construction or by the verifier."""
 

@@ -1,4 +1,4 @@
-"""GQA, nTrans and the MoE expert (issue 16): every hand-written fused form runs in the reference executor
+"""GQA, nTrans and the MoE expert: every hand-written fused form runs in the reference executor
 equal to torch and is proven equal to the program for all sizes; mutants that split a tile along the wrong dim
 are refused by the verifier."""
 
