@@ -31,13 +31,15 @@ TINY = SMALL | dict(num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_toke
                    q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
                    # the decoder of an encoder-decoder family (BART's)
                    d_model=64, decoder_ffn_dim=128, encoder_ffn_dim=128, decoder_attention_heads=4,
-                   encoder_attention_heads=4)
+                   encoder_attention_heads=4,
+                   # per-layer input embeddings (Gemma-3n's, Gemma-4's)
+                   vocab_size_per_layer_input=128)
 """Any other family's config: its defaults with these sizes (names a config does not have set attributes no
 layer reads), and FAMILY's changes, which make the sizes agree where a family derives one from another."""
 FAMILY: dict[str, dict[str, Any]] = {
     "codegen": dict(rotary_dim=8), "gptj": dict(rotary_dim=8), "gpt_neox": dict(rotary_pct=0.5),
-    "zaya": dict(num_experts_per_tok=1),
-    "gemma4_text": dict(vocab_size_per_layer_input=128),
+    "zaya": dict(num_experts_per_tok=1), "dots1": dict(n_shared_experts=1), "mamba2": dict(num_heads=8),
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]]), "gemma3n_text": dict(num_kv_shared_layers=0),
     # hybrids whose two small layers must still hold an attention layer (the cache's length is read there)
     "bamba": dict(attn_layer_indices=[1]), "bailing_hybrid": dict(layer_group_size=2),
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1),

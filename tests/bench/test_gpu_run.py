@@ -145,8 +145,8 @@ def test_after_gpu_bench_and_tvm_the_table_holds_tvms_columns(tmp_path, monkeypa
 
 def test_compare_puts_each_configs_time_beside_an_earlier_runs(tmp_path, capsys):
     """`compare`: per config, Prism's CUDA-graph µs before and now, and the configs that moved by over 5% either way
-    (the stored H200 run c against run a); a file that is not a run, or runs of
-    different GPUs, are one line and exit 2."""
+    (the stored H200 run c against run a); a file that is not a run, or runs of different GPUs, are one line and
+    exit 2."""
     results = ROOT / "benchmarks" / "results"
     now, before = results / "gpu_bench_h200_2026-11-27_c.json", results / "gpu_bench_h200_2026-11-27_a.json"
     assert _script().main(["compare", str(now), "--before", str(before)]) == 0
