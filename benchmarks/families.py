@@ -3,6 +3,8 @@
     python benchmarks/families.py                          # every family, results/families_cpu.json
     python benchmarks/families.py --family gemma2 olmo2    # some of them
     python benchmarks/families.py --table                  # the stored results as a table
+    python benchmarks/families.py --max-block-ops 6 --out benchmarks/results/families_blocks6_cpu.json
+                                                           # every family as the family test runs it
 
 Each family is built from a small random config (examples/hf_decode.py's `config`: 64 hidden, 4 heads, 2 layers;
 no weights are downloaded), run eagerly and through the backend on the same prompt (batch 2, 8 tokens) and one
@@ -46,9 +48,12 @@ transformers.logging.set_verbosity_error()
 import prism.capture as pc
 
 name, max_params, root, search_seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+max_block_ops = int(sys.argv[5])
 hf = runpy.run_path(root + "/examples/hf_decode.py")
 pc.OPTIONS.rest, pc.OPTIONS.budget = "eager", 2
 pc.OPTIONS.search = {"time_limit": search_seconds, "max_grid": 1}
+if max_block_ops:
+    pc.OPTIONS.search |= {"max_block_ops": max_block_ops}
 def say(**out):
     print("RESULT " + json.dumps(out, default=str), flush=True)
     sys.exit(0)
@@ -79,10 +84,12 @@ say(status="match" if error <= 1e-4 else "differs", error=error, params=params, 
 """
 
 
-def run(name: str, timeout: float, max_params: int, search_seconds: float, env: dict[str, str]) -> dict:
+def run(name: str, timeout: float, max_params: int, search_seconds: float, max_block_ops: int,
+        env: dict[str, str]) -> dict:
     """One family in a fresh process (its own process group, killed whole at the time limit)."""
     start = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", CHILD, name, str(max_params), str(ROOT), str(search_seconds)],
+    p = subprocess.Popen([sys.executable, "-c", CHILD, name, str(max_params), str(ROOT), str(search_seconds),
+                          str(max_block_ops)],
                          stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True)
     try:
@@ -120,6 +127,8 @@ def main() -> None:
     ap.add_argument("--max-params", type=int, default=3_000_000)
     ap.add_argument("--search-seconds", type=float, default=900.0,
                     help="each region's search time limit (the tests': 900, which their searches never reach)")
+    ap.add_argument("--max-block-ops", type=int, default=0,
+                    help="each search's ops per block at most (the family test's: 6; default: the search's own)")
     ap.add_argument("--out", type=Path, default=OUT, help="results JSON (families run now replace their entries)")
     ap.add_argument("--table", action="store_true", help="print the stored results as a table and run nothing")
     args = ap.parse_args()
@@ -134,7 +143,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="prism-families-") as tmp:
             env = os.environ | {"PRISM_CACHE_DIR": tmp}
             for name in args.family or families():
-                by_name[name] = run(name, args.timeout, args.max_params, args.search_seconds, env)
+                by_name[name] = run(name, args.timeout, args.max_params, args.search_seconds, args.max_block_ops,
+                                    env)
                 r = by_name[name]
                 print(f"{name}: {r['status']} {r.get('why', '')} {r.get('error', '')}", file=sys.stderr, flush=True)
                 stored["results"] = sorted(by_name.values(), key=lambda r: r["family"])
