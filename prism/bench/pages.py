@@ -593,6 +593,9 @@ TABLES = [
           "`config`), eager and through `backend=\"prism\"` (the tests' settings: the rest eager, 2 candidates) on "
           "one prompt and one decode step, each family in a fresh process with a time limit; the families of one "
           "run share a result cache.", _families),
+    Table("Every transformers family as the family test runs it", ("families_blocks6_cpu.json",), None,
+          "As above, each search kept to blocks of 6 ops as tests/capture/test_families.py keeps it (a count, not a "
+          "time): what the tests check of every family, with what each fuses and leaves to torch.", _families),
     Table("Tuning, before and after one name per module", ("tune_compare_names.json",), (
         "python benchmarks/tune_compare.py OLD NEW --search-dir DIR --jobs rmsnorm:0,swiglu:1,attention:0,attention:1 "
         f"--runs 1 --workers 2 --out {RESULTS}/tune_compare_names",),
