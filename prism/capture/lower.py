@@ -13,8 +13,10 @@ one more view: a slice of a matmul's columns is the matmul with a slice of its w
 and rounds only where it stores, so an upcast (a norm computed in float32 in a float16 model) is exact and a
 downcast inside a cone is dropped, as Inductor drops it by default (`emulate_precision_casts` off: a value
 kept in float32 between two ops is closer to the exact result than eager's rounded one). Two ATen spellings are recognised as the Prism op they decompose:
-`x * rsqrt(y)` is `x / sqrt(y)`, `x * sigmoid(x)` is `silu(x)`. Anything else raises `UnsupportedOp`,
-naming the op and, where torch recorded it, the line.
+`x * rsqrt(y)` is `x / sqrt(y)`, `x * sigmoid(x)` is `silu(x)`; so are the decompositions Inductor's table
+gives silu and the exact gelu (`SPELLINGS`), which a graph with symbolic sizes reaches Prism in when
+Inductor runs the rest. Anything else raises `UnsupportedOp`, naming the op and, where torch recorded it, the
+line.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def _rsub(lw: Lowering, a: Any, b: Any, alpha: Any = 1) -> Any:
     return _binary("sub", _sub_scalar)(lw, b, a, alpha)
 
 
-SAME_NAMED = {f"aten.{name}.default": name for name in ("exp", "relu", "sqrt", "neg", "silu", "square")}
+SAME_NAMED = {f"aten.{name}.default": name for name in ("exp", "relu", "sqrt", "neg", "silu", "square", "erf")}
 """ATen ops that are the element-wise Prism op of the same name."""
 for _aten, _name in SAME_NAMED.items():
     def _unary(lw: Lowering, a: Any, _name: str = _name) -> Tensor | Viewed:
@@ -512,6 +514,58 @@ IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"
 """Ops that check, not compute: skipped."""
 
 
+X = "x"
+"""The operand of a spelling in `SPELLINGS`."""
+SPELLINGS = (  # (the op Prism has whole, the ATen ops that spell it, as (op, operands...), X, or a constant)
+    ("silu", ("aten.div.Tensor", X, ("aten.add.Tensor", ("aten.exp.default", ("aten.neg.default", X)), 1))),
+    ("gelu", ("aten.mul.Tensor", ("aten.mul.Tensor", X, 0.5),
+              ("aten.add.Tensor", ("aten.erf.default", ("aten.mul.Tensor", X, math.sqrt(0.5))), 1))),
+    ("gelu", ("aten.mul.Tensor", ("aten.mul.Tensor", X, 0.5),
+              ("aten.add.Tensor", ("aten.erf.default", ("aten.div.Tensor", X, math.sqrt(2))), 1))),
+)
+"""torch's decompositions of Prism ops (Inductor's table: silu as x / (1 + exp(-x)), the exact gelu through
+erf; and the exact gelu as Python writes it, `x * 0.5 * (1 + erf(x / sqrt(2)))`), recognised whole where their
+inner values are read by nothing else: a graph with symbolic sizes is decomposed before the backend sees it
+when Inductor runs the rest, and the ops of the spelling, searched one by one, made a region's search several
+times larger (Llama's MLP passed its time limit)."""
+COMMUTATIVE = {"aten.add.Tensor", "aten.mul.Tensor"}
+
+
+def _spelled(root: Any, within: set[Any], known: set[Any]) -> tuple[str, Any, set[Any]] | None:
+    """(the Prism op, its operand's node, the nodes before `root` inside) where `root` ends a spelling of
+    `SPELLINGS` whose inner nodes are all in `within` and read only inside it, and whose operand is in
+    `known`; else None."""
+    for name, pattern in SPELLINGS:
+        bound: dict[str, Any] = {}
+        inside: list[Any] = []
+        if _matches(pattern, root, bound, inside, within):
+            inner = set(inside) - {root}
+            if bound[X] in known and all(set(n.users) <= set(inside) for n in inner):
+                return name, bound[X], inner
+    return None
+
+
+def _matches(pattern: Any, arg: Any, bound: dict[str, Any], inside: list[Any], within: set[Any]) -> bool:
+    """Whether `arg` is `pattern` (see SPELLINGS), binding X in `bound` and adding the op nodes to `inside`."""
+    if pattern == X:
+        if X in bound:
+            return bound[X] is arg
+        bound[X] = arg
+        return isinstance(arg, torch.fx.Node)
+    if not isinstance(pattern, tuple):
+        return _scalar(arg) and math.isclose(arg, pattern, rel_tol=1e-9)
+    if not isinstance(arg, torch.fx.Node) or arg not in within or op_name(arg) != pattern[0] or arg.kwargs:
+        return False
+    orders = [arg.args, arg.args[::-1]] if pattern[0] in COMMUTATIVE else [arg.args]
+    for args in orders:
+        b, i = dict(bound), []
+        if len(args) == len(pattern) - 1 and all(_matches(p, a, b, i, within) for p, a in zip(pattern[1:], args)):
+            bound.update(b)
+            inside += [*i, arg]
+            return True
+    return False
+
+
 # ---- lowering a graph ----------------------------------------------------------------------------
 
 def input_strides(sources: Sequence[Source]) -> tuple[tuple[int, ...], ...] | None:
@@ -553,11 +607,18 @@ def _lower(lw: Lowering, nodes: Sequence[Any], inputs: Sequence[Any],
         if not isinstance(val, torch.Tensor):
             raise UnsupportedOp(f"input {node.name} is not a tensor{where(node)}")
         lw.values[node] = Pending(Source(node), lw.sizes(val.shape), val.dtype)
+    within = set(nodes)
+    spelled = {node: found for node in nodes if (found := _spelled(node, within, within | set(inputs)))}
+    skipped = {n for _, _, inner in spelled.values() for n in inner}
     for node in nodes:
-        if node in lw.values:
+        if node in lw.values or node in skipped:
             continue
         lw.node = node
         try:
+            if node in spelled:
+                name, x, _ = spelled[node]
+                lw.values[node] = _map(lw, lw.values[x], getattr(lw.graph, name))
+                continue
             _lower_node(lw, node)
         except UnsupportedOp as e:
             e.node = e.node or node

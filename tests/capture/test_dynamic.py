@@ -52,6 +52,18 @@ def test_a_layer_norm_with_symbolic_sizes_is_fused_as_inductor_decomposes_it(opt
     assert record["left"] == [] and len(record["replaced"]) == 1, record
 
 
+def test_a_gelu_mlp_with_symbolic_sizes_is_fused_as_inductor_decomposes_it(options, monkeypatch):
+    """Inductor's decompositions spell the exact GELU with erf, which Prism has only inside that spelling
+    (prism.capture.lower.SPELLINGS): the MLP's two projections and its GELU are Prism's, nothing is left to
+    torch, and the values are eager's."""
+    monkeypatch.setattr(pc.OPTIONS, "rest", "inductor")
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    record = _dynamic_record(mlp, 32, (3, 9))
+    assert record["left"] == [], record["left"]
+    assert "aten.erf.default" in {op for r in record["replaced"] for op in r["ops"]}, record["replaced"]
+
+
 def _dynamic_record(fn, features: int, rows: tuple[int, ...]) -> dict:
     """`fn` compiled with dynamic sizes and called on an [n, features] input for each n of `rows`, matching eager
     at each: the compile's history record."""

@@ -5,10 +5,12 @@ searches its cones.
 
 A family is skipped, with the reason, where it cannot run here at all: `transformers` refuses the small sizes,
 the small config still has over 3M parameters (too slow on the CPU), or `transformers`' own eager run of it
-fails. Each search keeps to blocks of at most 6 ops: a norm with its projection or attention's core still
-fits, and a family compiles in seconds instead of a minute; the limit is a count, not a time, so what is found
-does not depend on the machine's load. `python benchmarks/families.py` runs every family with the searches
-unlimited. The families share one worker (an xdist group), so a family built like another (most are Llama's
+fails. Each search keeps to blocks of at most 6 ops, so that a family compiles in seconds instead of a minute;
+the limit is a count, not a time, so what is found does not depend on the machine's load. At that limit most
+cones (a norm with its projections, attention, a gated MLP) have no fused form and stay with torch, `history`
+naming the limit: what this test checks is that the backend takes every family's graphs apart and puts them
+back together right, whatever it fuses. `python benchmarks/families.py` runs every family with the search's
+default limits, and its table says what each fuses. The families share one worker (an xdist group), so a family built like another (most are Llama's
 layers renamed) finds its regions in that worker's result cache."""
 
 from __future__ import annotations
